@@ -1,0 +1,50 @@
+// lockstep/comm/store.h — the key-value store the ranks meet through.
+//
+// A Store is how ranks find each other before any collective runs: a TCP
+// store served by rank 0 at the master address, or an in-memory store shared
+// by threads of one process (tests). It wraps the backend's store so no
+// backend header leaks into user code. Copies share the same store.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace lockstep {
+
+namespace detail {
+struct StoreImpl;
+}
+
+struct TcpStoreOptions {
+  std::string host = "127.0.0.1";  ///< the master address
+  int port = 29500;
+  bool isServer = false;           ///< rank 0 serves, the others connect
+  int worldSize = 1;               ///< the server waits for this many clients
+  std::chrono::milliseconds timeout{std::chrono::seconds(300)};
+};
+
+class Store {
+ public:
+  /// Connects to (or, with isServer, serves) a TCP store; throws CommError
+  /// (kTimeout or kBackend) naming host:port when it cannot.
+  static Store tcp(const TcpStoreOptions& options);
+  /// A store in this process's memory, to be shared by threads acting as ranks.
+  static Store inMemory(std::chrono::milliseconds timeout = std::chrono::seconds(30));
+
+  void set(const std::string& key, const std::vector<uint8_t>& value);
+  std::vector<uint8_t> get(const std::string& key);
+  int64_t add(const std::string& key, int64_t delta);
+  /// A view of this store where every key starts with `prefix` + "/".
+  Store withPrefix(const std::string& prefix) const;
+
+  std::shared_ptr<detail::StoreImpl> impl() const { return impl_; }
+
+ private:
+  explicit Store(std::shared_ptr<detail::StoreImpl> impl) : impl_(std::move(impl)) {}
+  std::shared_ptr<detail::StoreImpl> impl_;
+};
+
+}  // namespace lockstep

@@ -1,0 +1,50 @@
+// lockstep/comm/work.h — the handle of an asynchronous collective.
+//
+// A Work is returned by every Communicator operation. wait() blocks until the
+// operation finished and rethrows its CommError, or throws kTimeout once the
+// operation's deadline passed. Tensors handed to the operation must stay alive
+// and untouched until wait() returned. Work is thread-safe.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+
+namespace lockstep {
+
+class Work {
+ public:
+  using Clock = std::chrono::steady_clock;
+  /// `onTimeout` is called (once, outside the lock) when a wait() hits the
+  /// deadline; it returns the exception to throw and poisons the communicator.
+  Work(std::string description, Clock::time_point deadline,
+       std::function<std::exception_ptr()> onTimeout);
+
+  /// Blocks until done; throws CommError on failure or timeout.
+  void wait();
+  /// True once the operation finished, successfully or not.
+  bool isCompleted() const;
+  /// True when finished without error.
+  bool isSuccess() const;
+  const std::string& description() const { return description_; }
+
+  /// Backend side: marks the work finished; `error` is null on success.
+  void complete(std::exception_ptr error);
+
+ private:
+  std::string description_;
+  Clock::time_point deadline_;
+  std::function<std::exception_ptr()> onTimeout_;
+  mutable std::mutex mutex_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::exception_ptr error_;
+};
+
+using WorkHandle = std::shared_ptr<Work>;
+
+}  // namespace lockstep

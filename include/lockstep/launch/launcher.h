@@ -1,0 +1,67 @@
+// lockstep/launch/launcher.h — `lockstep run`: start N workers and watch them.
+//
+// launch() starts nprocPerNode workers of `command` on this node, each in its
+// own process group with the rendezvous variables of world.h set
+// (LOCKSTEP_RANK, ..., and torchrun's RANK, WORLD_SIZE, ... for user code that
+// reads those), and cores/N threads unless the user set OMP_NUM_THREADS etc.
+// Every output line is prefixed "[rank] ". SIGINT/SIGTERM/SIGHUP are
+// forwarded to every worker. When a worker fails (non-zero exit or signal),
+// the others get SIGTERM, then SIGKILL after stopGrace; the result names the
+// first failed rank, its exit code or signal and the tail of its stderr.
+// Bad options throw ConfigError before anything starts.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace lockstep {
+
+struct LaunchOptions {
+  int nprocPerNode = 1;
+  int nnodes = 1;
+  int nodeRank = 0;
+  std::string masterAddr = "127.0.0.1";
+  int masterPort = 0;  ///< 0: pick a free port (single node only)
+  std::vector<std::string> command;  ///< program and its arguments
+  /// After the first failure or a forwarded signal, how long workers get to exit before SIGKILL.
+  std::chrono::milliseconds stopGrace{std::chrono::seconds(5)};
+  int tailLines = 20;          ///< stderr lines kept per rank for the summary
+  bool prefixOutput = true;
+  std::optional<int> threadsPerWorker;      ///< default: max(1, cores / nprocPerNode)
+  std::optional<double> commTimeoutSeconds; ///< exported as LOCKSTEP_COMM_TIMEOUT
+};
+
+struct RankResult {
+  int rank = -1;
+  pid_t pid = -1;
+  int exitCode = -1;   ///< when it exited normally
+  int signal = 0;      ///< when a signal ended it
+  bool stoppedByLauncher = false;
+  double seconds = 0;  ///< run time
+  std::vector<std::string> stderrTail;
+  bool failed() const { return signal != 0 || exitCode != 0; }
+};
+
+struct LaunchResult {
+  int exitCode = 0;           ///< what `lockstep run` exits with
+  int firstFailedRank = -1;   ///< -1: none failed
+  int interruptSignal = 0;    ///< a signal the launcher received and forwarded
+  std::vector<RankResult> ranks;
+  std::string summary;        ///< printed on stderr when something failed
+};
+
+/// Validates `options` (throws ConfigError), runs the workers to the end.
+LaunchResult launch(const LaunchOptions& options);
+
+/// Finds `program` the way execvp would; empty when it cannot be run.
+std::string resolveProgram(const std::string& program);
+/// A TCP port on `host` that was free a moment ago.
+int pickFreePort(const std::string& host);
+/// Whether `host`:`port` can be bound now.
+bool portIsFree(const std::string& host, int port);
+
+}  // namespace lockstep

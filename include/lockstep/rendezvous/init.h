@@ -1,0 +1,48 @@
+// lockstep/rendezvous/init.h — one call that turns the environment into a communicator.
+//
+//   auto ctx = lockstep::init();          // reads the environment (world.h)
+//   ctx.comm->allreduce(grads)->wait();   // world 1 works too
+//
+// init() detects the world, sets LibTorch's intra-op threads (LOCKSTEP_NUM_THREADS,
+// else OMP_NUM_THREADS, else cores / local world size), tags log lines with the
+// rank, meets the other ranks through a TCP store served by rank 0 at the master
+// address, and connects the backend. Every rank must call it; it blocks until all
+// ranks joined or the timeout passed (CommError kTimeout naming the master).
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "lockstep/comm/communicator.h"
+#include "lockstep/common/env.h"
+#include "lockstep/rendezvous/world.h"
+
+namespace lockstep {
+
+struct InitOptions {
+  /// Timeout for joining and default per-operation timeout. Unset: LOCKSTEP_COMM_TIMEOUT
+  /// (seconds) or 300 s.
+  std::optional<std::chrono::milliseconds> timeout;
+  /// "gloo" (the only backend built so far). Empty: LOCKSTEP_BACKEND or "gloo".
+  std::string backend;
+  /// Set LibTorch's intra-op thread count (see above).
+  bool setThreads = true;
+};
+
+struct Context {
+  WorldInfo world;
+  std::shared_ptr<Communicator> comm;
+  Store store;        ///< the rendezvous store (shared with the backend, keys under "lockstep/")
+  int numThreads = 0; ///< LibTorch intra-op threads after init
+};
+
+Context init(const InitOptions& options = {});
+Context init(const InitOptions& options, const Environment& env);
+
+/// Threads a worker should use: LOCKSTEP_NUM_THREADS, else OMP_NUM_THREADS, else
+/// max(1, cores / localWorldSize).
+int workerThreads(const Environment& env, int localWorldSize);
+
+}  // namespace lockstep

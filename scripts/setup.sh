@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs every Debian package lockstep needs. Idempotent; runs as root or via sudo.
+# Why each package is here: docs/dependencies.md.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake ninja-build ccache pkg-config git
+  libtorch-dev            # LibTorch 1.13 (CPU) with c10d: ProcessGroupGloo, TCPStore
+  libgloo-dev             # headers that c10d/ProcessGroupGloo.hpp includes
+  libopenblas0-pthread    # without it LibTorch uses the reference BLAS (~50x slower)
+  libcli11-dev            # command-line parsing for the `lockstep` CLI
+  nlohmann-json3-dev      # --json output of benchmarks
+  libfmt-dev              # formatting
+  libgtest-dev libgmock-dev googletest   # tests
+  procps psmisc           # ps/pkill used by tests of the launcher
+)
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null 2>&1; then SUDO="sudo"; else
+    echo "setup.sh: not root and sudo is missing; run as root" >&2; exit 1; fi
+fi
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "setup.sh: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+else
+  echo "setup.sh: all packages present"
+fi

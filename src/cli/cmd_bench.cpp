@@ -1,0 +1,101 @@
+// cmd_bench.cpp — `lockstep bench <what>`: argument parsing for the benchmarks.
+#include <CLI/CLI.hpp>
+
+#include <cctype>
+#include <iostream>
+
+#include "cli/commands.h"
+#include "lockstep/common/env.h"
+#include "lockstep/common/error.h"
+
+namespace lockstep::cli {
+
+int64_t parseBytes(const std::string& text, const std::string& what) {
+  size_t digits = 0;
+  while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
+  if (digits == 0) throw ConfigError(what + " '" + text + "': expected a size such as 4, 4K, 1M or 64MiB");
+  int64_t value = parseInt(text.substr(0, digits), what, 0, INT64_MAX / (int64_t(1) << 30));
+  std::string unit = text.substr(digits);
+  for (auto& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  if (unit.empty() || unit == "B") return value;
+  if (unit == "K" || unit == "KB" || unit == "KIB") return value << 10;
+  if (unit == "M" || unit == "MB" || unit == "MIB") return value << 20;
+  if (unit == "G" || unit == "GB" || unit == "GIB") return value << 30;
+  throw ConfigError(what + " '" + text + "': unknown unit '" + text.substr(digits) + "'; expected B, K, M or G");
+}
+
+namespace {
+constexpr const char* kBenchUsage =
+    "usage: lockstep bench allreduce [--bytes LIST | --min-bytes B --max-bytes B --factor F]\n"
+    "                                [--dtype float32|float64|float16|bfloat16] [--op sum|avg|max|min]\n"
+    "                                [--iters N] [--warmup N] [--no-check] [--json]\n"
+    "run it under `lockstep run -np N -- lockstep bench allreduce` to measure N workers";
+}
+
+int benchCommand(const std::vector<std::string>& args) {
+  if (args.empty() || args[0] != "allreduce") {
+    if (!args.empty() && (args[0] == "-h" || args[0] == "--help")) {
+      std::cout << kBenchUsage << "\n";
+      return kExitOk;
+    }
+    std::cerr << "lockstep bench: error: " << (args.empty() ? "missing benchmark name" : "unknown benchmark '" + args[0] + "'")
+              << "\n" << kBenchUsage << "\n";
+    return kExitUsage;
+  }
+  AllreduceBenchOptions o;
+  std::string bytesList;
+  std::string minBytes = "4";
+  std::string maxBytes = "64M";
+  int factor = 2;
+  bool noCheck = false;
+  CLI::App app{"Time allreduce for a range of message sizes", "lockstep bench allreduce"};
+  app.add_option("--bytes", bytesList, "comma-separated sizes, e.g. 4K,1M,32M (overrides the range)");
+  app.add_option("--min-bytes", minBytes, "smallest size (default 4)");
+  app.add_option("--max-bytes", maxBytes, "largest size (default 64M)");
+  app.add_option("--factor", factor, "size multiplier between steps (default 2)")->check(CLI::Range(2, 1024));
+  app.add_option("--dtype", o.dtype, "element type")->check(CLI::IsMember({"float32", "float64", "float16", "bfloat16"}));
+  app.add_option("--op", o.op, "reduction")->check(CLI::IsMember({"sum", "avg", "max", "min"}));
+  app.add_option("--iters", o.iters, "timed iterations per size (default: by size, 5..50)")->check(CLI::Range(1, 1000000));
+  app.add_option("--warmup", o.warmup, "untimed iterations per size")->check(CLI::Range(0, 1000000));
+  app.add_flag("--no-check", noCheck, "skip the check of the reduced values");
+  app.add_flag("--json", o.json, "print one JSON document instead of the table");
+  try {
+    std::vector<std::string> rest(args.begin() + 1, args.end());
+    app.parse(std::vector<std::string>(rest.rbegin(), rest.rend()));
+    o.check = !noCheck;
+    if (!bytesList.empty()) {
+      size_t start = 0;
+      while (start <= bytesList.size()) {
+        size_t comma = bytesList.find(',', start);
+        o.sizes.push_back(parseBytes(bytesList.substr(start, comma - start), "--bytes"));
+        if (comma == std::string::npos) break;
+        start = comma + 1;
+      }
+    } else {
+      int64_t lo = parseBytes(minBytes, "--min-bytes");
+      int64_t hi = parseBytes(maxBytes, "--max-bytes");
+      if (lo < 1 || hi < lo) throw ConfigError("--min-bytes must be at least 1 and at most --max-bytes");
+      for (int64_t b = lo; b <= hi; b *= factor) o.sizes.push_back(b);
+    }
+  } catch (const CLI::CallForHelp&) {
+    std::cout << app.help() << "\n";
+    return kExitOk;
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "lockstep bench allreduce: error: " << e.what() << "\n" << kBenchUsage << "\n";
+    return kExitUsage;
+  } catch (const ConfigError& e) {
+    std::cerr << "lockstep bench allreduce: error: " << e.what() << "\n" << kBenchUsage << "\n";
+    return kExitUsage;
+  }
+  try {
+    return benchAllreduce(o);
+  } catch (const ConfigError& e) {
+    std::cerr << "lockstep bench allreduce: error: " << e.what() << "\n";
+    return kExitUsage;
+  } catch (const std::exception& e) {
+    std::cerr << "lockstep bench allreduce: " << e.what() << "\n";
+    return kExitFailure;
+  }
+}
+
+}  // namespace lockstep::cli

@@ -1,0 +1,79 @@
+// cmd_run.cpp — `lockstep run`: argument parsing around launch().
+#include <CLI/CLI.hpp>
+
+#include <iostream>
+
+#include "cli/commands.h"
+#include "lockstep/common/error.h"
+#include "lockstep/launch/launcher.h"
+
+namespace lockstep::cli {
+
+namespace {
+constexpr const char* kRunUsage =
+    "usage: lockstep run -np N [--nnodes M --node-rank K] [--master-addr A] [--master-port P]\n"
+    "                    [--threads T] [--comm-timeout S] [--stop-grace S] [--no-prefix] -- PROGRAM [ARGS...]";
+}
+
+int runCommand(const std::vector<std::string>& rawArgs) {
+  // Split at the first "--": what follows is the program, never parsed here.
+  std::vector<std::string> args;
+  std::vector<std::string> command;
+  bool sawSeparator = false;
+  for (const auto& a : rawArgs) {
+    if (!sawSeparator && a == "--") { sawSeparator = true; continue; }
+    if (sawSeparator) command.push_back(a);
+    // mpirun/horovodrun spell the worker count "-np"; CLI11 wants one dash per letter.
+    else args.push_back(a == "-np" ? "--np" : a);
+  }
+
+  LaunchOptions o;
+  double stopGraceSeconds = 5.0;
+  int threads = 0;
+  double commTimeout = 0;
+  bool noPrefix = false;
+  std::vector<std::string> positional;
+  CLI::App app{"Start N workers of PROGRAM with the rendezvous environment set", "lockstep run"};
+  app.add_option("-n,--np,--nproc-per-node", o.nprocPerNode, "workers on this node (-np N)")->required();
+  app.add_option("--nnodes", o.nnodes, "number of nodes (default 1)");
+  app.add_option("--node-rank", o.nodeRank, "this node's index, 0..nnodes-1 (default 0)");
+  app.add_option("--master-addr", o.masterAddr, "address of node 0 (default 127.0.0.1)");
+  app.add_option("--master-port", o.masterPort, "rendezvous port on node 0 (default: a free one)");
+  app.add_option("--threads", threads, "threads per worker (default: cores / workers)");
+  app.add_option("--comm-timeout", commTimeout, "seconds before a collective fails (default 300)");
+  app.add_option("--stop-grace", stopGraceSeconds, "seconds between SIGTERM and SIGKILL when stopping workers");
+  app.add_flag("--no-prefix", noPrefix, "do not prefix output lines with [rank]");
+  app.add_option("program", positional, "the program and its arguments (better after --)");
+  try {
+    app.parse(std::vector<std::string>(args.rbegin(), args.rend()));
+  } catch (const CLI::CallForHelp&) {
+    std::cout << app.help() << "\n" << kRunUsage << "\n";
+    return kExitOk;
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "lockstep run: error: " << e.what() << "\n" << kRunUsage << "\n";
+    return kExitUsage;
+  }
+  if (!positional.empty()) command.insert(command.begin(), positional.begin(), positional.end());
+  o.command = command;
+  o.prefixOutput = !noPrefix;
+  if (threads != 0) o.threadsPerWorker = threads;
+  if (commTimeout != 0) o.commTimeoutSeconds = commTimeout;
+  if (stopGraceSeconds < 0) {
+    std::cerr << "lockstep run: error: --stop-grace " << stopGraceSeconds << ": must not be negative\n" << kRunUsage << "\n";
+    return kExitUsage;
+  }
+  o.stopGrace = std::chrono::milliseconds(static_cast<int64_t>(stopGraceSeconds * 1000));
+  try {
+    LaunchResult result = launch(o);
+    std::cerr << result.summary;
+    return result.exitCode;
+  } catch (const ConfigError& e) {
+    std::cerr << "lockstep run: error: " << e.what() << "\n" << kRunUsage << "\n";
+    return kExitUsage;
+  } catch (const std::exception& e) {
+    std::cerr << "lockstep run: " << e.what() << "\n";
+    return kExitFailure;
+  }
+}
+
+}  // namespace lockstep::cli

@@ -1,0 +1,37 @@
+// main.cpp — `lockstep <command>`: dispatches to the subcommands.
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+
+namespace {
+constexpr const char* kUsage =
+    "usage: lockstep <command> [options]\n"
+    "commands:\n"
+    "  run     start N workers of a program: lockstep run -np N [options] -- PROGRAM [ARGS...]\n"
+    "  bench   measure: lockstep bench allreduce [--bytes 4K,1M,32M] [--json]\n"
+    "  version print the version\n"
+    "`lockstep <command> --help` describes each command.\n";
+}
+
+int main(int argc, char** argv) {
+  // Workers' stdout is usually a pipe to the launcher: flush per line.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
+    std::cout << kUsage;
+    return args.empty() ? lockstep::cli::kExitUsage : lockstep::cli::kExitOk;
+  }
+  std::string command = args[0];
+  std::vector<std::string> rest(args.begin() + 1, args.end());
+  if (command == "run") return lockstep::cli::runCommand(rest);
+  if (command == "bench") return lockstep::cli::benchCommand(rest);
+  if (command == "version" || command == "--version") {
+    std::cout << "lockstep " << LOCKSTEP_VERSION << "\n";
+    return lockstep::cli::kExitOk;
+  }
+  std::cerr << "lockstep: unknown command '" << command << "'\n" << kUsage;
+  return lockstep::cli::kExitUsage;
+}

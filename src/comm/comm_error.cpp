@@ -1,0 +1,39 @@
+#include "lockstep/comm/comm_error.h"
+
+#include <fmt/format.h>
+
+namespace lockstep {
+
+const char* toString(CommErrorKind kind) {
+  switch (kind) {
+    case CommErrorKind::kTimeout: return "timeout";
+    case CommErrorKind::kPeerFailure: return "peer failure";
+    case CommErrorKind::kInvalidArgument: return "invalid argument";
+    case CommErrorKind::kBackend: return "backend error";
+    case CommErrorKind::kAborted: return "aborted";
+  }
+  return "unknown";
+}
+
+namespace {
+std::string formatMessage(const CommErrorInfo& i) {
+  std::string text = fmt::format("{} failed ({}) on rank {} of {}", i.op.empty() ? "collective" : i.op,
+                                 toString(i.kind), i.rank, i.worldSize);
+  if (i.sequence > 0) text += fmt::format(", operation #{}", i.sequence);
+  if (!i.sizes.empty()) text += fmt::format(", tensors: {}", i.sizes);
+  if (i.kind == CommErrorKind::kTimeout && i.timeoutMs >= 0) {
+    text += fmt::format(", timeout {} ms", i.timeoutMs);
+  }
+  if (i.peer >= 0) {
+    text += fmt::format(", peer: rank {}", i.peer);
+  } else if (i.kind == CommErrorKind::kTimeout || i.kind == CommErrorKind::kPeerFailure) {
+    text += ", peer: unknown (see the launcher's summary for the rank that stopped)";
+  }
+  if (!i.detail.empty()) text += ": " + i.detail;
+  return text;
+}
+}  // namespace
+
+CommError::CommError(CommErrorInfo info) : Error(formatMessage(info)), info_(std::move(info)) {}
+
+}  // namespace lockstep

@@ -1,0 +1,61 @@
+#include "lockstep/comm/communicator.h"
+
+#include "lockstep/common/error.h"
+
+namespace lockstep {
+
+const char* toString(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return "sum";
+    case ReduceOp::kAvg: return "avg";
+    case ReduceOp::kMax: return "max";
+    case ReduceOp::kMin: return "min";
+  }
+  return "?";
+}
+
+Work::Work(std::string description, Clock::time_point deadline,
+           std::function<std::exception_ptr()> onTimeout)
+    : description_(std::move(description)), deadline_(deadline), onTimeout_(std::move(onTimeout)) {}
+
+void Work::wait() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (!cv_.wait_until(lock, deadline_, [this] { return done_; })) {
+    // Deadline passed: the backend is still inside the operation. Record the
+    // timeout as this work's result so every later wait() sees the same error.
+    auto onTimeout = std::move(onTimeout_);
+    onTimeout_ = nullptr;
+    if (!done_) {
+      lock.unlock();
+      std::exception_ptr timeoutError = onTimeout ? onTimeout() : nullptr;
+      lock.lock();
+      if (!done_) {
+        done_ = true;
+        error_ = timeoutError;
+      }
+    }
+  }
+  if (error_) std::rethrow_exception(error_);
+}
+
+bool Work::isCompleted() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return done_;
+}
+
+bool Work::isSuccess() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return done_ && !error_;
+}
+
+void Work::complete(std::exception_ptr error) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (done_) return;  // already failed by its deadline
+    done_ = true;
+    error_ = std::move(error);
+  }
+  cv_.notify_all();
+}
+
+}  // namespace lockstep

@@ -1,0 +1,92 @@
+#include "lockstep/comm/store.h"
+
+#include <c10/util/Exception.h>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <fmt/format.h>
+
+#include "comm/c10d_errors.h"
+#include "comm/store_impl.h"
+#include "lockstep/common/error.h"
+
+namespace lockstep {
+
+namespace detail {
+
+std::string backendMessage(const std::exception& e) {
+  if (auto* c10Error = dynamic_cast<const c10::Error*>(&e)) {
+    return c10Error->what_without_backtrace();
+  }
+  std::string text = e.what();
+  auto cut = text.find("\nException raised from");
+  if (cut != std::string::npos) text.resize(cut);
+  return text;
+}
+
+CommErrorKind classifyBackendMessage(const std::string& m) {
+  auto has = [&](const char* s) { return m.find(s) != std::string::npos; };
+  if (has("Timed out") || has("timed out") || has("Timeout") || has("timeout")) {
+    return CommErrorKind::kTimeout;
+  }
+  if (has("Connection closed") || has("Connection reset") || has("Broken pipe") ||
+      has("Connection refused") || has("closed by peer") || has("ECONNRESET") || has("EPIPE")) {
+    return CommErrorKind::kPeerFailure;
+  }
+  return CommErrorKind::kBackend;
+}
+
+}  // namespace detail
+
+Store Store::tcp(const TcpStoreOptions& o) {
+  LOCKSTEP_CHECK(o.port > 0 && o.port < 65536, "master port ", o.port, " is out of range 1..65535");
+  LOCKSTEP_CHECK(o.worldSize >= 1, "world size ", o.worldSize, " must be at least 1");
+  c10d::TCPStoreOptions opts;
+  opts.port = static_cast<std::uint16_t>(o.port);
+  opts.isServer = o.isServer;
+  opts.numWorkers = static_cast<std::size_t>(o.worldSize);
+  opts.waitWorkers = false;
+  opts.timeout = o.timeout;
+  auto impl = std::make_shared<detail::StoreImpl>();
+  impl->description = fmt::format("tcp://{}:{}", o.host, o.port);
+  try {
+    impl->store = c10::make_intrusive<c10d::TCPStore>(o.host, opts);
+  } catch (const std::exception& e) {
+    CommErrorInfo info;
+    info.op = o.isServer ? "serve rendezvous store" : "connect to rendezvous store";
+    std::string message = detail::backendMessage(e);
+    info.kind = detail::classifyBackendMessage(message);
+    if (info.kind == CommErrorKind::kPeerFailure) info.kind = CommErrorKind::kTimeout;
+    info.timeoutMs = o.timeout.count();
+    info.detail = fmt::format("{} at {}: {}", o.isServer ? "cannot listen" : "cannot reach the master",
+                              impl->description, message);
+    throw CommError(info);
+  }
+  return Store(impl);
+}
+
+Store Store::inMemory(std::chrono::milliseconds timeout) {
+  auto impl = std::make_shared<detail::StoreImpl>();
+  impl->store = c10::make_intrusive<c10d::HashStore>();
+  impl->store->setTimeout(timeout);
+  impl->description = "memory";
+  return Store(impl);
+}
+
+void Store::set(const std::string& key, const std::vector<uint8_t>& value) {
+  impl_->store->set(key, value);
+}
+
+std::vector<uint8_t> Store::get(const std::string& key) { return impl_->store->get(key); }
+
+int64_t Store::add(const std::string& key, int64_t delta) { return impl_->store->add(key, delta); }
+
+Store Store::withPrefix(const std::string& prefix) const {
+  auto impl = std::make_shared<detail::StoreImpl>();
+  impl->store = c10::make_intrusive<c10d::PrefixStore>(prefix, impl_->store);
+  impl->description = impl_->description + "/" + prefix;
+  return Store(impl);
+}
+
+}  // namespace lockstep

@@ -1,0 +1,80 @@
+#include "lockstep/common/logging.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <chrono>
+#include <ctime>
+
+#include <fmt/format.h>
+
+#include "lockstep/common/env.h"
+#include "lockstep/common/error.h"
+
+namespace lockstep::log {
+namespace {
+
+Level levelFromEnvironment() {
+  auto text = Environment::fromProcess().get(env::kLogLevel);
+  if (!text) return Level::kInfo;
+  try {
+    return parseLevel(*text, env::kLogLevel);
+  } catch (const ConfigError&) {
+    return Level::kInfo;  // a bad level must not stop a run; it is reported at init
+  }
+}
+
+std::atomic<int>& levelStorage() {
+  static std::atomic<int> value{static_cast<int>(levelFromEnvironment())};
+  return value;
+}
+std::atomic<int> gRank{-1};
+
+const char* levelName(Level l) {
+  switch (l) {
+    case Level::kTrace: return "TRACE";
+    case Level::kDebug: return "DEBUG";
+    case Level::kInfo: return "INFO";
+    case Level::kWarn: return "WARN";
+    case Level::kError: return "ERROR";
+    case Level::kOff: return "OFF";
+  }
+  return "?";
+}
+}  // namespace
+
+void setLevel(Level l) { levelStorage().store(static_cast<int>(l)); }
+Level level() { return static_cast<Level>(levelStorage().load()); }
+void setRank(int rank) { gRank.store(rank); }
+
+Level parseLevel(const std::string& text, const std::string& what) {
+  std::string lower(text);
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (lower == "trace") return Level::kTrace;
+  if (lower == "debug") return Level::kDebug;
+  if (lower == "info") return Level::kInfo;
+  if (lower == "warn" || lower == "warning") return Level::kWarn;
+  if (lower == "error") return Level::kError;
+  if (lower == "off" || lower == "none") return Level::kOff;
+  throw ConfigError(what + "='" + text + "' is not a log level; expected trace, debug, info, warn, error or off");
+}
+
+void write(Level l, const std::string& message) {
+  auto now = std::chrono::system_clock::now();
+  std::time_t seconds = std::chrono::system_clock::to_time_t(now);
+  int millis = static_cast<int>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000);
+  std::tm tm{};
+  localtime_r(&seconds, &tm);
+  int rank = gRank.load();
+  std::string rankText = rank >= 0 ? fmt::format(" r{}", rank) : std::string();
+  std::string line = fmt::format("[lockstep {:02}:{:02}:{:02}.{:03}{} {}] {}\n", tm.tm_hour,
+                                 tm.tm_min, tm.tm_sec, millis, rankText, levelName(l), message);
+  ssize_t ignored = ::write(STDERR_FILENO, line.data(), line.size());
+  (void)ignored;
+}
+
+}  // namespace lockstep::log

@@ -1,0 +1,117 @@
+#include "launch/child_process.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "lockstep/common/error.h"
+
+namespace lockstep::detail {
+
+void Fd::reset() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
+
+namespace {
+void writeAll(int fd, const std::string& text) {
+  size_t done = 0;
+  while (done < text.size()) {
+    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n <= 0) return;
+    done += static_cast<size_t>(n);
+  }
+}
+}  // namespace
+
+ChildProcess::ChildProcess(const std::vector<std::string>& argv,
+                           const std::map<std::string, std::string>& env) {
+  LOCKSTEP_ASSERT(!argv.empty(), "empty command");
+  int out[2];
+  int err[2];
+  if (::pipe2(out, O_CLOEXEC) != 0) throw Error(std::string("pipe: ") + std::strerror(errno));
+  if (::pipe2(err, O_CLOEXEC) != 0) {
+    ::close(out[0]);
+    ::close(out[1]);
+    throw Error(std::string("pipe: ") + std::strerror(errno));
+  }
+  // Build everything the child needs before fork: only async-signal-safe calls after it.
+  std::vector<std::string> envStrings;
+  for (const auto& [k, v] : env) envStrings.push_back(k + "=" + v);
+  std::vector<char*> cargv;
+  for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
+  cargv.push_back(nullptr);
+  std::vector<char*> cenv;
+  for (auto& e : envStrings) cenv.push_back(e.data());
+  cenv.push_back(nullptr);
+  std::string execError = "lockstep run: cannot execute '" + argv[0] + "': ";
+  pid_t parent = ::getpid();
+
+  pid_t pid = ::fork();
+  if (pid < 0) {
+    int saved = errno;
+    ::close(out[0]); ::close(out[1]); ::close(err[0]); ::close(err[1]);
+    throw Error(std::string("fork: ") + std::strerror(saved));
+  }
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    // Die with the launcher even if it is SIGKILLed.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(128 + SIGKILL);
+    // Workers start with default signal dispositions and an empty mask.
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    for (int s : {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGPIPE}) ::signal(s, SIG_DFL);
+    ::dup2(out[1], STDOUT_FILENO);
+    ::dup2(err[1], STDERR_FILENO);
+    int devnull = ::open("/dev/null", O_RDONLY);
+    if (devnull >= 0) ::dup2(devnull, STDIN_FILENO);
+    ::execvpe(cargv[0], cargv.data(), cenv.data());
+    int saved = errno;
+    writeAll(STDERR_FILENO, execError + std::strerror(saved) + "\n");
+    ::_exit(127);
+  }
+  ::setpgid(pid, pid);  // also here, so signalGroup works even before the child ran
+  ::close(out[1]);
+  ::close(err[1]);
+  pid_ = pid;
+  running_ = true;
+  stdout_ = Fd(out[0]);
+  stderr_ = Fd(err[0]);
+}
+
+ChildProcess::~ChildProcess() {
+  if (running_) {
+    signalGroup(SIGKILL);
+    int status = 0;
+    while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+    }
+  }
+}
+
+void ChildProcess::signalGroup(int sig) {
+  if (pid_ <= 0) return;
+  if (::kill(-pid_, sig) != 0 && running_) ::kill(pid_, sig);
+}
+
+bool ChildProcess::poll() {
+  if (!running_) return false;
+  int status = 0;
+  pid_t r = ::waitpid(pid_, &status, WNOHANG);
+  if (r == pid_) {
+    running_ = false;
+    status_ = status;
+    // Whatever the worker left running in its group goes with it.
+    ::kill(-pid_, SIGKILL);
+    return true;
+  }
+  return false;
+}
+
+}  // namespace lockstep::detail

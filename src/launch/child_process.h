@@ -1,0 +1,63 @@
+// child_process.h — one worker process: fork/exec with piped stdout/stderr.
+#pragma once
+
+#include <sys/types.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace lockstep::detail {
+
+/// A file descriptor closed on destruction.
+class Fd {
+ public:
+  Fd() = default;
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() { reset(); }
+  Fd(Fd&& other) noexcept : fd_(other.release()) {}
+  Fd& operator=(Fd&& other) noexcept {
+    if (this != &other) { reset(); fd_ = other.release(); }
+    return *this;
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  int release() { int fd = fd_; fd_ = -1; return fd; }
+  void reset();
+
+ private:
+  int fd_ = -1;
+};
+
+/// A started child in its own process group. The destructor kills the group
+/// (SIGKILL) and reaps it if it is still running, so no worker outlives us.
+class ChildProcess {
+ public:
+  /// Starts `argv` with exactly `env`. Throws lockstep::Error when fork/pipe fail;
+  /// an exec failure shows as exit code 127 with the reason on the child's stderr.
+  ChildProcess(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env);
+  ~ChildProcess();
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
+
+  pid_t pid() const { return pid_; }
+  Fd& stdoutFd() { return stdout_; }
+  Fd& stderrFd() { return stderr_; }
+  bool running() const { return running_; }
+  /// Sends `sig` to the child's whole process group.
+  void signalGroup(int sig);
+  /// Non-blocking reap; true when it has just exited (status()).
+  bool poll();
+  int rawStatus() const { return status_; }
+
+ private:
+  pid_t pid_ = -1;
+  bool running_ = false;
+  int status_ = 0;
+  Fd stdout_;
+  Fd stderr_;
+};
+
+}  // namespace lockstep::detail

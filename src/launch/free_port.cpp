@@ -1,0 +1,51 @@
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "launch/child_process.h"
+#include "lockstep/common/error.h"
+#include "lockstep/launch/launcher.h"
+
+namespace lockstep {
+namespace {
+
+/// Binds a TCP socket to host:port; returns the bound port, or -1 (errno set).
+int tryBind(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  std::string service = std::to_string(port);
+  int rc = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &found);
+  if (rc != 0) throw ConfigError("cannot resolve master address '" + host + "': " + ::gai_strerror(rc));
+  int result = -1;
+  for (addrinfo* a = found; a && result < 0; a = a->ai_next) {
+    detail::Fd sock(::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol));
+    if (!sock.valid()) continue;
+    if (::bind(sock.get(), a->ai_addr, a->ai_addrlen) != 0) continue;
+    sockaddr_storage bound{};
+    socklen_t len = sizeof(bound);
+    if (::getsockname(sock.get(), reinterpret_cast<sockaddr*>(&bound), &len) != 0) continue;
+    if (bound.ss_family == AF_INET) result = ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+    else result = ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port);
+  }
+  ::freeaddrinfo(found);
+  return result;
+}
+
+}  // namespace
+
+int pickFreePort(const std::string& host) {
+  int port = tryBind(host, 0);
+  if (port <= 0) throw Error("cannot find a free TCP port on " + host + ": " + std::strerror(errno));
+  return port;
+}
+
+bool portIsFree(const std::string& host, int port) { return tryBind(host, port) == port; }
+
+}  // namespace lockstep

@@ -1,0 +1,419 @@
+#include "lockstep/launch/launcher.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "launch/child_process.h"
+#include "lockstep/common/env.h"
+#include "lockstep/common/error.h"
+
+namespace lockstep {
+
+using Clock = std::chrono::steady_clock;
+using detail::ChildProcess;
+using detail::Fd;
+
+std::string resolveProgram(const std::string& program) {
+  auto runnable = [](const std::string& path) {
+    struct stat st {};
+    return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
+  };
+  if (program.empty()) return "";
+  if (program.find('/') != std::string::npos) return runnable(program) ? program : "";
+  auto path = Environment::fromProcess().get("PATH").value_or("/usr/local/bin:/usr/bin:/bin");
+  size_t start = 0;
+  while (start <= path.size()) {
+    size_t end = path.find(':', start);
+    std::string dir = path.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    std::string candidate = (dir.empty() ? "." : dir) + "/" + program;
+    if (runnable(candidate)) return candidate;
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  return "";
+}
+
+namespace {
+
+// ---- signals: a self-pipe, so the poll loop sees them ----------------------
+int gSignalPipe[2] = {-1, -1};
+
+extern "C" void onSignal(int sig) {
+  int saved = errno;
+  unsigned char byte = static_cast<unsigned char>(sig);
+  ssize_t ignored = ::write(gSignalPipe[1], &byte, 1);
+  (void)ignored;
+  errno = saved;
+}
+
+/// Installs the handlers for the launcher's lifetime and restores the old ones.
+class SignalGuard {
+ public:
+  SignalGuard() {
+    if (::pipe2(gSignalPipe, O_CLOEXEC | O_NONBLOCK) != 0) {
+      throw Error(std::string("pipe: ") + std::strerror(errno));
+    }
+    struct sigaction sa {};
+    sa.sa_handler = onSignal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    for (int s : kSignals) ::sigaction(s, &sa, &old_[index(s)]);
+    struct sigaction ignore {};
+    ignore.sa_handler = SIG_IGN;
+    ::sigaction(SIGPIPE, &ignore, &oldPipe_);
+  }
+  ~SignalGuard() {
+    for (int s : kSignals) ::sigaction(s, &old_[index(s)], nullptr);
+    ::sigaction(SIGPIPE, &oldPipe_, nullptr);
+    ::close(gSignalPipe[0]);
+    ::close(gSignalPipe[1]);
+    gSignalPipe[0] = gSignalPipe[1] = -1;
+  }
+  int readFd() const { return gSignalPipe[0]; }
+
+ private:
+  static constexpr int kSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGCHLD};
+  static int index(int s) {
+    for (int i = 0; i < 4; ++i) if (kSignals[i] == s) return i;
+    return 0;
+  }
+  struct sigaction old_[4] {};
+  struct sigaction oldPipe_ {};
+};
+
+void writeAll(int fd, std::string_view text) {
+  while (!text.empty()) {
+    ssize_t n = ::write(fd, text.data(), text.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    text.remove_prefix(static_cast<size_t>(n));
+  }
+}
+
+std::string signalName(int sig) {
+  const char* abbrev = ::sigabbrev_np(sig);
+  return abbrev ? fmt::format("SIG{}", abbrev) : fmt::format("signal {}", sig);
+}
+
+int usableCores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+/// One worker and the line splitting of its two streams.
+struct Worker {
+  int rank = 0;
+  std::unique_ptr<ChildProcess> process;
+  std::string outBuffer;
+  std::string errBuffer;
+  std::deque<std::string> tail;
+  RankResult result;
+  Clock::time_point started;
+};
+
+class Runner {
+ public:
+  explicit Runner(const LaunchOptions& o) : o_(o) {}
+
+  LaunchResult run(const std::map<std::string, std::string>& baseEnv) {
+    SignalGuard signals;
+    int world = o_.nprocPerNode * o_.nnodes;
+    for (int local = 0; local < o_.nprocPerNode; ++local) {
+      auto w = std::make_unique<Worker>();
+      w->rank = o_.nodeRank * o_.nprocPerNode + local;
+      auto env = baseEnv;
+      std::string rank = std::to_string(w->rank);
+      std::string localRank = std::to_string(local);
+      for (auto [key, value] :
+           {std::pair{env::kRank, rank}, {"RANK", rank}, {env::kLocalRank, localRank}, {"LOCAL_RANK", localRank}}) {
+        env[key] = value;
+      }
+      (void)world;
+      w->started = Clock::now();
+      w->process = std::make_unique<ChildProcess>(o_.command, env);
+      w->result.rank = w->rank;
+      w->result.pid = w->process->pid();
+      workers_.push_back(std::move(w));
+    }
+    loop(signals.readFd());
+    return finish();
+  }
+
+ private:
+  void loop(int signalFd) {
+    std::vector<char> buffer(1 << 16);
+    std::optional<Clock::time_point> killAt;
+    std::optional<Clock::time_point> allExitedAt;
+    for (;;) {
+      std::vector<pollfd> fds;
+      std::vector<std::pair<Worker*, bool>> owners;  // (worker, isStderr)
+      fds.push_back(pollfd{signalFd, POLLIN, 0});
+      owners.emplace_back(nullptr, false);
+      for (auto& w : workers_) {
+        if (w->process->stdoutFd().valid()) {
+          fds.push_back(pollfd{w->process->stdoutFd().get(), POLLIN, 0});
+          owners.emplace_back(w.get(), false);
+        }
+        if (w->process->stderrFd().valid()) {
+          fds.push_back(pollfd{w->process->stderrFd().get(), POLLIN, 0});
+          owners.emplace_back(w.get(), true);
+        }
+      }
+      bool anyRunning = std::any_of(workers_.begin(), workers_.end(),
+                                    [](auto& w) { return w->process->running(); });
+      if (!anyRunning && fds.size() == 1) break;
+      if (!anyRunning) {
+        // Every worker exited; give stray holders of the pipes a moment, then stop reading.
+        if (!allExitedAt) allExitedAt = Clock::now();
+        if (Clock::now() - *allExitedAt > std::chrono::seconds(2)) break;
+      }
+      int n = ::poll(fds.data(), fds.size(), 100);
+      if (n < 0 && errno != EINTR) throw Error(std::string("poll: ") + std::strerror(errno));
+      for (size_t i = 1; n > 0 && i < fds.size(); ++i) {
+        if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+        auto [worker, isErr] = owners[i];
+        Fd& fd = isErr ? worker->process->stderrFd() : worker->process->stdoutFd();
+        ssize_t got = ::read(fd.get(), buffer.data(), buffer.size());
+        if (got > 0) {
+          onOutput(*worker, isErr, std::string_view(buffer.data(), static_cast<size_t>(got)));
+        } else if (got == 0 || (errno != EINTR && errno != EAGAIN)) {
+          flushPartial(*worker, isErr);
+          fd.reset();
+        }
+      }
+      if (fds[0].revents & POLLIN) drainSignals(signalFd, killAt);
+      reap(killAt);
+      if (killAt && Clock::now() >= *killAt) {
+        for (auto& w : workers_) {
+          if (w->process->running()) w->process->signalGroup(SIGKILL);
+        }
+        killAt.reset();
+      }
+    }
+    // Anything still running now is killed and reaped by ~ChildProcess; record it.
+    for (auto& w : workers_) {
+      if (w->process->running()) {
+        w->process->signalGroup(SIGKILL);
+        while (!w->process->poll()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        record(*w);
+      }
+      flushPartial(*w, false);
+      flushPartial(*w, true);
+    }
+  }
+
+  void drainSignals(int signalFd, std::optional<Clock::time_point>& killAt) {
+    unsigned char sigs[64];
+    ssize_t got;
+    while ((got = ::read(signalFd, sigs, sizeof(sigs))) > 0) {
+      for (ssize_t i = 0; i < got; ++i) {
+        int sig = sigs[i];
+        if (sig == SIGCHLD) continue;  // reap() runs every iteration
+        if (interruptSignal_ == 0) {
+          interruptSignal_ = sig;
+          for (auto& w : workers_) {
+            if (w->process->running()) {
+              w->process->signalGroup(sig);
+              w->result.stoppedByLauncher = true;
+            }
+          }
+          if (!killAt) killAt = Clock::now() + o_.stopGrace;
+        } else {
+          // A second interrupt: stop waiting.
+          for (auto& w : workers_) {
+            if (w->process->running()) w->process->signalGroup(SIGKILL);
+          }
+        }
+      }
+    }
+  }
+
+  void reap(std::optional<Clock::time_point>& killAt) {
+    for (auto& w : workers_) {
+      if (!w->process->poll()) continue;
+      record(*w);
+      if (w->result.failed() && firstFailed_ < 0 && interruptSignal_ == 0 && !w->result.stoppedByLauncher) {
+        firstFailed_ = w->rank;
+        for (auto& other : workers_) {
+          if (other->process->running()) {
+            other->process->signalGroup(SIGTERM);
+            other->result.stoppedByLauncher = true;
+          }
+        }
+        if (!killAt) killAt = Clock::now() + o_.stopGrace;
+      }
+    }
+  }
+
+  void record(Worker& w) {
+    int status = w.process->rawStatus();
+    w.result.seconds = std::chrono::duration<double>(Clock::now() - w.started).count();
+    if (WIFEXITED(status)) {
+      w.result.exitCode = WEXITSTATUS(status);
+    } else if (WIFSIGNALED(status)) {
+      w.result.signal = WTERMSIG(status);
+      w.result.exitCode = 128 + w.result.signal;
+    }
+  }
+
+  void onOutput(Worker& w, bool isErr, std::string_view chunk) {
+    std::string& buf = isErr ? w.errBuffer : w.outBuffer;
+    buf.append(chunk);
+    size_t start = 0;
+    size_t nl;
+    while ((nl = buf.find('\n', start)) != std::string::npos) {
+      emit(w, isErr, std::string_view(buf).substr(start, nl - start));
+      start = nl + 1;
+    }
+    buf.erase(0, start);
+    // A very long line without a newline is written in pieces rather than held forever.
+    if (buf.size() > (1 << 20)) {
+      emit(w, isErr, buf);
+      buf.clear();
+    }
+  }
+
+  void flushPartial(Worker& w, bool isErr) {
+    std::string& buf = isErr ? w.errBuffer : w.outBuffer;
+    if (!buf.empty()) emit(w, isErr, buf);
+    buf.clear();
+  }
+
+  void emit(Worker& w, bool isErr, std::string_view line) {
+    std::string text = o_.prefixOutput ? fmt::format("[{}] {}\n", w.rank, line) : fmt::format("{}\n", line);
+    writeAll(isErr ? STDERR_FILENO : STDOUT_FILENO, text);
+    if (isErr && o_.tailLines > 0) {
+      w.tail.emplace_back(line);
+      if (static_cast<int>(w.tail.size()) > o_.tailLines) w.tail.pop_front();
+    }
+  }
+
+  LaunchResult finish() {
+    LaunchResult result;
+    result.firstFailedRank = firstFailed_;
+    result.interruptSignal = interruptSignal_;
+    for (auto& w : workers_) {
+      w->result.stderrTail.assign(w->tail.begin(), w->tail.end());
+      result.ranks.push_back(w->result);
+    }
+    std::string s;
+    auto describe = [](const RankResult& r) {
+      return r.signal ? fmt::format("was killed by {}", signalName(r.signal))
+                      : fmt::format("exited with code {}", r.exitCode);
+    };
+    if (interruptSignal_ != 0) {
+      result.exitCode = 128 + interruptSignal_;
+      s += fmt::format("lockstep run: received {}, forwarded it to every worker\n", signalName(interruptSignal_));
+    } else if (firstFailed_ >= 0) {
+      const RankResult* failed = nullptr;
+      for (const auto& r : result.ranks) if (r.rank == firstFailed_) failed = &r;
+      result.exitCode = failed->exitCode > 0 ? std::min(failed->exitCode, 255) : 1;
+      s += fmt::format("lockstep run: rank {} (pid {}) {} after {:.1f} s; it was the first worker to fail\n",
+                       failed->rank, failed->pid, describe(*failed), failed->seconds);
+      if (failed->stderrTail.empty()) {
+        s += fmt::format("lockstep run: rank {} wrote nothing on stderr\n", failed->rank);
+      } else {
+        s += fmt::format("lockstep run: last {} line(s) of rank {}'s stderr:\n", failed->stderrTail.size(), failed->rank);
+        for (const auto& line : failed->stderrTail) s += "    " + line + "\n";
+      }
+    }
+    if (!s.empty()) {
+      std::vector<std::string> others;
+      for (const auto& r : result.ranks) {
+        if (r.rank == firstFailed_) continue;
+        std::string what = r.failed() ? describe(r) : "exited with code 0";
+        if (r.stoppedByLauncher) what += " (stopped by the launcher)";
+        others.push_back(fmt::format("rank {} {}", r.rank, what));
+      }
+      for (const auto& line : others) s += "lockstep run: " + line + "\n";
+    }
+    result.summary = s;
+    return result;
+  }
+
+  const LaunchOptions& o_;
+  std::vector<std::unique_ptr<Worker>> workers_;
+  int firstFailed_ = -1;
+  int interruptSignal_ = 0;
+};
+
+void validate(const LaunchOptions& o) {
+  if (o.nprocPerNode < 1) throw ConfigError(fmt::format("-np {}: the number of workers must be at least 1", o.nprocPerNode));
+  if (o.nnodes < 1) throw ConfigError(fmt::format("--nnodes {}: must be at least 1", o.nnodes));
+  if (o.nodeRank < 0 || o.nodeRank >= o.nnodes) {
+    throw ConfigError(fmt::format("--node-rank {}: must be in 0..{} for --nnodes {}", o.nodeRank, o.nnodes - 1, o.nnodes));
+  }
+  if (o.masterPort < 0 || o.masterPort > 65535) {
+    throw ConfigError(fmt::format("--master-port {}: must be in 1..65535", o.masterPort));
+  }
+  if (o.nnodes > 1 && o.masterPort == 0) {
+    throw ConfigError("--master-port is required with --nnodes > 1 (every node must use the same port)");
+  }
+  if (o.masterAddr.empty()) throw ConfigError("--master-addr must not be empty");
+  if (o.command.empty()) throw ConfigError("missing the program to run: put it after `--`, e.g. `lockstep run -np 2 -- ./train`");
+  if (resolveProgram(o.command[0]).empty()) {
+    throw ConfigError(fmt::format("program '{}' not found or not executable{}", o.command[0],
+                                  o.command[0].find('/') == std::string::npos ? " (searched PATH)" : ""));
+  }
+  if (o.threadsPerWorker && *o.threadsPerWorker < 1) {
+    throw ConfigError(fmt::format("--threads {}: must be at least 1", *o.threadsPerWorker));
+  }
+  if (o.commTimeoutSeconds && !(*o.commTimeoutSeconds > 0)) {
+    throw ConfigError(fmt::format("--comm-timeout {}: must be a positive number of seconds", *o.commTimeoutSeconds));
+  }
+}
+
+}  // namespace
+
+LaunchResult launch(const LaunchOptions& input) {
+  LaunchOptions o = input;
+  validate(o);
+  if (o.nodeRank == 0) {
+    if (o.masterPort == 0) {
+      o.masterPort = pickFreePort(o.masterAddr);
+    } else if (!portIsFree(o.masterAddr, o.masterPort)) {
+      throw ConfigError(fmt::format("--master-port {}: {}:{} is already in use; choose another port or leave "
+                                    "--master-port out to pick a free one", o.masterPort, o.masterAddr, o.masterPort));
+    }
+  }
+  auto env = Environment::fromProcess().vars();
+  int world = o.nprocPerNode * o.nnodes;
+  // An explicit --threads wins; else a count the user exported is kept and
+  // followed by the variables they left unset; else cores / workers.
+  std::string threadText = std::to_string(std::max(1, usableCores() / o.nprocPerNode));
+  if (o.threadsPerWorker) threadText = std::to_string(*o.threadsPerWorker);
+  else if (env.count(env::kNumThreads)) threadText = env[env::kNumThreads];
+  else if (env.count("OMP_NUM_THREADS")) threadText = env["OMP_NUM_THREADS"];
+  for (const char* var : {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", env::kNumThreads}) {
+    if (o.threadsPerWorker || !env.count(var)) env[var] = threadText;
+  }
+  if (o.commTimeoutSeconds) env[env::kCommTimeout] = fmt::format("{}", *o.commTimeoutSeconds);
+  std::string port = std::to_string(o.masterPort);
+  std::map<std::string, std::string> shared = {
+      {env::kWorldSize, std::to_string(world)},       {"WORLD_SIZE", std::to_string(world)},
+      {env::kLocalWorldSize, std::to_string(o.nprocPerNode)}, {"LOCAL_WORLD_SIZE", std::to_string(o.nprocPerNode)},
+      {env::kNodeRank, std::to_string(o.nodeRank)},   {"GROUP_RANK", std::to_string(o.nodeRank)},
+      {env::kMasterAddr, o.masterAddr},               {"MASTER_ADDR", o.masterAddr},
+      {env::kMasterPort, port},                       {"MASTER_PORT", port},
+  };
+  for (auto& [k, v] : shared) env[k] = v;
+  return Runner(o).run(env);
+}
+
+}  // namespace lockstep

@@ -1,0 +1,72 @@
+#include "lockstep/rendezvous/init.h"
+
+#include <ATen/Parallel.h>
+#include <sched.h>
+
+#include <fmt/format.h>
+
+#include <thread>
+
+#include "lockstep/common/error.h"
+#include "lockstep/common/logging.h"
+
+namespace lockstep {
+
+namespace {
+int usableCores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    int n = CPU_COUNT(&set);
+    if (n > 0) return n;
+  }
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+bool isLoopback(const std::string& addr) {
+  return addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1";
+}
+}  // namespace
+
+int workerThreads(const Environment& env, int localWorldSize) {
+  if (auto n = env.getInt(env::kNumThreads, 1, 4096)) return static_cast<int>(*n);
+  if (auto n = env.getInt("OMP_NUM_THREADS", 1, 4096)) return static_cast<int>(*n);
+  return std::max(1, usableCores() / std::max(1, localWorldSize));
+}
+
+Context init(const InitOptions& options) { return init(options, Environment::fromProcess()); }
+
+Context init(const InitOptions& options, const Environment& env) {
+  if (auto level = env.get(env::kLogLevel)) log::setLevel(log::parseLevel(*level, env::kLogLevel));
+  WorldInfo world = detectWorld(env);
+  if (world.worldSize > 1) log::setRank(world.rank);
+
+  std::string backend = options.backend;
+  if (backend.empty()) backend = env.get(env::kBackend).value_or("gloo");
+  if (backend != "gloo") {
+    throw ConfigError(fmt::format("backend '{}' is not available; expected 'gloo' (from {} or InitOptions::backend)",
+                                  backend, env::kBackend));
+  }
+  auto timeout = options.timeout ? *options.timeout
+                                 : env.getSeconds(env::kCommTimeout).value_or(std::chrono::seconds(300));
+  if (timeout.count() <= 0) throw ConfigError(fmt::format("{} must be positive", env::kCommTimeout));
+
+  int threads = workerThreads(env, world.localWorldSize);
+  if (options.setThreads) at::set_num_threads(threads);
+
+  Store store = world.worldSize == 1
+                    ? Store::inMemory(timeout)
+                    : Store::tcp(TcpStoreOptions{world.masterAddr, world.masterPort, world.rank == 0,
+                                                 world.worldSize, timeout});
+  GlooOptions gloo;
+  gloo.rank = world.rank;
+  gloo.worldSize = world.worldSize;
+  gloo.timeout = timeout;
+  gloo.interface = env.get("LOCKSTEP_IFACE").value_or("");
+  gloo.hostname = isLoopback(world.masterAddr) ? "127.0.0.1" : "";
+  auto comm = makeGlooCommunicator(store, gloo);
+  log::debug(fmt::format("joined: {}; {} threads; backend {}", world.describe(), threads, backend));
+  return Context{world, std::move(comm), store, at::get_num_threads()};
+}
+
+}  // namespace lockstep
