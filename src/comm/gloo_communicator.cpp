@@ -216,10 +216,11 @@ class GlooCommunicator final : public Communicator {
     checkTensor(tensor, info);
     checkRank(dst, "dst", info);
     if (dst == rank_) invalid(info, "cannot send to itself");
-    return submit(info, options, [pg = pg_, tensor, dst, tag, info]() {
-      if (tensor.numel() == 0) return;
+    return submitIssued(info, options, [pg = pg_, tensor, dst, tag, info]() -> std::function<void()> {
+      if (tensor.numel() == 0) return {};
       std::vector<at::Tensor> wire{wireView(tensor).view({-1})};
-      waitBackend(pg->send(wire, dst, tag), info);
+      auto work = pg->send(wire, dst, tag);
+      return [work, info] { waitBackend(work, info); };
     });
   }
 
@@ -230,10 +231,11 @@ class GlooCommunicator final : public Communicator {
     checkTensor(tensor, info);
     checkRank(src, "src", info);
     if (src == rank_) invalid(info, "cannot receive from itself");
-    return submit(info, options, [pg = pg_, tensor, src, tag, info]() {
-      if (tensor.numel() == 0) return;
+    return submitIssued(info, options, [pg = pg_, tensor, src, tag, info]() -> std::function<void()> {
+      if (tensor.numel() == 0) return {};
       std::vector<at::Tensor> wire{wireView(tensor).view({-1})};
-      waitBackend(pg->recv(wire, src, tag), info);
+      auto work = pg->recv(wire, src, tag);
+      return [work, info] { waitBackend(work, info); };
     });
   }
 
@@ -280,6 +282,11 @@ class GlooCommunicator final : public Communicator {
   WorkHandle submit(CommErrorInfo info, const CollectiveOptions& options, std::function<void()> body) {
     auto timeout = options.timeout.count() > 0 ? std::min(options.timeout, timeout_) : timeout_;
     return queue_.submit(std::move(info), timeout, std::move(body));
+  }
+
+  WorkHandle submitIssued(CommErrorInfo info, const CollectiveOptions& options, detail::OpQueue::Body body) {
+    auto timeout = options.timeout.count() > 0 ? std::min(options.timeout, timeout_) : timeout_;
+    return queue_.submitIssued(std::move(info), timeout, std::move(body));
   }
 
   WorkHandle submitAllgather(const at::Tensor& input, std::vector<at::Tensor> outputs,

@@ -2,13 +2,12 @@
 
 #include <fmt/format.h>
 
-#include "lockstep/common/logging.h"
-
 namespace lockstep::detail {
 
 OpQueue::OpQueue(int rank, int worldSize)
     : rank_(rank), worldSize_(worldSize), state_(std::make_shared<State>()) {
-  thread_ = std::thread(&OpQueue::run, state_);
+  issuer_ = std::thread(&OpQueue::runIssuer, state_);
+  finisher_ = std::thread(&OpQueue::runFinisher, state_);
 }
 
 OpQueue::~OpQueue() {
@@ -16,25 +15,30 @@ OpQueue::~OpQueue() {
   {
     std::lock_guard<std::mutex> lock(state_->mutex);
     state_->stop = true;
-    stuck = state_->busy && state_->failure != nullptr;
+    stuck = state_->busy > 0 && state_->failure != nullptr;
   }
   state_->cv.notify_all();
-  if (stuck) {
-    // The thread owns a reference to the state and to everything its task
-    // captured, so letting it finish (or be torn down at exit) is safe.
-    thread_.detach();
-  } else {
-    thread_.join();
+  // The threads own references to the state and to whatever their tasks
+  // captured, so letting a stuck one finish on its own (or die at exit) is safe.
+  for (auto* t : {&issuer_, &finisher_}) {
+    if (stuck) t->detach();
+    else t->join();
   }
 }
 
-std::exception_ptr OpQueue::poison(State& state, const CommErrorInfo& info, std::exception_ptr error) {
-  // Caller holds state.mutex.
-  if (!state.failure) {
-    state.failure = error;
-    state.failureInfo = info;
-  }
-  return state.failure;
+std::exception_ptr OpQueue::abortedError(const State& state, CommErrorInfo info) {
+  info.kind = CommErrorKind::kAborted;
+  info.detail = fmt::format("the communicator is unusable since operation #{} ({}) failed: {}",
+                            state.failureInfo.sequence, state.failureInfo.op, toString(state.failureInfo.kind));
+  return std::make_exception_ptr(CommError(info));
+}
+
+void OpQueue::poisonLocked(State& state, const CommErrorInfo& info, std::exception_ptr error) {
+  if (state.failure) return;
+  state.failure = std::move(error);
+  state.failureInfo = info;
+  for (auto& task : state.tasks) task.work->complete(abortedError(state, task.info));
+  state.tasks.clear();
 }
 
 std::exception_ptr OpQueue::failure() const {
@@ -42,8 +46,14 @@ std::exception_ptr OpQueue::failure() const {
   return state_->failure;
 }
 
-WorkHandle OpQueue::submit(CommErrorInfo info, std::chrono::milliseconds timeout,
-                           std::function<void()> body) {
+WorkHandle OpQueue::submit(CommErrorInfo info, std::chrono::milliseconds timeout, std::function<void()> body) {
+  return submitIssued(std::move(info), timeout, [body = std::move(body)]() -> std::function<void()> {
+    body();
+    return {};
+  });
+}
+
+WorkHandle OpQueue::submitIssued(CommErrorInfo info, std::chrono::milliseconds timeout, Body body) {
   info.rank = rank_;
   info.worldSize = worldSize_;
   info.sequence = nextSequence_++;
@@ -52,72 +62,94 @@ WorkHandle OpQueue::submit(CommErrorInfo info, std::chrono::milliseconds timeout
   auto onTimeout = [weakState, info]() -> std::exception_ptr {
     CommErrorInfo timedOut = info;
     timedOut.kind = CommErrorKind::kTimeout;
-    if (timedOut.worldSize == 2 && timedOut.peer < 0) timedOut.peer = 1 - timedOut.rank;
     timedOut.detail = "the operation did not complete in time; a peer may have died, hung, or "
                       "called a different collective";
     auto error = std::make_exception_ptr(CommError(timedOut));
     if (auto state = weakState.lock()) {
       std::lock_guard<std::mutex> lock(state->mutex);
-      poison(*state, timedOut, error);
+      poisonLocked(*state, timedOut, error);
     }
-    log::error(CommError(timedOut).what());
     return error;
   };
   auto work = std::make_shared<Work>(fmt::format("{} #{}", info.op, info.sequence),
                                      Work::Clock::now() + timeout, std::move(onTimeout));
   {
     std::lock_guard<std::mutex> lock(state_->mutex);
-    state_->tasks.push_back(Task{work, std::move(info), std::move(body)});
+    if (state_->failure) {
+      // Fail at once: the ranks are no longer known to be in step.
+      work->complete(abortedError(*state_, info));
+      return work;
+    }
+    state_->tasks.push_back(Task{work, std::move(info), std::move(body), {}});
   }
-  state_->cv.notify_one();
+  state_->cv.notify_all();
   return work;
 }
 
-void OpQueue::run(std::shared_ptr<State> state) {
+bool OpQueue::guarded(State& state, Task& task, const std::function<void()>& fn) {
+  std::exception_ptr error;
+  try {
+    fn();
+    return true;
+  } catch (const CommError& e) {
+    error = std::current_exception();
+    if (e.kind() != CommErrorKind::kInvalidArgument) {
+      std::lock_guard<std::mutex> lock(state.mutex);
+      poisonLocked(state, e.info(), error);
+    }
+  } catch (const std::exception& e) {
+    CommErrorInfo info = task.info;
+    info.kind = CommErrorKind::kBackend;
+    info.detail = e.what();
+    error = std::make_exception_ptr(CommError(info));
+    std::lock_guard<std::mutex> lock(state.mutex);
+    poisonLocked(state, info, error);
+  }
+  task.work->complete(error);
+  return false;
+}
+
+void OpQueue::runIssuer(std::shared_ptr<State> state) {
   for (;;) {
     Task task;
-    std::exception_ptr failure;
-    CommErrorInfo failureInfo;
     {
       std::unique_lock<std::mutex> lock(state->mutex);
       state->cv.wait(lock, [&] { return state->stop || !state->tasks.empty(); });
       if (state->tasks.empty()) return;  // stop requested and nothing left
       task = std::move(state->tasks.front());
       state->tasks.pop_front();
-      failure = state->failure;
-      failureInfo = state->failureInfo;
-      state->busy = failure == nullptr;
+      ++state->busy;
     }
-    if (failure) {
-      CommErrorInfo aborted = task.info;
-      aborted.kind = CommErrorKind::kAborted;
-      aborted.detail = fmt::format("the communicator is unusable since operation #{} ({}) failed: {}",
-                                   failureInfo.sequence, failureInfo.op, toString(failureInfo.kind));
-      task.work->complete(std::make_exception_ptr(CommError(aborted)));
-      continue;
+    bool ok = guarded(*state, task, [&] { task.finisher = task.body(); });
+    std::lock_guard<std::mutex> lock(state->mutex);
+    --state->busy;
+    if (!ok) continue;
+    if (task.finisher) {
+      state->finishing.push_back(std::move(task));
+      state->cv.notify_all();
+    } else {
+      task.work->complete(nullptr);
     }
-    std::exception_ptr error;
-    try {
-      task.body();
-    } catch (const CommError& e) {
-      error = std::current_exception();
-      if (e.kind() != CommErrorKind::kInvalidArgument) {
-        std::lock_guard<std::mutex> lock(state->mutex);
-        poison(*state, e.info(), error);
-      }
-    } catch (const std::exception& e) {
-      CommErrorInfo info = task.info;
-      info.kind = CommErrorKind::kBackend;
-      info.detail = e.what();
-      error = std::make_exception_ptr(CommError(info));
-      std::lock_guard<std::mutex> lock(state->mutex);
-      poison(*state, info, error);
-    }
+  }
+}
+
+void OpQueue::runFinisher(std::shared_ptr<State> state) {
+  for (;;) {
+    Task task;
     {
-      std::lock_guard<std::mutex> lock(state->mutex);
-      state->busy = false;
+      std::unique_lock<std::mutex> lock(state->mutex);
+      state->cv.wait(lock, [&] { return (state->stop && state->tasks.empty() && state->busy == 0) ||
+                                        !state->finishing.empty(); });
+      if (state->finishing.empty()) return;
+      task = std::move(state->finishing.front());
+      state->finishing.pop_front();
+      ++state->busy;
     }
-    task.work->complete(error);
+    bool ok = guarded(*state, task, task.finisher);
+    if (ok) task.work->complete(nullptr);
+    std::lock_guard<std::mutex> lock(state->mutex);
+    --state->busy;
+    state->cv.notify_all();
   }
 }
 

@@ -1,0 +1,27 @@
+# Installs lockstep into a scratch prefix, then configures, builds and runs
+# examples/find_package against it, as a user project would.
+set(PREFIX ${BUILD_DIR}/example-install)
+set(EXAMPLE_BUILD ${BUILD_DIR}/example-build)
+file(REMOVE_RECURSE ${PREFIX} ${EXAMPLE_BUILD})
+execute_process(COMMAND ${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${PREFIX} RESULT_VARIABLE rc OUTPUT_QUIET)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "cmake --install failed: ${rc}")
+endif()
+execute_process(COMMAND ${CMAKE_COMMAND} -S ${SOURCE_DIR}/examples/find_package -B ${EXAMPLE_BUILD}
+                        -G Ninja -DCMAKE_PREFIX_PATH=${PREFIX} RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "configuring the example failed: ${rc}")
+endif()
+execute_process(COMMAND ${CMAKE_COMMAND} --build ${EXAMPLE_BUILD} -j 2 RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "building the example failed: ${rc}")
+endif()
+execute_process(COMMAND ${PREFIX}/bin/lockstep run -np 2 -- ${EXAMPLE_BUILD}/allreduce_example
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+message("${out}${err}")
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "the example failed under lockstep run: ${rc}")
+endif()
+if(NOT out MATCHES "\\[0\\] sum over 2 ranks = 3")
+  message(FATAL_ERROR "unexpected output from the example")
+endif()

@@ -1,0 +1,109 @@
+// Collectives between real processes: under the launcher (values), and
+// started by hand for the failure cases (a killed peer, a stalled peer, a
+// desynchronised call), where each survivor must raise the typed error
+// within the timeout.
+#include <gtest/gtest.h>
+
+#include <future>
+#include <thread>
+
+#include "lockstep/launch/launcher.h"
+#include "support/subprocess.h"
+
+namespace lockstep {
+namespace {
+
+using test::ProcessOptions;
+using test::ProcessResult;
+using test::runProcess;
+
+/// Starts `world` comm_worker processes by hand (no launcher) and collects them.
+std::vector<ProcessResult> runWorld(int world, const std::vector<std::string>& args, double commTimeoutSeconds) {
+  int port = pickFreePort("127.0.0.1");
+  std::vector<std::future<ProcessResult>> futures;
+  for (int r = 0; r < world; ++r) {
+    ProcessOptions o;
+    o.setEnv = {{"LOCKSTEP_RANK", std::to_string(r)},
+                {"LOCKSTEP_WORLD_SIZE", std::to_string(world)},
+                {"LOCKSTEP_MASTER_ADDR", "127.0.0.1"},
+                {"LOCKSTEP_MASTER_PORT", std::to_string(port)},
+                {"LOCKSTEP_NUM_THREADS", "1"},
+                {"LOCKSTEP_COMM_TIMEOUT", std::to_string(commTimeoutSeconds)}};
+    o.timeout = std::chrono::seconds(90);
+    std::vector<std::string> argv{test::helperBin("comm_worker")};
+    argv.insert(argv.end(), args.begin(), args.end());
+    futures.push_back(std::async(std::launch::async, [argv, o] { return runProcess(argv, o); }));
+  }
+  std::vector<ProcessResult> results;
+  for (auto& f : futures) results.push_back(f.get());
+  return results;
+}
+
+/// Milliseconds the worker reported between starting the failed op and the error.
+long afterMs(const std::string& err) {
+  auto pos = err.find("after_ms=");
+  return pos == std::string::npos ? -1 : std::stol(err.substr(pos + 9));
+}
+
+class LaunchedWorlds : public ::testing::TestWithParam<int> {};
+
+TEST_P(LaunchedWorlds, EveryCollectiveBetweenProcesses) {
+  int world = GetParam();
+  auto r = runProcess({test::lockstepBin(), "run", "-np", std::to_string(world), "--comm-timeout", "60", "--",
+                       test::helperBin("comm_worker"), "check"});
+  EXPECT_EQ(r.exitCode, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("[0] all checks passed on " + std::to_string(world) + " ranks"), std::string::npos)
+      << r.out << r.err;
+}
+
+INSTANTIATE_TEST_SUITE_P(World, LaunchedWorlds, ::testing::Values(1, 2, 3, 4),
+                         [](const auto& info) { return "np" + std::to_string(info.param); });
+
+TEST(CommFailures, KilledPeerGivesTypedErrorOnEverySurvivor) {
+  // Rank 1 of 3 dies by SIGKILL in its 20th allreduce; comm timeout 20 s.
+  auto results = runWorld(3, {"die", "1", "20"}, 20);
+  EXPECT_EQ(results[1].signal, SIGKILL);
+  for (int r : {0, 2}) {
+    const auto& res = results[r];
+    EXPECT_EQ(res.exitCode, 3) << "rank " << r << ": " << res.err;
+    EXPECT_NE(res.err.find("CommError kind="), std::string::npos) << res.err;
+    EXPECT_NE(res.err.find("allreduce(sum) failed"), std::string::npos) << res.err;
+    EXPECT_NE(res.err.find("on rank " + std::to_string(r) + " of 3"), std::string::npos) << res.err;
+    EXPECT_NE(res.err.find("16384 B"), std::string::npos) << res.err;  // 4096 float32
+    long ms = afterMs(res.err);
+    EXPECT_GE(ms, 0) << res.err;
+    EXPECT_LT(ms, 20000 + 2000) << "rank " << r << " took longer than its timeout: " << res.err;
+  }
+}
+
+TEST(CommFailures, StalledPeerTimesOutWithinTheTimeout) {
+  // Rank 1 of 2 sleeps 6 s; rank 0 has a 2 s timeout.
+  auto results = runWorld(2, {"stall", "1", "6"}, 2);
+  const auto& r0 = results[0];
+  EXPECT_EQ(r0.exitCode, 3) << r0.out << r0.err;
+  EXPECT_NE(r0.err.find("CommError kind=timeout"), std::string::npos) << r0.err;
+  EXPECT_NE(r0.err.find("peer: rank 1"), std::string::npos) << r0.err;
+  long ms = afterMs(r0.err);
+  EXPECT_GE(ms, 1900) << r0.err;
+  EXPECT_LT(ms, 4000) << r0.err;
+}
+
+TEST(CommFailures, MismatchedSizesFailInsteadOfHanging) {
+  // Rank 0 sends 4 elements, rank 1 expects 8: Gloo reports a size mismatch or
+  // the op times out; either way a typed error, never a hang.
+  auto results = runWorld(2, {"mismatch"}, 3);
+  bool someoneRaised = false;
+  for (const auto& r : results) {
+    EXPECT_NE(r.exitCode, 0) << r.out << r.err;
+    EXPECT_EQ(r.out.find("mismatched allreduce returned"), std::string::npos) << r.out;
+    if (r.exitCode == 3) {
+      someoneRaised = true;
+      EXPECT_LT(afterMs(r.err), 5000) << r.err;
+    }
+    EXPECT_LT(r.seconds, 30) << r.err;
+  }
+  EXPECT_TRUE(someoneRaised);
+}
+
+}  // namespace
+}  // namespace lockstep

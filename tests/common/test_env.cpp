@@ -1,0 +1,60 @@
+#include <gtest/gtest.h>
+
+#include "lockstep/common/env.h"
+#include "lockstep/common/error.h"
+#include "lockstep/common/logging.h"
+
+namespace lockstep {
+namespace {
+
+TEST(Environment, ParsesIntegersStrictly) {
+  Environment env({{"A", "42"}, {"B", "4x"}, {"C", ""}, {"D", "-1"}, {"E", "99999999999999999999"}});
+  EXPECT_EQ(env.getInt("A"), 42);
+  EXPECT_FALSE(env.getInt("MISSING").has_value());
+  EXPECT_THROW(env.getInt("B"), ConfigError);
+  EXPECT_THROW(env.getInt("C"), ConfigError);
+  EXPECT_THROW(env.getInt("D", 0, 10), ConfigError);
+  EXPECT_THROW(env.getInt("E"), ConfigError);
+  try {
+    env.getInt("B");
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("environment variable B='4x' is not an integer"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Environment, ParsesSeconds) {
+  Environment env({{"T", "1.5"}, {"Z", "0"}, {"N", "-2"}, {"X", "soon"}});
+  EXPECT_EQ(env.getSeconds("T")->count(), 1500);
+  EXPECT_EQ(env.getSeconds("Z")->count(), 0);
+  EXPECT_THROW(env.getSeconds("N"), ConfigError);
+  EXPECT_THROW(env.getSeconds("X"), ConfigError);
+}
+
+TEST(Environment, FromProcessSeesRealVariables) {
+  ::setenv("LOCKSTEP_TEST_VARIABLE", "hello", 1);
+  EXPECT_EQ(Environment::fromProcess().get("LOCKSTEP_TEST_VARIABLE"), "hello");
+}
+
+TEST(Errors, CheckMacrosPrintBothValues) {
+  try {
+    int world = 2;
+    int rank = 5;
+    LOCKSTEP_CHECK_LT(rank, world, "rank out of range");
+    FAIL();
+  } catch (const Error& e) {
+    std::string what = e.what();
+    EXPECT_NE(what.find("rank = 5, world = 2"), std::string::npos) << what;
+    EXPECT_NE(what.find("rank out of range"), std::string::npos) << what;
+    EXPECT_NE(what.find("test_env.cpp:"), std::string::npos) << what;
+  }
+  EXPECT_THROW(LOCKSTEP_ASSERT(1 == 2, "bug"), InternalError);
+}
+
+TEST(Logging, ParsesLevels) {
+  EXPECT_EQ(log::parseLevel("DEBUG", "x"), log::Level::kDebug);
+  EXPECT_EQ(log::parseLevel("warn", "x"), log::Level::kWarn);
+  EXPECT_THROW(log::parseLevel("loud", "LOCKSTEP_LOG_LEVEL"), ConfigError);
+}
+
+}  // namespace
+}  // namespace lockstep

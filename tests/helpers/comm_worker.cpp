@@ -1,0 +1,156 @@
+// comm_worker — a real worker process for the multiprocess tests.
+//
+//   comm_worker check            every collective with value checks; rank 0 prints "all checks passed"
+//   comm_worker loop [PID_DIR]   allreduce forever (writes PID_DIR/<rank>.pid first)
+//   comm_worker die RANK ITER    allreduce; RANK kills itself with SIGKILL at iteration ITER
+//   comm_worker stall RANK SECS  RANK sleeps SECS before its allreduce, the others call it
+//   comm_worker mismatch         rank 0 allreduces 4 elements, the others 8 (a desync)
+// A CommError is printed as "CommError kind=<kind> after_ms=<n>: <message>" and exits 3.
+#include <ATen/ATen.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <iostream>
+#include <thread>
+
+#include "lockstep/rendezvous/init.h"
+
+using namespace lockstep;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+int failures = 0;
+void expect(bool ok, const std::string& what) {
+  if (!ok) {
+    ++failures;
+    std::cerr << "check failed: " << what << std::endl;
+  }
+}
+
+bool close(const at::Tensor& a, const at::Tensor& b) {
+  if (a.numel() != b.numel()) return false;
+  if (a.numel() == 0) return true;
+  return (a.to(at::kDouble).view({-1}) - b.to(at::kDouble).view({-1})).abs().max().item<double>() < 1e-9;
+}
+
+at::Tensor inputFor(int rank, int64_t n, at::ScalarType dtype) {
+  return (at::arange(n, at::kLong).remainder(7) + (rank + 1)).to(dtype);
+}
+
+void check(Communicator& comm) {
+  int rank = comm.rank();
+  int world = comm.size();
+  for (auto dtype : {at::kFloat, at::kDouble, at::kHalf, at::kBFloat16}) {
+    for (int64_t n : {int64_t(0), int64_t(1), int64_t(1001), int64_t(1) << 20}) {
+      std::string tag = std::string(c10::toString(dtype)) + " n=" + std::to_string(n);
+      auto base = at::arange(n, at::kLong).remainder(7).to(at::kDouble);
+      std::vector<at::Tensor> sum{inputFor(rank, n, dtype)};
+      comm.allreduce(sum, ReduceOp::kSum)->wait();
+      expect(close(sum[0], base * world + world * (world + 1) / 2.0), "allreduce sum " + tag);
+      std::vector<at::Tensor> avg{inputFor(rank, n, dtype)};
+      comm.allreduce(avg, ReduceOp::kAvg)->wait();
+      expect(close(avg[0], base + (world + 1) / 2.0), "allreduce avg " + tag);
+      std::vector<at::Tensor> b{inputFor(rank, n, dtype)};
+      comm.broadcast(b, world - 1)->wait();
+      expect(close(b[0], inputFor(world - 1, n, at::kDouble)), "broadcast " + tag);
+      at::Tensor gathered = at::empty({world * n}, at::TensorOptions().dtype(dtype));
+      comm.allgather(inputFor(rank, n, dtype), gathered)->wait();
+      for (int r = 0; r < world; ++r) {
+        expect(close(gathered.narrow(0, r * n, n), inputFor(r, n, at::kDouble)), "allgather " + tag);
+      }
+      at::Tensor scattered = at::empty({n}, at::TensorOptions().dtype(dtype));
+      comm.reduceScatter(inputFor(rank, world * n, dtype), scattered, ReduceOp::kSum)->wait();
+      auto full = at::arange(world * n, at::kLong).remainder(7).to(at::kDouble) * world + world * (world + 1) / 2.0;
+      expect(close(scattered, full.narrow(0, rank * n, n)), "reduce_scatter " + tag);
+      if (world > 1) {
+        at::Tensor got = at::empty({n}, at::TensorOptions().dtype(dtype));
+        auto s = comm.send(inputFor(rank, n, dtype), (rank + 1) % world, 3);
+        auto r = comm.recv(got, (rank + world - 1) % world, 3);
+        s->wait();
+        r->wait();
+        expect(close(got, inputFor((rank + world - 1) % world, n, at::kDouble)), "send/recv " + tag);
+      }
+    }
+  }
+  comm.barrier()->wait();
+}
+
+void writePid(const std::string& dir, int rank) {
+  std::string path = dir + "/" + std::to_string(rank) + ".pid";
+  {
+    std::ofstream out(path + ".tmp");
+    out << ::getpid() << "\n";
+  }
+  std::rename((path + ".tmp").c_str(), path.c_str());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty()) {
+    std::cerr << "usage: comm_worker check|loop|die|stall|mismatch ...\n";
+    return 2;
+  }
+  auto start = Clock::now();
+  try {
+    Context ctx = init();
+    Communicator& comm = *ctx.comm;
+    const std::string& mode = args[0];
+    if (mode == "check") {
+      check(comm);
+      // Every rank learns whether any rank failed.
+      std::vector<at::Tensor> bad{at::tensor({static_cast<double>(failures)})};
+      comm.allreduce(bad, ReduceOp::kSum)->wait();
+      if (bad[0].item<double>() > 0) {
+        std::cerr << "rank " << comm.rank() << ": checks failed on some rank\n";
+        return 1;
+      }
+      if (comm.rank() == 0) std::cout << "all checks passed on " << comm.size() << " ranks" << std::endl;
+      return 0;
+    }
+    if (mode == "loop" || mode == "die") {
+      if (mode == "loop" && args.size() > 1) writePid(args[1], comm.rank());
+      int dieRank = mode == "die" ? std::stoi(args.at(1)) : -1;
+      int dieIter = mode == "die" ? std::stoi(args.at(2)) : -1;
+      for (int iter = 0;; ++iter) {
+        if (comm.rank() == dieRank && iter == dieIter) ::raise(SIGKILL);
+        std::vector<at::Tensor> t{at::ones({4096})};
+        start = Clock::now();
+        comm.allreduce(t)->wait();
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+    }
+    if (mode == "stall") {
+      int stallRank = std::stoi(args.at(1));
+      if (comm.rank() == stallRank) {
+        std::this_thread::sleep_for(std::chrono::seconds(std::stoi(args.at(2))));
+        return 0;
+      }
+      std::vector<at::Tensor> t{at::ones({16})};
+      start = Clock::now();
+      comm.allreduce(t)->wait();
+      std::cout << "allreduce returned without the stalled rank" << std::endl;
+      return 0;
+    }
+    if (mode == "mismatch") {
+      std::vector<at::Tensor> t{at::ones({comm.rank() == 0 ? 4 : 8})};
+      start = Clock::now();
+      comm.allreduce(t)->wait();
+      std::cout << "mismatched allreduce returned" << std::endl;
+      return 0;
+    }
+    std::cerr << "comm_worker: unknown mode " << mode << "\n";
+    return 2;
+  } catch (const CommError& e) {
+    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+    std::cerr << "CommError kind=" << toString(e.kind()) << " after_ms=" << ms << ": " << e.what() << std::endl;
+    std::_Exit(3);  // skip destructors: the backend may still hold a dead connection
+  } catch (const std::exception& e) {
+    std::cerr << "comm_worker: " << e.what() << std::endl;
+    return 1;
+  }
+}

@@ -1,0 +1,214 @@
+// `lockstep run` as a user runs it: real workers, real signals, real exit codes.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <future>
+#include <thread>
+
+#include "lockstep/launch/launcher.h"
+#include "support/subprocess.h"
+
+namespace lockstep {
+namespace {
+
+using test::lockstepBin;
+using test::ProcessOptions;
+using test::ProcessResult;
+using test::runProcess;
+
+ProcessResult run(const std::vector<std::string>& args, ProcessOptions o = {}) {
+  std::vector<std::string> argv{lockstepBin(), "run"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return runProcess(argv, o);
+}
+
+bool contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+TEST(Launcher, SuccessPrefixesEveryLineWithTheRank) {
+  auto r = run({"-np", "3", "--", "sh", "-c", "echo out-$LOCKSTEP_RANK; echo err-$LOCKSTEP_RANK >&2"});
+  EXPECT_EQ(r.exitCode, 0) << r.err;
+  for (int rank = 0; rank < 3; ++rank) {
+    EXPECT_TRUE(contains(r.out, "[" + std::to_string(rank) + "] out-" + std::to_string(rank))) << r.out;
+    EXPECT_TRUE(contains(r.err, "[" + std::to_string(rank) + "] err-" + std::to_string(rank))) << r.err;
+  }
+}
+
+TEST(Launcher, SetsRendezvousAndThreadVariables) {
+  ProcessOptions o;
+  o.unsetEnv = {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "LOCKSTEP_NUM_THREADS"};
+  auto r = run({"-np", "2", "--threads", "3", "--comm-timeout", "7", "--", "sh", "-c",
+                "echo vars $LOCKSTEP_RANK/$LOCKSTEP_WORLD_SIZE $LOCKSTEP_LOCAL_RANK/$LOCKSTEP_LOCAL_WORLD_SIZE "
+                "$RANK/$WORLD_SIZE $MASTER_ADDR port=$LOCKSTEP_MASTER_PORT threads=$OMP_NUM_THREADS,"
+                "$OPENBLAS_NUM_THREADS,$LOCKSTEP_NUM_THREADS timeout=$LOCKSTEP_COMM_TIMEOUT"},
+               o);
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "[1] vars 1/2 1/2 1/2 127.0.0.1 port=")) << r.out;
+  EXPECT_TRUE(contains(r.out, "threads=3,3,3 timeout=7")) << r.out;
+  EXPECT_FALSE(contains(r.out, "port= ")) << "a port must be picked: " << r.out;
+}
+
+TEST(Launcher, DefaultThreadsAreCoresOverWorkersAndUserValuesWin) {
+  ProcessOptions o;
+  o.unsetEnv = {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "LOCKSTEP_NUM_THREADS"};
+  long cores = ::sysconf(_SC_NPROCESSORS_ONLN);
+  auto r = run({"-np", "2", "--", "sh", "-c", "echo t=$OMP_NUM_THREADS"}, o);
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "t=" + std::to_string(std::max(1L, cores / 2)))) << r.out;
+  o.setEnv = {{"OMP_NUM_THREADS", "5"}};
+  r = run({"-np", "2", "--", "sh", "-c", "echo t=$OMP_NUM_THREADS,$LOCKSTEP_NUM_THREADS"}, o);
+  EXPECT_TRUE(contains(r.out, "t=5,5")) << r.out;
+}
+
+TEST(Launcher, FailedRankStopsTheOthersAndIsNamed) {
+  auto r = run({"-np", "3", "--", "sh", "-c",
+                "if [ \"$LOCKSTEP_RANK\" = 1 ]; then echo preparing >&2; echo boom-on-rank-1 >&2; exit 3; fi; "
+                "exec sleep 60"});
+  EXPECT_EQ(r.exitCode, 3) << r.err;
+  EXPECT_LT(r.seconds, 15) << r.err;
+  EXPECT_TRUE(contains(r.err, "rank 1 (pid ")) << r.err;
+  EXPECT_TRUE(contains(r.err, "exited with code 3")) << r.err;
+  EXPECT_TRUE(contains(r.err, "first worker to fail")) << r.err;
+  EXPECT_TRUE(contains(r.err, "    boom-on-rank-1")) << r.err;
+  EXPECT_TRUE(contains(r.err, "rank 0 was killed by SIGTERM (stopped by the launcher)")) << r.err;
+}
+
+TEST(Launcher, WorkerKilledBySignalIsReported) {
+  auto r = run({"-np", "2", "--", "sh", "-c", "if [ \"$LOCKSTEP_RANK\" = 0 ]; then kill -SEGV $$; fi; exec sleep 60"});
+  EXPECT_EQ(r.exitCode, 128 + SIGSEGV) << r.err;
+  EXPECT_TRUE(contains(r.err, "rank 0 (pid ")) << r.err;
+  EXPECT_TRUE(contains(r.err, "was killed by SIGSEGV")) << r.err;
+  EXPECT_LT(r.seconds, 15);
+}
+
+TEST(Launcher, WorkerIgnoringSigtermIsKilledAfterTheGrace) {
+  auto r = run({"-np", "2", "--stop-grace", "1", "--", "sh", "-c",
+                "if [ \"$LOCKSTEP_RANK\" = 0 ]; then sleep 0.5; exit 4; fi; trap '' TERM; "
+                "while true; do sleep 0.1; done"});
+  EXPECT_EQ(r.exitCode, 4) << r.err;
+  EXPECT_LT(r.seconds, 8) << r.err;
+  EXPECT_TRUE(contains(r.err, "rank 1 was killed by SIGKILL")) << r.err;
+}
+
+void forwardsSignal(int sig) {
+  std::atomic<pid_t> pid{0};
+  ProcessOptions o;
+  o.pidOut = &pid;
+  auto future = std::async(std::launch::async, [&] {
+    return run({"-np", "2", "--", "sh", "-c",
+                "trap 'echo got-signal-$LOCKSTEP_RANK; exit 0' INT TERM; echo ready; "
+                "while true; do sleep 0.05; done"},
+               o);
+  });
+  // Wait until the workers are up, then signal the launcher only.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  ASSERT_GT(pid.load(), 0);
+  ::kill(pid.load(), sig);
+  auto r = future.get();
+  EXPECT_EQ(r.exitCode, 128 + sig) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out, "[0] got-signal-0")) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out, "[1] got-signal-1")) << r.out << r.err;
+  EXPECT_LT(r.seconds, 10);
+}
+
+TEST(Launcher, ForwardsSigterm) { forwardsSignal(SIGTERM); }
+TEST(Launcher, ForwardsSigint) { forwardsSignal(SIGINT); }
+
+TEST(Launcher, KilledWorkerInCollectiveLoopEndsTheRunQuickly) {
+  // The acceptance case: kill one of 3 workers in an allreduce loop.
+  std::string dir = test::makeTempDir();
+  auto future = std::async(std::launch::async, [&] {
+    return run({"-np", "3", "--comm-timeout", "60", "--", test::helperBin("comm_worker"), "loop", dir});
+  });
+  pid_t victim = 0;
+  for (int i = 0; i < 300 && victim == 0; ++i) {
+    std::ifstream in(dir + "/1.pid");
+    if (!(in >> victim)) victim = 0;
+    if (victim == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_GT(victim, 0) << "worker 1 never started";
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  auto killedAt = std::chrono::steady_clock::now();
+  ::kill(victim, SIGKILL);
+  auto r = future.get();
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - killedAt).count();
+  EXPECT_LT(seconds, 30) << r.err;
+  EXPECT_LT(seconds, 10) << "slower than expected: " << r.err;
+  EXPECT_NE(r.exitCode, 0);
+  EXPECT_EQ(r.exitCode, 128 + SIGKILL) << r.err;
+  EXPECT_TRUE(contains(r.err, "rank 1 (pid " + std::to_string(victim) + ") was killed by SIGKILL")) << r.err;
+}
+
+struct BadArgs {
+  std::vector<std::string> args;
+  std::string message;
+};
+
+class LauncherBadArgs : public ::testing::TestWithParam<BadArgs> {};
+
+TEST_P(LauncherBadArgs, OneLineErrorUsageAndExitCode2) {
+  auto r = run(GetParam().args);
+  EXPECT_EQ(r.exitCode, 2) << r.err;
+  EXPECT_TRUE(contains(r.err, "lockstep run: error: " + GetParam().message)) << r.err;
+  EXPECT_TRUE(contains(r.err, "usage: lockstep run -np N")) << r.err;
+  EXPECT_TRUE(r.out.empty()) << r.out;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, LauncherBadArgs,
+    ::testing::Values(BadArgs{{"-np", "0", "--", "true"}, "-np 0: the number of workers must be at least 1"},
+                      BadArgs{{"-np", "-3", "--", "true"}, "-np -3"},
+                      BadArgs{{"-np", "2", "--bogus", "--", "true"}, "The following argument was not expected: --bogus"},
+                      BadArgs{{"-np", "two", "--", "true"}, "Could not convert: --np = two"},
+                      BadArgs{{"--", "true"}, "--np is required"},
+                      BadArgs{{"-np", "2"}, "missing the program to run"},
+                      BadArgs{{"-np", "2", "--", "/no/such/program"}, "program '/no/such/program' not found"},
+                      BadArgs{{"-np", "2", "--", "no-such-program-xyz"}, "program 'no-such-program-xyz' not found"},
+                      BadArgs{{"-np", "2", "--nnodes", "2", "--", "true"}, "--master-port is required with --nnodes > 1"},
+                      BadArgs{{"-np", "2", "--nnodes", "2", "--node-rank", "2", "--master-port", "1234", "--", "true"},
+                              "--node-rank 2: must be in 0..1"},
+                      BadArgs{{"-np", "2", "--master-port", "70000", "--", "true"}, "--master-port 70000"}));
+
+TEST(Launcher, PortInUseIsRejected) {
+  int sock = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  ASSERT_EQ(::bind(sock, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(::listen(sock, 1), 0);
+  socklen_t len = sizeof(addr);
+  ::getsockname(sock, reinterpret_cast<sockaddr*>(&addr), &len);
+  std::string port = std::to_string(ntohs(addr.sin_port));
+  auto r = run({"-np", "2", "--master-port", port, "--", "true"});
+  ::close(sock);
+  EXPECT_EQ(r.exitCode, 2) << r.err;
+  EXPECT_TRUE(contains(r.err, "--master-port " + port + ": 127.0.0.1:" + port + " is already in use")) << r.err;
+}
+
+TEST(Launcher, ExecFailureIsReportedAsExit127) {
+  std::string dir = test::makeTempDir();
+  std::string script = dir + "/not-runnable";
+  {
+    std::ofstream out(script);
+    out << "#!/no/such/interpreter\n";
+  }
+  ::chmod(script.c_str(), 0755);
+  auto r = run({"-np", "2", "--", script});
+  EXPECT_EQ(r.exitCode, 127) << r.err;
+  EXPECT_TRUE(contains(r.err, "cannot execute")) << r.err;
+}
+
+TEST(Launcher, ResolveProgramFollowsPath) {
+  EXPECT_FALSE(resolveProgram("sh").empty());
+  EXPECT_TRUE(resolveProgram("definitely-not-a-program-xyz").empty());
+  EXPECT_TRUE(resolveProgram("/etc/passwd").empty());  // exists, not executable
+}
+
+}  // namespace
+}  // namespace lockstep

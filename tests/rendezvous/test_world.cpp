@@ -1,0 +1,159 @@
+// Who-am-I from each of the four sources, their precedence, and the errors.
+#include <gtest/gtest.h>
+
+#include "lockstep/common/error.h"
+#include "lockstep/rendezvous/init.h"
+#include "lockstep/rendezvous/world.h"
+
+namespace lockstep {
+namespace {
+
+using Vars = std::map<std::string, std::string>;
+
+WorldInfo detect(std::map<std::string, std::string> vars) { return detectWorld(Environment(std::move(vars))); }
+
+void expectConfigError(std::map<std::string, std::string> vars, const std::string& needle) {
+  try {
+    detect(std::move(vars));
+    ADD_FAILURE() << "expected ConfigError containing: " << needle;
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+TEST(World, NothingSetIsASingleProcess) {
+  auto w = detect({{"PATH", "/bin"}});
+  EXPECT_EQ(w.source, WorldSource::kSingle);
+  EXPECT_EQ(w.rank, 0);
+  EXPECT_EQ(w.worldSize, 1);
+  EXPECT_EQ(w.localWorldSize, 1);
+}
+
+TEST(World, LockstepLauncher) {
+  auto w = detect({{"LOCKSTEP_RANK", "3"}, {"LOCKSTEP_WORLD_SIZE", "4"}, {"LOCKSTEP_LOCAL_RANK", "1"},
+                   {"LOCKSTEP_LOCAL_WORLD_SIZE", "2"}, {"LOCKSTEP_NODE_RANK", "1"},
+                   {"LOCKSTEP_MASTER_ADDR", "10.1.2.3"}, {"LOCKSTEP_MASTER_PORT", "29511"}});
+  EXPECT_EQ(w.source, WorldSource::kLockstep);
+  EXPECT_EQ(w.rank, 3);
+  EXPECT_EQ(w.worldSize, 4);
+  EXPECT_EQ(w.localRank, 1);
+  EXPECT_EQ(w.localWorldSize, 2);
+  EXPECT_EQ(w.nodeRank, 1);
+  EXPECT_EQ(w.masterAddr, "10.1.2.3");
+  EXPECT_EQ(w.masterPort, 29511);
+}
+
+TEST(World, LockstepWinsOverTorchrunAndMpi) {
+  auto w = detect({{"LOCKSTEP_RANK", "0"}, {"LOCKSTEP_WORLD_SIZE", "1"}, {"RANK", "5"}, {"WORLD_SIZE", "8"},
+                   {"OMPI_COMM_WORLD_RANK", "2"}, {"OMPI_COMM_WORLD_SIZE", "3"}});
+  EXPECT_EQ(w.source, WorldSource::kLockstep);
+  EXPECT_EQ(w.worldSize, 1);
+}
+
+TEST(World, Torchrun) {
+  auto w = detect({{"RANK", "5"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "4"},
+                   {"MASTER_ADDR", "node0"}, {"MASTER_PORT", "29500"}, {"GROUP_RANK", "1"},
+                   {"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "1"}});
+  EXPECT_EQ(w.source, WorldSource::kTorchrun);
+  EXPECT_EQ(w.rank, 5);
+  EXPECT_EQ(w.worldSize, 8);
+  EXPECT_EQ(w.localRank, 1);
+  EXPECT_EQ(w.localWorldSize, 4);
+  EXPECT_EQ(w.nodeRank, 1);
+  EXPECT_EQ(w.masterAddr, "node0");
+  EXPECT_EQ(w.masterPort, 29500);
+}
+
+TEST(World, OpenMpiOnOneNodeDerivesLoopbackAndAPortFromTheJob) {
+  std::map<std::string, std::string> vars = {{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"},
+                                             {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+                                             {"OMPI_MCA_ess_base_jobid", "3546873857"}};
+  auto w = detect(vars);
+  EXPECT_EQ(w.source, WorldSource::kOpenMpi);
+  EXPECT_EQ(w.rank, 1);
+  EXPECT_EQ(w.worldSize, 2);
+  EXPECT_EQ(w.masterAddr, "127.0.0.1");
+  EXPECT_GE(w.masterPort, 20000);
+  EXPECT_LT(w.masterPort, 40000);
+  vars["OMPI_COMM_WORLD_RANK"] = "0";
+  EXPECT_EQ(detect(vars).masterPort, w.masterPort) << "every rank must derive the same port";
+  vars["MASTER_PORT"] = "31000";
+  EXPECT_EQ(detect(vars).masterPort, 31000);
+}
+
+TEST(World, OpenMpiAcrossNodesNeedsMasterAddr) {
+  expectConfigError({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "4"},
+                     {"OMPI_COMM_WORLD_LOCAL_RANK", "0"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}},
+                    "MASTER_ADDR is not set; with world size 4 (OpenMPI)");
+}
+
+TEST(World, SlurmStep) {
+  auto w = detect({{"SLURM_PROCID", "3"}, {"SLURM_NTASKS", "8"}, {"SLURM_STEP_NUM_TASKS", "4"},
+                   {"SLURM_LOCALID", "1"}, {"SLURM_NODEID", "1"}, {"SLURM_STEP_TASKS_PER_NODE", "2(x2)"},
+                   {"SLURM_STEP_NODELIST", "gpu[07-08]"}, {"SLURM_JOB_ID", "1234"}, {"SLURM_STEP_ID", "0"}});
+  EXPECT_EQ(w.source, WorldSource::kSlurm);
+  EXPECT_EQ(w.rank, 3);
+  EXPECT_EQ(w.worldSize, 4);
+  EXPECT_EQ(w.localRank, 1);
+  EXPECT_EQ(w.localWorldSize, 2);
+  EXPECT_EQ(w.nodeRank, 1);
+  EXPECT_EQ(w.masterAddr, "gpu07");
+  EXPECT_GE(w.masterPort, 20000);
+}
+
+TEST(World, SlurmHostListsAndTasksPerNode) {
+  EXPECT_EQ(firstSlurmHost("node[03-05,7],gpu1"), "node03");
+  EXPECT_EQ(firstSlurmHost("alpha,beta"), "alpha");
+  EXPECT_EQ(firstSlurmHost("solo"), "solo");
+  EXPECT_EQ(firstSlurmHost("rack1-[2,4]"), "rack1-2");
+  EXPECT_EQ(slurmTasksOnNode("2(x3),1", 0), 2);
+  EXPECT_EQ(slurmTasksOnNode("2(x3),1", 2), 2);
+  EXPECT_EQ(slurmTasksOnNode("2(x3),1", 3), 1);
+  EXPECT_THROW(slurmTasksOnNode("2(x3),1", 4), ConfigError);
+  EXPECT_THROW(slurmTasksOnNode("x", 0), ConfigError);
+}
+
+TEST(World, InconsistentValuesAreClearErrors) {
+  expectConfigError({{"LOCKSTEP_RANK", "2"}, {"LOCKSTEP_WORLD_SIZE", "2"}, {"LOCKSTEP_MASTER_PORT", "1"},
+                     {"LOCKSTEP_MASTER_ADDR", "h"}},
+                    "LOCKSTEP_RANK=2 must be smaller than LOCKSTEP_WORLD_SIZE=2");
+  expectConfigError({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}},
+                    "MASTER_PORT is not set; with world size 2 (torchrun)");
+  expectConfigError({{"RANK", "0"}}, "RANK is set but WORLD_SIZE is missing (torchrun)");
+  expectConfigError({{"RANK", "zero"}, {"WORLD_SIZE", "2"}}, "RANK (from torchrun)='zero' is not an integer");
+  expectConfigError({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "99999"}},
+                    "MASTER_PORT (torchrun)=99999 is out of range");
+  expectConfigError({{"RANK", "0"}, {"WORLD_SIZE", "0"}}, "WORLD_SIZE (from torchrun)=0 is out of range");
+  expectConfigError({{"RANK", "1"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "3"}, {"LOCAL_WORLD_SIZE", "2"},
+                     {"MASTER_ADDR", "h"}, {"MASTER_PORT", "5"}},
+                    "LOCAL_RANK=3 must be smaller than LOCAL_WORLD_SIZE=2");
+  expectConfigError({{"SLURM_PROCID", "0"}}, "SLURM_PROCID is set but SLURM_NTASKS is missing (Slurm)");
+}
+
+TEST(World, WorldOfOneNeedsNoMaster) {
+  auto w = detect({{"RANK", "0"}, {"WORLD_SIZE", "1"}});
+  EXPECT_EQ(w.worldSize, 1);
+  EXPECT_EQ(w.masterPort, 0);
+}
+
+TEST(World, WorkerThreads) {
+  EXPECT_EQ(workerThreads(Environment(Vars{{"LOCKSTEP_NUM_THREADS", "3"}, {"OMP_NUM_THREADS", "5"}}), 2), 3);
+  EXPECT_EQ(workerThreads(Environment(Vars{{"OMP_NUM_THREADS", "5"}}), 2), 5);
+  EXPECT_GE(workerThreads(Environment(Vars{}), 64), 1);
+  EXPECT_THROW(workerThreads(Environment(Vars{{"LOCKSTEP_NUM_THREADS", "0"}}), 1), ConfigError);
+}
+
+TEST(Init, SingleProcessGetsAWorkingCommunicator) {
+  auto ctx = init({}, Environment(Vars{{"LOCKSTEP_NUM_THREADS", "1"}}));
+  EXPECT_EQ(ctx.world.worldSize, 1);
+  EXPECT_EQ(ctx.comm->size(), 1);
+  EXPECT_EQ(ctx.numThreads, 1);
+  EXPECT_EQ(ctx.comm->backendName(), "gloo");
+}
+
+TEST(Init, UnknownBackendIsRejected) {
+  EXPECT_THROW(init({}, Environment(Vars{{"LOCKSTEP_BACKEND", "carrier-pigeon"}})), ConfigError);
+}
+
+}  // namespace
+}  // namespace lockstep
