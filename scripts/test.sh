@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Install what is needed, build, and run the whole test suite (every label,
+# the multiprocess tests included). Tests run one at a time: several of them
+# assert timings (timeouts, failure propagation) that a loaded 2-core
+# machine would blur.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+scripts/build.sh -DLOCKSTEP_BUILD_TESTS=ON
+BUILD_DIR="${LOCKSTEP_BUILD_DIR:-build}"
+ctest --test-dir "$BUILD_DIR" --output-on-failure --timeout 900 "$@"
