@@ -43,7 +43,8 @@ int runCommand(const std::vector<std::string>& rawArgs) {
   app.add_option("--comm-timeout", commTimeout, "seconds before a collective fails (default 300)");
   app.add_option("--stop-grace", stopGraceSeconds, "seconds between SIGTERM and SIGKILL when stopping workers");
   app.add_flag("--no-prefix", noPrefix, "do not prefix output lines with [rank]");
-  app.add_option("program", positional, "the program and its arguments (better after --)");
+  // Without "--", the first non-option starts the program and the rest is its own.
+  app.prefix_command();
   try {
     app.parse(std::vector<std::string>(args.rbegin(), args.rend()));
   } catch (const CLI::CallForHelp&) {
@@ -51,6 +52,11 @@ int runCommand(const std::vector<std::string>& rawArgs) {
     return kExitOk;
   } catch (const CLI::ParseError& e) {
     std::cerr << "lockstep run: error: " << e.what() << "\n" << kRunUsage << "\n";
+    return kExitUsage;
+  }
+  positional = app.remaining();
+  if (!positional.empty() && positional[0].size() > 1 && positional[0][0] == '-') {
+    std::cerr << "lockstep run: error: unknown option '" << positional[0] << "'\n" << kRunUsage << "\n";
     return kExitUsage;
   }
   if (!positional.empty()) command.insert(command.begin(), positional.begin(), positional.end());

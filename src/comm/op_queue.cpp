@@ -92,10 +92,17 @@ bool OpQueue::guarded(State& state, Task& task, const std::function<void()>& fn)
     fn();
     return true;
   } catch (const CommError& e) {
+    CommErrorInfo failed = e.info();
     error = std::current_exception();
-    if (e.kind() != CommErrorKind::kInvalidArgument) {
+    if (failed.sequence == 0) {
+      // Bodies build their errors before the queue numbered the operation.
+      failed.sequence = task.info.sequence;
+      failed.timeoutMs = task.info.timeoutMs;
+      error = std::make_exception_ptr(CommError(failed));
+    }
+    if (failed.kind != CommErrorKind::kInvalidArgument) {
       std::lock_guard<std::mutex> lock(state.mutex);
-      poisonLocked(state, e.info(), error);
+      poisonLocked(state, failed, error);
     }
   } catch (const std::exception& e) {
     CommErrorInfo info = task.info;

@@ -1,6 +1,7 @@
 #include "launch/child_process.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -52,7 +53,15 @@ ChildProcess::ChildProcess(const std::vector<std::string>& argv,
   std::string execError = "lockstep run: cannot execute '" + argv[0] + "': ";
   pid_t parent = ::getpid();
 
+  // Block every signal across fork: until the child has reset its handlers,
+  // a signal (say the SIGTERM that stops a sibling's group) would run the
+  // parent's handler inside the child and look as if the parent received it.
+  sigset_t all;
+  sigset_t previous;
+  sigfillset(&all);
+  ::pthread_sigmask(SIG_SETMASK, &all, &previous);
   pid_t pid = ::fork();
+  if (pid != 0) ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);
   if (pid < 0) {
     int saved = errno;
     ::close(out[0]); ::close(out[1]); ::close(err[0]); ::close(err[1]);
@@ -64,10 +73,12 @@ ChildProcess::ChildProcess(const std::vector<std::string>& argv,
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != parent) ::_exit(128 + SIGKILL);
     // Workers start with default signal dispositions and an empty mask.
+    for (int s = 1; s < NSIG; ++s) {
+      if (s != SIGKILL && s != SIGSTOP) ::signal(s, SIG_DFL);
+    }
     sigset_t none;
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    for (int s : {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGPIPE}) ::signal(s, SIG_DFL);
     ::dup2(out[1], STDOUT_FILENO);
     ::dup2(err[1], STDERR_FILENO);
     int devnull = ::open("/dev/null", O_RDONLY);

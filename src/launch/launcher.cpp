@@ -24,6 +24,7 @@
 namespace lockstep {
 
 using Clock = std::chrono::steady_clock;
+constexpr Clock::time_point kNever = Clock::time_point::max();
 using detail::ChildProcess;
 using detail::Fd;
 
@@ -158,7 +159,8 @@ class Runner {
  private:
   void loop(int signalFd) {
     std::vector<char> buffer(1 << 16);
-    std::optional<Clock::time_point> killAt;
+    // Workers still running at killAt get SIGKILL; kNever while nobody is being stopped.
+    Clock::time_point killAt = kNever;
     std::optional<Clock::time_point> allExitedAt;
     for (;;) {
       std::vector<pollfd> fds;
@@ -199,11 +201,11 @@ class Runner {
       }
       if (fds[0].revents & POLLIN) drainSignals(signalFd, killAt);
       reap(killAt);
-      if (killAt && Clock::now() >= *killAt) {
+      if (killAt != kNever && Clock::now() >= killAt) {
         for (auto& w : workers_) {
           if (w->process->running()) w->process->signalGroup(SIGKILL);
         }
-        killAt.reset();
+        killAt = kNever;
       }
     }
     // Anything still running now is killed and reaped by ~ChildProcess; record it.
@@ -218,7 +220,7 @@ class Runner {
     }
   }
 
-  void drainSignals(int signalFd, std::optional<Clock::time_point>& killAt) {
+  void drainSignals(int signalFd, Clock::time_point& killAt) {
     unsigned char sigs[64];
     ssize_t got;
     while ((got = ::read(signalFd, sigs, sizeof(sigs))) > 0) {
@@ -233,7 +235,7 @@ class Runner {
               w->result.stoppedByLauncher = true;
             }
           }
-          if (!killAt) killAt = Clock::now() + o_.stopGrace;
+          if (killAt == kNever) killAt = Clock::now() + o_.stopGrace;
         } else {
           // A second interrupt: stop waiting.
           for (auto& w : workers_) {
@@ -244,7 +246,7 @@ class Runner {
     }
   }
 
-  void reap(std::optional<Clock::time_point>& killAt) {
+  void reap(Clock::time_point& killAt) {
     for (auto& w : workers_) {
       if (!w->process->poll()) continue;
       record(*w);
@@ -256,7 +258,7 @@ class Runner {
             other->result.stoppedByLauncher = true;
           }
         }
-        if (!killAt) killAt = Clock::now() + o_.stopGrace;
+        if (killAt == kNever) killAt = Clock::now() + o_.stopGrace;
       }
     }
   }
