@@ -11,6 +11,7 @@ PACKAGES=(
   libcli11-dev            # command-line parsing for the `lockstep` CLI
   nlohmann-json3-dev      # --json output of benchmarks
   libfmt-dev              # formatting
+  libyaml-cpp-dev         # training configs (lockstep train CONFIG.yaml)
   libgtest-dev libgmock-dev googletest   # tests
   procps psmisc           # ps/pkill used by tests of the launcher
 )
@@ -36,3 +37,6 @@ if [ "${#missing[@]}" -gt 0 ]; then
 else
   echo "setup.sh: all packages present"
 fi
+
+# Datasets from Debian and npm packages (names for the pet-name generator, ...).
+"$(dirname "$0")/setup_data.sh"

@@ -1,0 +1,1 @@
+# Sources of the data layer (owned by the data work): target_sources(lockstep PRIVATE ...)

@@ -1,0 +1,1 @@
+# Tests of the data layer: lockstep_add_test(...) calls.
