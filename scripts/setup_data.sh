@@ -1,3 +1,65 @@
 #!/usr/bin/env bash
 # Installs the datasets lockstep trains on (see docs/data.md). Idempotent.
+#
+#   Debian: wamerican (/usr/share/dict/american-english), ruby-faker (name YAML files)
+#   npm:    dog-names@3, cat-names@4, pinned by src/data/npm/package{,-lock}.json and
+#           installed under $LOCKSTEP_NPM_DIR (default /usr/local/share/lockstep/npm),
+#           which is where lockstep::loadNames looks for them. Node is not needed at
+#           run time: lockstep reads the packages' name files directly.
+#
+# Runs as root, or uses sudo for apt-get and for writing the npm directory.
 set -euo pipefail
+
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+NPM_SPEC_DIR="$ROOT/src/data/npm"
+NPM_DIR="${LOCKSTEP_NPM_DIR:-/usr/local/share/lockstep/npm}"
+
+DATA_PACKAGES=(
+  wamerican     # /usr/share/dict/american-english: capitalised entries are mostly given names
+  ruby-faker    # lib/locales/en/{name,dog,cat}.yml: first names, dog and cat names
+)
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null 2>&1; then SUDO="sudo"; else
+    echo "setup_data.sh: not root and sudo is missing; run as root" >&2; exit 1; fi
+fi
+
+installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
+
+missing=()
+for p in "${DATA_PACKAGES[@]}"; do installed "$p" || missing+=("$p"); done
+# npm: Debian's nodejs+npm unless a node with its own npm (e.g. a NodeSource build) is present.
+if ! command -v npm >/dev/null 2>&1; then
+  installed nodejs || missing+=(nodejs)
+  missing+=(npm)
+fi
+
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "setup_data.sh: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+else
+  echo "setup_data.sh: data packages present"
+fi
+
+# The npm packages: reinstall only when the pinned lock file differs from the installed one
+# or a package directory is missing.
+npm_ready() {
+  [ -f "$NPM_DIR/package-lock.json" ] &&
+    cmp -s "$NPM_SPEC_DIR/package-lock.json" "$NPM_DIR/package-lock.json" &&
+    [ -f "$NPM_DIR/node_modules/dog-names/package.json" ] &&
+    [ -f "$NPM_DIR/node_modules/cat-names/package.json" ]
+}
+
+if npm_ready; then
+  echo "setup_data.sh: npm name packages present in $NPM_DIR"
+else
+  echo "setup_data.sh: installing dog-names and cat-names into $NPM_DIR"
+  $SUDO mkdir -p "$NPM_DIR"
+  $SUDO cp "$NPM_SPEC_DIR/package.json" "$NPM_SPEC_DIR/package-lock.json" "$NPM_DIR/"
+  # --ignore-scripts: nothing is built or run, only files are unpacked.
+  (cd "$NPM_DIR" && $SUDO npm ci --ignore-scripts --no-audit --no-fund --loglevel=error)
+  npm_ready || { echo "setup_data.sh: npm install into $NPM_DIR did not produce the packages" >&2; exit 1; }
+fi

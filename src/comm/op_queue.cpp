@@ -1,5 +1,7 @@
 #include "comm/op_queue.h"
 
+#include <c10/core/GradMode.h>
+
 #include <fmt/format.h>
 
 namespace lockstep::detail {
@@ -117,6 +119,7 @@ bool OpQueue::guarded(State& state, Task& task, const std::function<void()>& fn)
 }
 
 void OpQueue::runIssuer(std::shared_ptr<State> state) {
+  c10::GradMode::set_enabled(false);  // communication is never part of an autograd graph
   for (;;) {
     Task task;
     {
@@ -141,6 +144,7 @@ void OpQueue::runIssuer(std::shared_ptr<State> state) {
 }
 
 void OpQueue::runFinisher(std::shared_ptr<State> state) {
+  c10::GradMode::set_enabled(false);
   for (;;) {
     Task task;
     {

@@ -1,0 +1,109 @@
+// lockstep/ddp/distributed_data_parallel.h — DistributedDataParallel for a LibTorch module.
+//
+//   lockstep::DistributedDataParallel ddp(model, comm, {});
+//   auto loss = lossOf(model->forward(x), y);
+//   loss.backward();              // buckets are allreduced while backward runs
+//   ddp.finishGradientSync();     // waits; every .grad now holds the average over ranks
+//   optimizer.step();
+//
+// Construction (collective: every rank must construct at the same point)
+// checks that all ranks hold the same parameters (names, shapes, dtypes,
+// order; a mismatch throws lockstep::Error naming the first differing
+// parameter on each side) and broadcasts rank 0's parameters and buffers.
+//
+// Gradients are packed into buckets of at most bucketCapMb, in reverse
+// registration order (the order backward produces them). A bucket's
+// allreduce is launched from an autograd hook as soon as its last gradient
+// is ready, so communication overlaps the rest of backward; buckets are
+// always launched in the same order on every rank. finishGradientSync()
+// must follow every synchronised backward.
+//
+// Inside a noSync() scope backward only accumulates local gradients; the
+// first synchronised backward after it averages the accumulated sum.
+// Parameters that get no gradient in a step are an error (naming them)
+// unless findUnusedParameters, in which case they contribute zeros.
+//
+// Not thread-safe; one backward at a time. Parameters must be float32 CPU tensors.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lockstep/comm/communicator.h"
+#include "lockstep/ddp/comm_hook.h"
+
+namespace torch::nn {
+class Module;
+}
+
+namespace lockstep {
+
+struct DdpOptions {
+  double bucketCapMb = 25.0;
+  bool findUnusedParameters = false;
+  bool broadcastBuffersEachSync = false;  ///< re-broadcast rank 0's buffers after each sync (BatchNorm stats)
+  bool checkConsistency = true;           ///< exchange the parameter fingerprint at construction
+  GradCompression compression = GradCompression::kNone;
+  std::shared_ptr<CommHook> hook;         ///< overrides `compression` when set
+};
+
+/// Counters for tests and monitoring.
+struct DdpStats {
+  int64_t syncs = 0;            ///< finishGradientSync() calls that communicated
+  int64_t bucketsLaunched = 0;  ///< allreduce launches, all steps
+  int64_t bucketsLaunchedDuringBackward = 0;  ///< of which from the autograd hooks (overlapped)
+  int64_t bytesReduced = 0;     ///< float32 bytes of gradients averaged
+};
+
+class DistributedDataParallel {
+ public:
+  DistributedDataParallel(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Communicator> comm,
+                          DdpOptions options = {});
+  ~DistributedDataParallel();
+  DistributedDataParallel(const DistributedDataParallel&) = delete;
+  DistributedDataParallel& operator=(const DistributedDataParallel&) = delete;
+
+  /// Waits for every bucket, launching late ones; writes the averages into .grad.
+  void finishGradientSync();
+
+  /// While alive, backward does not communicate (gradient accumulation).
+  class NoSyncGuard {
+   public:
+    explicit NoSyncGuard(DistributedDataParallel& ddp);
+    ~NoSyncGuard();
+    NoSyncGuard(const NoSyncGuard&) = delete;
+    NoSyncGuard& operator=(const NoSyncGuard&) = delete;
+
+   private:
+    DistributedDataParallel& ddp_;
+    bool previous_;
+  };
+  NoSyncGuard noSync() { return NoSyncGuard(*this); }
+  void setSyncEnabled(bool enabled);
+  bool syncEnabled() const;
+
+  int numBuckets() const;
+  /// Parameter names of each bucket, in bucket order (tests, logs).
+  std::vector<std::vector<std::string>> bucketLayout() const;
+  const DdpStats& stats() const;
+  Communicator& comm();
+  torch::nn::Module& module();
+
+ private:
+  struct Impl;
+  std::shared_ptr<Impl> impl_;
+};
+
+/// One line per parameter ("name dtype[shape]"), the fingerprint ranks compare.
+std::vector<std::string> parameterSignature(const torch::nn::Module& module);
+
+/// Broadcasts rank 0's parameters and buffers into every rank's module.
+void broadcastModule(torch::nn::Module& module, Communicator& comm);
+
+/// Checks that every rank holds the same parameters; throws lockstep::Error naming
+/// the first difference (collective).
+void checkModuleConsistency(const torch::nn::Module& module, Communicator& comm);
+
+}  // namespace lockstep

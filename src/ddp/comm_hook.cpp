@@ -1,0 +1,66 @@
+#include "lockstep/ddp/comm_hook.h"
+
+#include <ATen/ATen.h>
+
+#include "lockstep/common/error.h"
+
+namespace lockstep {
+
+const char* toString(GradCompression c) {
+  switch (c) {
+    case GradCompression::kNone: return "none";
+    case GradCompression::kFp16: return "fp16";
+    case GradCompression::kBf16: return "bf16";
+  }
+  return "?";
+}
+
+GradCompression parseGradCompression(const std::string& text, const std::string& what) {
+  if (text == "none") return GradCompression::kNone;
+  if (text == "fp16") return GradCompression::kFp16;
+  if (text == "bf16") return GradCompression::kBf16;
+  throw ConfigError(what + "='" + text + "' is not a gradient compression; expected none, fp16 or bf16");
+}
+
+namespace {
+
+class AllreduceHook final : public CommHook {
+ public:
+  std::string name() const override { return "allreduce"; }
+  WorkHandle start(Communicator& comm, GradBucket& bucket) override {
+    std::vector<at::Tensor> tensors{*bucket.buffer};
+    return comm.allreduce(tensors, ReduceOp::kAvg);
+  }
+  void finish(Communicator&, GradBucket&) override {}
+};
+
+/// Divides by the world size before compressing (so sums of large gradients
+/// stay in range, as PyTorch's fp16 hook does), sums in 2-byte floats on the
+/// wire, and decompresses into the float32 bucket.
+class CompressHook final : public CommHook {
+ public:
+  explicit CompressHook(at::ScalarType dtype) : dtype_(dtype) {}
+  std::string name() const override { return dtype_ == at::kHalf ? "fp16_compress" : "bf16_compress"; }
+  WorkHandle start(Communicator& comm, GradBucket& bucket) override {
+    *bucket.scratch = bucket.buffer->div(comm.size()).to(dtype_);
+    std::vector<at::Tensor> tensors{*bucket.scratch};
+    return comm.allreduce(tensors, ReduceOp::kSum);
+  }
+  void finish(Communicator&, GradBucket& bucket) override { bucket.buffer->copy_(*bucket.scratch); }
+
+ private:
+  at::ScalarType dtype_;
+};
+
+}  // namespace
+
+std::shared_ptr<CommHook> makeCommHook(GradCompression compression) {
+  switch (compression) {
+    case GradCompression::kNone: return std::make_shared<AllreduceHook>();
+    case GradCompression::kFp16: return std::make_shared<CompressHook>(at::kHalf);
+    case GradCompression::kBf16: return std::make_shared<CompressHook>(at::kBFloat16);
+  }
+  return std::make_shared<AllreduceHook>();
+}
+
+}  // namespace lockstep

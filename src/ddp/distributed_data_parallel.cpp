@@ -1,0 +1,301 @@
+#include "lockstep/ddp/distributed_data_parallel.h"
+
+#include <torch/nn/module.h>
+
+#include <fmt/format.h>
+
+#include <numeric>
+
+#include "lockstep/common/error.h"
+#include "lockstep/common/logging.h"
+
+namespace lockstep {
+
+namespace {
+
+std::string describeTensor(const at::Tensor& t) {
+  std::string shape;
+  for (int64_t d = 0; d < t.dim(); ++d) shape += (d ? "," : "") + std::to_string(t.size(d));
+  return fmt::format("{}[{}]", c10::toString(t.scalar_type()), shape);
+}
+
+}  // namespace
+
+std::vector<std::string> parameterSignature(const torch::nn::Module& module) {
+  std::vector<std::string> lines;
+  for (const auto& p : module.named_parameters(/*recurse=*/true)) {
+    lines.push_back(fmt::format("parameter {} {}", p.key(), describeTensor(p.value())));
+  }
+  for (const auto& b : module.named_buffers(/*recurse=*/true)) {
+    lines.push_back(fmt::format("buffer {} {}", b.key(), describeTensor(b.value())));
+  }
+  return lines;
+}
+
+void checkModuleConsistency(const torch::nn::Module& module, Communicator& comm) {
+  auto lines = parameterSignature(module);
+  std::string mine;
+  for (const auto& l : lines) mine += l + "\n";
+  int world = comm.size();
+  at::Tensor length = at::tensor({static_cast<int64_t>(mine.size())}, at::kLong);
+  at::Tensor lengths = at::empty({world}, at::kLong);
+  comm.allgather(length, lengths)->wait();
+  int64_t longest = lengths.max().item<int64_t>();
+  at::Tensor bytes = at::zeros({longest}, at::kByte);
+  std::memcpy(bytes.data_ptr<uint8_t>(), mine.data(), mine.size());
+  at::Tensor all = at::empty({world * longest}, at::kByte);
+  comm.allgather(bytes, all)->wait();
+  auto linesOf = [&](int r) {
+    const char* base = reinterpret_cast<const char*>(all.data_ptr<uint8_t>()) + r * longest;
+    std::string text(base, static_cast<size_t>(lengths[r].item<int64_t>()));
+    std::vector<std::string> out;
+    size_t start = 0;
+    while (start < text.size()) {
+      size_t nl = text.find('\n', start);
+      out.push_back(text.substr(start, nl - start));
+      start = nl + 1;
+    }
+    return out;
+  };
+  auto reference = linesOf(0);
+  for (int r = 1; r < world; ++r) {
+    auto other = linesOf(r);
+    if (other == reference) continue;
+    size_t i = 0;
+    while (i < reference.size() && i < other.size() && reference[i] == other[i]) ++i;
+    std::string left = i < reference.size() ? "'" + reference[i] + "'" : "nothing (it has " + std::to_string(reference.size()) + " entries)";
+    std::string right = i < other.size() ? "'" + other[i] + "'" : "nothing (it has " + std::to_string(other.size()) + " entries)";
+    throw Error(fmt::format("the model differs between ranks: entry #{} is {} on rank 0 but {} on rank {}; every "
+                            "rank must build the same model (same parameters, shapes, dtypes, registration order)",
+                            i, left, right, r));
+  }
+}
+
+void broadcastModule(torch::nn::Module& module, Communicator& comm) {
+  std::vector<at::Tensor> tensors;
+  // Detached aliases: the copy into a leaf that requires grad must not be tracked.
+  for (auto& p : module.parameters(true)) tensors.push_back(p.detach());
+  for (auto& b : module.buffers(true)) tensors.push_back(b.detach());
+  if (!tensors.empty()) comm.broadcast(tensors, 0)->wait();
+}
+
+struct DistributedDataParallel::Impl {
+  struct Bucket {
+    std::vector<size_t> params;      // indices into params
+    std::vector<int64_t> offsets;
+    at::Tensor buffer;
+    at::Tensor scratch;
+    int pending = 0;
+    bool ready = false;
+    WorkHandle work;
+  };
+
+  std::shared_ptr<torch::nn::Module> module;
+  std::shared_ptr<Communicator> comm;
+  DdpOptions options;
+  std::shared_ptr<CommHook> hook;
+  std::vector<at::Tensor> params;
+  std::vector<std::string> names;
+  std::vector<std::pair<size_t, size_t>> slotOf;  // param -> (bucket, slot)
+  std::vector<bool> arrived;
+  std::vector<Bucket> buckets;
+  std::vector<unsigned> hookHandles;
+  size_t nextToLaunch = 0;
+  bool anyArrived = false;
+  bool syncEnabled = true;
+  DdpStats stats;
+
+  void onGradient(size_t index, const at::Tensor& grad) {
+    if (!syncEnabled) return;
+    if (arrived[index]) {
+      throw Error(fmt::format("the gradient of '{}' arrived twice without finishGradientSync() in between; call "
+                              "finishGradientSync() after every synchronised backward, or use noSync() to accumulate",
+                              names[index]));
+    }
+    auto [b, slot] = slotOf[index];
+    Bucket& bucket = buckets[b];
+    const at::Tensor& p = params[index];
+    at::Tensor slice = bucket.buffer.narrow(0, bucket.offsets[slot], p.numel());
+    slice.copy_(grad.reshape({-1}));
+    // Gradients accumulated under noSync() are part of what gets averaged.
+    if (p.grad().defined()) slice.add_(p.grad().reshape({-1}));
+    arrived[index] = true;
+    anyArrived = true;
+    if (--bucket.pending == 0) {
+      bucket.ready = true;
+      launchReady(/*duringBackward=*/true);
+    }
+  }
+
+  void launchReady(bool duringBackward) {
+    // Strictly in bucket order, so every rank issues the same sequence.
+    while (nextToLaunch < buckets.size() && buckets[nextToLaunch].ready) {
+      Bucket& bucket = buckets[nextToLaunch];
+      GradBucket view{static_cast<int>(nextToLaunch), &bucket.buffer, &bucket.scratch};
+      bucket.work = hook->start(*comm, view);
+      ++stats.bucketsLaunched;
+      if (duringBackward) ++stats.bucketsLaunchedDuringBackward;
+      stats.bytesReduced += bucket.buffer.numel() * 4;
+      ++nextToLaunch;
+    }
+  }
+
+  void finish() {
+    if (!syncEnabled) return;
+    std::vector<std::string> missing;
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (!arrived[i]) missing.push_back(names[i]);
+    }
+    if (!missing.empty() && !options.findUnusedParameters) {
+      std::string list;
+      for (size_t i = 0; i < missing.size() && i < 8; ++i) list += (i ? ", " : "") + missing[i];
+      if (missing.size() > 8) list += fmt::format(" and {} more", missing.size() - 8);
+      std::string message = fmt::format(
+          "{} parameter(s) received no gradient in this step on rank {}: {}. {}", missing.size(), comm->rank(), list,
+          anyArrived ? "If some parameters are legitimately unused, set DdpOptions::findUnusedParameters "
+                       "(ddp.find_unused_parameters in configs)."
+                     : "Call finishGradientSync() once after each backward.");
+      reset();
+      throw Error(message);
+    }
+    // Unused parameters contribute what they accumulated locally (or zeros).
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (arrived[i]) continue;
+      auto [b, slot] = slotOf[i];
+      Bucket& bucket = buckets[b];
+      at::Tensor slice = bucket.buffer.narrow(0, bucket.offsets[slot], params[i].numel());
+      if (params[i].grad().defined()) slice.copy_(params[i].grad().reshape({-1}));
+      else slice.zero_();
+      if (--bucket.pending == 0) bucket.ready = true;
+    }
+    launchReady(/*duringBackward=*/false);
+    LOCKSTEP_ASSERT(nextToLaunch == buckets.size(), "not every bucket was launched");
+    for (size_t b = 0; b < buckets.size(); ++b) {
+      Bucket& bucket = buckets[b];
+      bucket.work->wait();
+      GradBucket view{static_cast<int>(b), &bucket.buffer, &bucket.scratch};
+      hook->finish(*comm, view);
+      for (size_t slot = 0; slot < bucket.params.size(); ++slot) {
+        at::Tensor& p = params[bucket.params[slot]];
+        at::Tensor slice = bucket.buffer.narrow(0, bucket.offsets[slot], p.numel()).view(p.sizes());
+        if (p.grad().defined()) {
+          p.mutable_grad().copy_(slice);
+        } else {
+          p.mutable_grad() = slice.clone();
+        }
+      }
+    }
+    if (options.broadcastBuffersEachSync) {
+      std::vector<at::Tensor> buffers;
+      for (auto& b : module->buffers(true)) buffers.push_back(b.detach());
+      if (!buffers.empty()) comm->broadcast(buffers, 0)->wait();
+    }
+    ++stats.syncs;
+    reset();
+  }
+
+  void reset() {
+    std::fill(arrived.begin(), arrived.end(), false);
+    for (auto& bucket : buckets) {
+      bucket.pending = static_cast<int>(bucket.params.size());
+      bucket.ready = false;
+      bucket.work.reset();
+    }
+    nextToLaunch = 0;
+    anyArrived = false;
+  }
+};
+
+DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Module> module,
+                                                 std::shared_ptr<Communicator> comm, DdpOptions options)
+    : impl_(std::make_shared<Impl>()) {
+  LOCKSTEP_CHECK(module != nullptr, "DistributedDataParallel needs a module");
+  LOCKSTEP_CHECK(comm != nullptr, "DistributedDataParallel needs a communicator");
+  LOCKSTEP_CHECK(options.bucketCapMb > 0, "bucket cap must be positive, got ", options.bucketCapMb, " MB");
+  Impl& s = *impl_;
+  s.module = std::move(module);
+  s.comm = std::move(comm);
+  s.options = options;
+  s.hook = options.hook ? options.hook : makeCommHook(options.compression);
+
+  for (const auto& p : s.module->named_parameters(true)) {
+    if (!p.value().requires_grad()) continue;
+    LOCKSTEP_CHECK(p.value().scalar_type() == at::kFloat && p.value().device().is_cpu(),
+                   "parameter '", p.key(), "' is ", describeTensor(p.value()), " on ", p.value().device().str(),
+                   "; DistributedDataParallel handles float32 CPU parameters");
+    s.params.push_back(p.value());
+    s.names.push_back(p.key());
+  }
+  if (options.checkConsistency) checkModuleConsistency(*s.module, *s.comm);
+  broadcastModule(*s.module, *s.comm);
+
+  // Buckets in reverse registration order: backward produces the last layers' gradients first.
+  const int64_t capBytes = std::max<int64_t>(4, static_cast<int64_t>(options.bucketCapMb * 1024 * 1024));
+  s.slotOf.resize(s.params.size());
+  int64_t bucketBytes = 0;
+  for (size_t k = s.params.size(); k-- > 0;) {
+    int64_t bytes = s.params[k].numel() * 4;
+    if (s.buckets.empty() || (bucketBytes > 0 && bucketBytes + bytes > capBytes)) {
+      s.buckets.emplace_back();
+      bucketBytes = 0;
+    }
+    auto& bucket = s.buckets.back();
+    int64_t offset = bucketBytes / 4;
+    s.slotOf[k] = {s.buckets.size() - 1, bucket.params.size()};
+    bucket.params.push_back(k);
+    bucket.offsets.push_back(offset);
+    bucketBytes += bytes;
+  }
+  for (auto& bucket : s.buckets) {
+    int64_t total = 0;
+    for (size_t slot = 0; slot < bucket.params.size(); ++slot) total += s.params[bucket.params[slot]].numel();
+    bucket.buffer = at::zeros({total}, at::kFloat);
+  }
+  s.arrived.assign(s.params.size(), false);
+  s.reset();
+
+  std::weak_ptr<Impl> weak = impl_;
+  for (size_t i = 0; i < s.params.size(); ++i) {
+    s.hookHandles.push_back(s.params[i].register_hook([weak, i](const at::Tensor& grad) {
+      if (auto impl = weak.lock()) impl->onGradient(i, grad);
+    }));
+  }
+  log::debug(fmt::format("DDP: {} parameters in {} bucket(s) of <= {} MB, hook {}", s.params.size(),
+                         s.buckets.size(), options.bucketCapMb, s.hook->name()));
+}
+
+DistributedDataParallel::~DistributedDataParallel() {
+  for (size_t i = 0; i < impl_->params.size() && i < impl_->hookHandles.size(); ++i) {
+    try {
+      impl_->params[i].remove_hook(impl_->hookHandles[i]);
+    } catch (...) {
+      // A module torn down first has nothing left to unhook.
+    }
+  }
+}
+
+void DistributedDataParallel::finishGradientSync() { impl_->finish(); }
+void DistributedDataParallel::setSyncEnabled(bool enabled) { impl_->syncEnabled = enabled; }
+bool DistributedDataParallel::syncEnabled() const { return impl_->syncEnabled; }
+int DistributedDataParallel::numBuckets() const { return static_cast<int>(impl_->buckets.size()); }
+const DdpStats& DistributedDataParallel::stats() const { return impl_->stats; }
+Communicator& DistributedDataParallel::comm() { return *impl_->comm; }
+torch::nn::Module& DistributedDataParallel::module() { return *impl_->module; }
+
+std::vector<std::vector<std::string>> DistributedDataParallel::bucketLayout() const {
+  std::vector<std::vector<std::string>> layout;
+  for (const auto& bucket : impl_->buckets) {
+    layout.emplace_back();
+    for (size_t p : bucket.params) layout.back().push_back(impl_->names[p]);
+  }
+  return layout;
+}
+
+DistributedDataParallel::NoSyncGuard::NoSyncGuard(DistributedDataParallel& ddp)
+    : ddp_(ddp), previous_(ddp.syncEnabled()) {
+  ddp_.setSyncEnabled(false);
+}
+
+DistributedDataParallel::NoSyncGuard::~NoSyncGuard() { ddp_.setSyncEnabled(previous_); }
+
+}  // namespace lockstep

@@ -1,0 +1,71 @@
+#include "lockstep/models/char_lstm.h"
+
+#include <ATen/ATen.h>
+#include <torch/nn/functional/loss.h>
+
+#include "lockstep/common/error.h"
+
+namespace lockstep {
+
+CharLstmImpl::CharLstmImpl(const CharLstmOptions& o) : options_(o) {
+  LOCKSTEP_CHECK(o.vocabSize >= 2, "CharLstm vocab size must be at least 2, got ", o.vocabSize);
+  LOCKSTEP_CHECK(o.hidden >= 1 && o.layers >= 1, "CharLstm needs hidden >= 1 and layers >= 1");
+  lstm_ = register_module("lstm", torch::nn::LSTM(torch::nn::LSTMOptions(o.vocabSize, o.hidden)
+                                                      .num_layers(o.layers)
+                                                      .batch_first(true)));
+  head_ = register_module("head", torch::nn::Linear(o.hidden, o.vocabSize));
+}
+
+at::Tensor CharLstmImpl::forward(const at::Tensor& indices) {
+  at::Tensor x = at::one_hot(indices, options_.vocabSize).to(at::kFloat);
+  auto out = std::get<0>(lstm_->forward(x));
+  return head_->forward(out);
+}
+
+at::Tensor charLstmLoss(const at::Tensor& logits, const at::Tensor& targets) {
+  auto flat = logits.reshape({-1, logits.size(-1)});
+  auto summed = at::cross_entropy_loss(flat, targets.reshape({-1}), /*weight=*/{}, at::Reduction::Sum,
+                                       /*ignore_index=*/-100);
+  return summed / static_cast<double>(targets.numel());
+}
+
+std::vector<int64_t> sampleSequence(CharLstmImpl& model, int64_t window, int64_t padIndex, int64_t stopIndex,
+                                    double temperature, int64_t maxLength, at::Generator& generator) {
+  LOCKSTEP_CHECK(temperature > 0, "temperature must be positive, got ", temperature);
+  std::vector<int64_t> context(static_cast<size_t>(window), padIndex);
+  std::vector<int64_t> out;
+  at::NoGradGuard noGrad;
+  while (static_cast<int64_t>(out.size()) < maxLength) {
+    at::Tensor input = at::tensor(context, at::kLong).view({1, window});
+    at::Tensor logits = model.forward(input).select(1, window - 1).squeeze(0);
+    logits[padIndex] = -std::numeric_limits<float>::infinity();  // padding is never a prediction
+    at::Tensor probs = at::softmax(logits / temperature, 0);
+    int64_t next = at::multinomial(probs, 1, false, generator).item<int64_t>();
+    if (next == stopIndex) break;
+    out.push_back(next);
+    context.erase(context.begin());
+    context.push_back(next);
+  }
+  return out;
+}
+
+MlpImpl::MlpImpl(const MlpOptions& o) {
+  int64_t in = o.inputs;
+  std::vector<int64_t> sizes = o.hidden;
+  sizes.push_back(o.outputs);
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    layers_.push_back(register_module("fc" + std::to_string(i), torch::nn::Linear(in, sizes[i])));
+    in = sizes[i];
+  }
+}
+
+at::Tensor MlpImpl::forward(const at::Tensor& input) {
+  at::Tensor x = input;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    x = layers_[i]->forward(x);
+    if (i + 1 < layers_.size()) x = at::relu(x);
+  }
+  return x;
+}
+
+}  // namespace lockstep
