@@ -13,6 +13,8 @@ inline constexpr int kExitUsage = 2;
 
 int runCommand(const std::vector<std::string>& args);
 int benchCommand(const std::vector<std::string>& args);
+int trainCommand(const std::vector<std::string>& args);
+int generateCommand(const std::vector<std::string>& args);
 
 struct AllreduceBenchOptions {
   std::vector<int64_t> sizes;  ///< bytes

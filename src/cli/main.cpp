@@ -11,6 +11,8 @@ constexpr const char* kUsage =
     "usage: lockstep <command> [options]\n"
     "commands:\n"
     "  run     start N workers of a program: lockstep run -np N [options] -- PROGRAM [ARGS...]\n"
+    "  train   train a built-in model: lockstep train CONFIG.yaml [key=value ...]\n"
+    "  generate  sample pet names: lockstep generate --checkpoint FILE -n 20 --temperature 0.8\n"
     "  bench   measure: lockstep bench allreduce [--bytes 4K,1M,32M] [--json]\n"
     "  version print the version\n"
     "`lockstep <command> --help` describes each command.\n";
@@ -28,6 +30,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> rest(args.begin() + 1, args.end());
   if (command == "run") return lockstep::cli::runCommand(rest);
   if (command == "bench") return lockstep::cli::benchCommand(rest);
+  if (command == "train") return lockstep::cli::trainCommand(rest);
+  if (command == "generate") return lockstep::cli::generateCommand(rest);
   if (command == "version" || command == "--version") {
     std::cout << "lockstep " << LOCKSTEP_VERSION << "\n";
     return lockstep::cli::kExitOk;

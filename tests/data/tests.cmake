@@ -1,1 +1,6 @@
 # Tests of the data layer: lockstep_add_test(...) calls.
+# test_names and test_char_dataset read the real name sources that
+# scripts/setup.sh (scripts/setup_data.sh) installs, and fail when they are missing.
+lockstep_add_test(NAME test_sampler SOURCES data/test_sampler.cpp LABELS unit)
+lockstep_add_test(NAME test_names SOURCES data/test_names.cpp LABELS unit)
+lockstep_add_test(NAME test_char_dataset SOURCES data/test_char_dataset.cpp LABELS unit)

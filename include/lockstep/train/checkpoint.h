@@ -1,0 +1,55 @@
+// lockstep/train/checkpoint.h — checkpoint files: framing, atomic writes, rotation.
+//
+// A checkpoint file is a 32-byte header — magic "LOCKSTEP-CKPT-v1" (16 bytes),
+// payload length (u64 little endian), CRC-32C of the payload (u32), 4 zero
+// bytes — followed by the payload (a LibTorch archive). Reading checks all of
+// it and names the file and what is wrong (not a checkpoint, truncated at
+// byte N of M, checksum mismatch). Files are written atomically: a temporary
+// file in the same directory, fsync, rename, fsync of the directory, so a
+// crash leaves either the old set of checkpoints or the new one, never a
+// half-written file under a checkpoint's name.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "lockstep/common/error.h"
+
+namespace lockstep {
+
+class CheckpointError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// Writes `bytes` to `path` atomically (see above). Throws lockstep::Error naming the path.
+void writeFileAtomically(const std::string& path, const std::string& bytes);
+
+/// Frames a payload as a checkpoint file's content.
+std::string frameCheckpoint(const std::string& payload);
+/// Reads and verifies a checkpoint file; returns its payload. Throws CheckpointError.
+std::string readCheckpoint(const std::string& path);
+
+struct CheckpointEntry {
+  int64_t step = 0;
+  std::string path;
+};
+
+/// The checkpoints of a directory, named step-<000000012>.ckpt, oldest first.
+class CheckpointDir {
+ public:
+  CheckpointDir(std::string dir, int keepLast);
+  /// Writes step's checkpoint and deletes all but the newest keepLast. Returns its path.
+  std::string save(int64_t step, const std::string& payload);
+  std::vector<CheckpointEntry> list() const;
+  const std::string& dir() const { return dir_; }
+  std::string pathFor(int64_t step) const;
+
+ private:
+  std::string dir_;
+  int keepLast_;
+};
+
+}  // namespace lockstep

@@ -1,0 +1,121 @@
+// lockstep/train/trainer.h — the training loop, the same in one process and under `lockstep run`.
+//
+//   lockstep::Context ctx = lockstep::init();
+//   lockstep::Trainer trainer(ctx.comm, options);
+//   trainer.fit(model, lossFn, trainSet, &valSet);
+//
+// fit() wraps the model in DistributedDataParallel, shards every epoch with a
+// DistributedSampler (seed + epoch), scales the learning rate for the global
+// batch, accumulates micro-batches without communication, clips the averaged
+// gradients by global norm, validates with the loss averaged over every
+// rank's shard, and on rank 0 alone prints progress and writes checkpoints
+// (model, optimizer, step, sampler position, RNG state) atomically, keeping
+// the last K. A run resumes from a checkpoint bit-identically on CPU.
+// Every rank must call fit() with the same options and a dataset of the same size.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "lockstep/comm/communicator.h"
+#include "lockstep/ddp/comm_hook.h"
+#include "lockstep/optim/lr_scaling.h"
+
+namespace torch::nn {
+class Module;
+}
+
+namespace lockstep {
+
+/// An in-memory dataset of (input, target) rows; row i of both is sample i.
+struct TensorDataset {
+  at::Tensor inputs;   ///< [N, ...]
+  at::Tensor targets;  ///< [N, ...]
+};
+
+struct Batch {
+  at::Tensor inputs;
+  at::Tensor targets;
+};
+
+/// Returns the mean loss of the batch (the Trainer backpropagates it).
+using LossFn = std::function<at::Tensor(torch::nn::Module& model, const Batch& batch)>;
+
+struct TrainerOptions {
+  int64_t epochs = 1;
+  int64_t maxSteps = 0;        ///< > 0: stop after this many optimizer steps
+  int64_t batchSize = 32;      ///< per worker and micro-batch
+  int64_t accumulation = 1;
+  double clipGradNorm = 0;
+  uint64_t seed = 0;
+  int64_t logEvery = 50;
+  bool validate = true;
+
+  std::string optimizer = "adam";  ///< sgd, adam, adamw
+  double lr = 1e-3;                ///< base learning rate, for lrScaling.baseBatch
+  double momentum = 0;
+  double weightDecay = 0;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  LrScalingOptions lrScaling;
+
+  double bucketCapMb = 25;
+  bool findUnusedParameters = false;
+  GradCompression compression = GradCompression::kNone;
+
+  std::string checkpointDir;   ///< empty: no checkpoints
+  int64_t checkpointEvery = 0; ///< optimizer steps; 0: end of each epoch
+  int64_t keepLast = 3;
+  std::string resume = "auto"; ///< auto, none, or a checkpoint path
+  /// Extra entries stored in every checkpoint (e.g. the vocabulary, the config).
+  std::vector<std::pair<std::string, std::string>> checkpointExtras;
+  /// Fault injection for tests: SIGKILL this process right after the
+  /// checkpoint of this optimizer step was written (0: never).
+  int64_t crashAfterStep = 0;
+};
+
+struct FitResult {
+  int64_t steps = 0;             ///< optimizer steps taken in total (resumed ones included)
+  int64_t resumedFromStep = 0;   ///< 0 when not resumed
+  double lastTrainLoss = 0;      ///< averaged over ranks, last logging window
+  double lastValidationLoss = -1;
+  double samplesPerSecond = 0;   ///< global, over this run's steps
+  double seconds = 0;
+  std::string lastCheckpoint;
+};
+
+class Trainer {
+ public:
+  Trainer(std::shared_ptr<Communicator> comm, TrainerOptions options);
+  FitResult fit(std::shared_ptr<torch::nn::Module> model, const LossFn& loss, TensorDataset train,
+                std::optional<TensorDataset> validation = std::nullopt);
+  const TrainerOptions& options() const { return options_; }
+
+ private:
+  std::shared_ptr<Communicator> comm_;
+  TrainerOptions options_;
+};
+
+/// What a checkpoint written by Trainer holds besides tensors.
+struct CheckpointInfo {
+  int64_t step = 0;
+  int64_t epoch = 0;
+  int64_t batchInEpoch = 0;  ///< micro-batches of `epoch` already consumed
+  int64_t worldSize = 0;
+  int64_t batchSize = 0;
+  std::vector<std::pair<std::string, std::string>> extras;
+};
+
+/// Loads a Trainer checkpoint's model weights into `model` and returns its info
+/// (lockstep generate uses it). Throws CheckpointError naming the file.
+CheckpointInfo loadModelFromCheckpoint(const std::string& path, torch::nn::Module& model);
+/// Reads only the info of a checkpoint.
+CheckpointInfo readCheckpointInfo(const std::string& path);
+
+}  // namespace lockstep

@@ -1,0 +1,217 @@
+// cmd_train.cpp — `lockstep train CONFIG.yaml [key=value ...]` and
+// `lockstep generate --checkpoint FILE [-n 20] [--temperature 0.8]`: the
+// pet-name generator end to end (names -> windows -> CharLstm -> Trainer).
+#include <ATen/ATen.h>
+#include <CLI/CLI.hpp>
+#include <torch/nn/module.h>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <iostream>
+#include <random>
+
+#include "cli/commands.h"
+#include "lockstep/common/error.h"
+#include "lockstep/common/logging.h"
+#include "lockstep/data/char_dataset.h"
+#include "lockstep/data/names.h"
+#include "lockstep/data/sampler.h"
+#include "lockstep/models/char_lstm.h"
+#include "lockstep/rendezvous/init.h"
+#include "lockstep/train/checkpoint.h"
+#include "lockstep/train/config.h"
+#include "lockstep/train/trainer.h"
+
+namespace lockstep::cli {
+
+namespace {
+
+constexpr const char* kTrainUsage = "usage: lockstep train CONFIG.yaml [key.path=value ...]   (docs/training.md)";
+constexpr const char* kGenerateUsage =
+    "usage: lockstep generate --checkpoint FILE [-n COUNT] [--temperature T] [--seed S] [--max-length L]";
+
+TrainerOptions trainerOptions(const TrainConfig& c) {
+  TrainerOptions o;
+  o.epochs = c.trainer.epochs;
+  o.maxSteps = c.trainer.maxSteps;
+  o.batchSize = c.trainer.batchSize;
+  o.accumulation = c.trainer.accumulation;
+  o.clipGradNorm = c.trainer.clipGradNorm;
+  o.seed = static_cast<uint64_t>(c.trainer.seed);
+  o.logEvery = c.trainer.logEvery;
+  o.validate = c.trainer.validate;
+  o.optimizer = c.optimizer.type;
+  o.lr = c.optimizer.lr;
+  o.momentum = c.optimizer.momentum;
+  o.weightDecay = c.optimizer.weightDecay;
+  o.beta1 = c.optimizer.beta1;
+  o.beta2 = c.optimizer.beta2;
+  o.lrScaling.rule = parseLrScalingRule(c.lrScaling.rule, "lr_scaling.rule");
+  o.lrScaling.baseBatch = c.lrScaling.baseBatch;
+  o.lrScaling.warmupSteps = c.lrScaling.warmupSteps;
+  o.bucketCapMb = c.ddp.bucketCapMb;
+  o.findUnusedParameters = c.ddp.findUnusedParameters;
+  o.compression = parseGradCompression(c.ddp.compression, "ddp.compression");
+  o.checkpointDir = c.checkpoint.dir;
+  o.checkpointEvery = c.checkpoint.every;
+  o.keepLast = c.checkpoint.keepLast;
+  o.resume = c.checkpoint.resume;
+  return o;
+}
+
+std::string extra(const CheckpointInfo& info, const std::string& key, const std::string& path) {
+  for (const auto& [k, v] : info.extras) {
+    if (k == key) return v;
+  }
+  throw CheckpointError(fmt::format("checkpoint {} has no '{}' entry; was it written by `lockstep train`?", path, key));
+}
+
+std::vector<std::string> sampleNames(CharLstmImpl& model, const CharVocab& vocab, int64_t window, int64_t count,
+                                     double temperature, int64_t maxLength, uint64_t seed) {
+  at::Generator generator = at::detail::createCPUGenerator(seed);
+  std::vector<std::string> out;
+  for (int64_t i = 0; i < count; ++i) {
+    auto indices = sampleSequence(model, window, CharVocab::kPadIndex, CharVocab::kStopIndex, temperature, maxLength,
+                                  generator);
+    out.push_back(capitalise(vocab.decode(indices)));
+  }
+  return out;
+}
+
+int train(const std::string& configFile, const std::vector<std::string>& overrides) {
+  TrainConfig config = loadTrainConfig(configFile, overrides);
+  TrainerOptions options = trainerOptions(config);
+  Context ctx = init();
+  const bool master = ctx.world.rank == 0;
+  if (auto crash = Environment::fromProcess().getInt("LOCKSTEP_FAULT_CRASH_AFTER_STEP", 0)) {
+    options.crashAfterStep = *crash;
+  }
+
+  NamesOptions namesOptions;
+  namesOptions.sources = config.data.sources;
+  namesOptions.csvColumn = config.data.csvColumn;
+  namesOptions.lowercase = true;
+  std::vector<std::string> names = loadNames(namesOptions);
+  // A fixed split of names (not windows): validation names are never trained on.
+  auto order = globalOrder(static_cast<int64_t>(names.size()), true, options.seed, /*epoch=*/0);
+  auto validationCount = static_cast<int64_t>(static_cast<double>(names.size()) * config.data.validationFraction);
+  std::vector<std::string> trainNames, validationNames;
+  for (size_t i = 0; i < order.size(); ++i) {
+    (static_cast<int64_t>(i) < validationCount ? validationNames : trainNames).push_back(names[order[i]]);
+  }
+  CharVocab vocab = CharVocab::fromNames(names);
+  CharWindows trainWindows = makeWindows(trainNames, vocab, static_cast<int>(config.model.window));
+  std::optional<TensorDataset> validation;
+  if (!validationNames.empty()) {
+    CharWindows v = makeWindows(validationNames, vocab, static_cast<int>(config.model.window));
+    validation = TensorDataset{v.inputs, v.targets};
+  }
+  if (master) {
+    log::info(fmt::format("data: {} names from {} ({} for training, {} for validation), {} training windows of {}, "
+                          "vocabulary {} symbols", names.size(), fmt::join(config.data.sources, ", "),
+                          trainNames.size(), validationNames.size(), trainWindows.inputs.size(0), config.model.window,
+                          vocab.size()));
+  }
+
+  at::manual_seed(options.seed);
+  CharLstm model(CharLstmOptions{vocab.size(), config.model.hidden, config.model.layers});
+  options.checkpointExtras = {{"vocab", vocab.toString()},
+                              {"model.hidden", std::to_string(config.model.hidden)},
+                              {"model.layers", std::to_string(config.model.layers)},
+                              {"model.window", std::to_string(config.model.window)},
+                              {"config", toYaml(config)}};
+  Trainer trainer(ctx.comm, options);
+  LossFn loss = [](torch::nn::Module& m, const Batch& batch) {
+    return charLstmLoss(static_cast<CharLstmImpl&>(m).forward(batch.inputs), batch.targets);
+  };
+  FitResult result = trainer.fit(model.ptr(), loss, TensorDataset{trainWindows.inputs, trainWindows.targets}, validation);
+
+  if (master && config.generate.samples > 0) {
+    model->eval();
+    auto generated = sampleNames(*model, vocab, config.model.window, config.generate.samples,
+                                 config.generate.temperature, 24, options.seed + 1);
+    std::cout << fmt::format("generated names (temperature {}, after {} steps, train loss {:.3f}):\n",
+                             config.generate.temperature, result.steps, result.lastTrainLoss);
+    for (const auto& name : generated) std::cout << "  " << name << "\n";
+    if (!result.lastCheckpoint.empty()) {
+      std::cout << fmt::format("more: lockstep generate --checkpoint {} -n 20\n", result.lastCheckpoint);
+    }
+    std::cout << std::flush;
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+int trainCommand(const std::vector<std::string>& args) {
+  if (!args.empty() && (args[0] == "-h" || args[0] == "--help")) {
+    std::cout << kTrainUsage << "\nkeys: " << fmt::format("{}", fmt::join(trainConfigKeys(), ", ")) << "\n";
+    return kExitOk;
+  }
+  std::string file;
+  std::vector<std::string> overrides;
+  for (const auto& a : args) {
+    if (a.find('=') != std::string::npos) {
+      overrides.push_back(a);
+    } else if (file.empty() && !a.empty() && a[0] != '-') {
+      file = a;
+    } else {
+      std::cerr << "lockstep train: error: unexpected argument '" << a << "'\n" << kTrainUsage << "\n";
+      return kExitUsage;
+    }
+  }
+  try {
+    return train(file, overrides);
+  } catch (const ConfigError& e) {
+    std::cerr << "lockstep train: error: " << e.what() << "\n" << kTrainUsage << "\n";
+    return kExitUsage;
+  } catch (const std::exception& e) {
+    std::cerr << "lockstep train: " << e.what() << "\n";
+    return kExitFailure;
+  }
+}
+
+int generateCommand(const std::vector<std::string>& args) {
+  std::string checkpoint;
+  int64_t count = 20;
+  double temperature = 0.8;
+  int64_t maxLength = 24;
+  int64_t seed = -1;
+  CLI::App app{"Sample names from a trained pet-name checkpoint", "lockstep generate"};
+  app.add_option("--checkpoint", checkpoint, "a checkpoint written by lockstep train")->required();
+  app.add_option("-n,--count", count, "how many names")->check(CLI::Range(int64_t(1), int64_t(100000)));
+  app.add_option("--temperature", temperature, "sampling temperature (lower: safer names)")
+      ->check(CLI::Range(1e-3, 100.0));
+  app.add_option("--max-length", maxLength, "longest name")->check(CLI::Range(int64_t(1), int64_t(1000)));
+  app.add_option("--seed", seed, "random seed (default: a random one)");
+  try {
+    app.parse(std::vector<std::string>(args.rbegin(), args.rend()));
+  } catch (const CLI::CallForHelp&) {
+    std::cout << app.help();
+    return kExitOk;
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "lockstep generate: error: " << e.what() << "\n" << kGenerateUsage << "\n";
+    return kExitUsage;
+  }
+  try {
+    CheckpointInfo info = readCheckpointInfo(checkpoint);
+    CharVocab vocab = CharVocab::fromString(extra(info, "vocab", checkpoint));
+    int64_t hidden = std::stoll(extra(info, "model.hidden", checkpoint));
+    int64_t layers = std::stoll(extra(info, "model.layers", checkpoint));
+    int64_t window = std::stoll(extra(info, "model.window", checkpoint));
+    CharLstm model(CharLstmOptions{vocab.size(), hidden, layers});
+    loadModelFromCheckpoint(checkpoint, *model);
+    model->eval();
+    uint64_t s = seed >= 0 ? static_cast<uint64_t>(seed) : std::random_device{}();
+    for (const auto& name : sampleNames(*model, vocab, window, count, temperature, maxLength, s)) {
+      std::cout << name << "\n";
+    }
+    return kExitOk;
+  } catch (const std::exception& e) {
+    std::cerr << "lockstep generate: error: " << e.what() << "\n";
+    return kExitFailure;
+  }
+}
+
+}  // namespace lockstep::cli

@@ -1,0 +1,237 @@
+#include "lockstep/train/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <fmt/format.h>
+
+#include <functional>
+#include <variant>
+
+#include "lockstep/common/error.h"
+
+namespace lockstep {
+
+namespace {
+
+using Target = std::variant<int64_t*, double*, bool*, std::string*, std::vector<std::string>*>;
+
+struct Field {
+  std::string path;
+  Target target;
+};
+
+std::vector<Field> fieldsOf(TrainConfig& c) {
+  return {
+      {"model.type", &c.model.type},
+      {"model.hidden", &c.model.hidden},
+      {"model.layers", &c.model.layers},
+      {"model.window", &c.model.window},
+      {"data.sources", &c.data.sources},
+      {"data.csv_column", &c.data.csvColumn},
+      {"data.validation_fraction", &c.data.validationFraction},
+      {"trainer.epochs", &c.trainer.epochs},
+      {"trainer.max_steps", &c.trainer.maxSteps},
+      {"trainer.batch_size", &c.trainer.batchSize},
+      {"trainer.accumulation", &c.trainer.accumulation},
+      {"trainer.clip_grad_norm", &c.trainer.clipGradNorm},
+      {"trainer.seed", &c.trainer.seed},
+      {"trainer.log_every", &c.trainer.logEvery},
+      {"trainer.validate", &c.trainer.validate},
+      {"optimizer.type", &c.optimizer.type},
+      {"optimizer.lr", &c.optimizer.lr},
+      {"optimizer.momentum", &c.optimizer.momentum},
+      {"optimizer.weight_decay", &c.optimizer.weightDecay},
+      {"optimizer.beta1", &c.optimizer.beta1},
+      {"optimizer.beta2", &c.optimizer.beta2},
+      {"lr_scaling.rule", &c.lrScaling.rule},
+      {"lr_scaling.base_batch", &c.lrScaling.baseBatch},
+      {"lr_scaling.warmup_steps", &c.lrScaling.warmupSteps},
+      {"ddp.bucket_cap_mb", &c.ddp.bucketCapMb},
+      {"ddp.find_unused_parameters", &c.ddp.findUnusedParameters},
+      {"ddp.compression", &c.ddp.compression},
+      {"checkpoint.dir", &c.checkpoint.dir},
+      {"checkpoint.every", &c.checkpoint.every},
+      {"checkpoint.keep_last", &c.checkpoint.keepLast},
+      {"checkpoint.resume", &c.checkpoint.resume},
+      {"generate.samples", &c.generate.samples},
+      {"generate.temperature", &c.generate.temperature},
+  };
+}
+
+std::string scalarText(const YAML::Node& node) {
+  if (node.IsScalar()) return node.Scalar();
+  YAML::Emitter out;
+  out << YAML::Flow << node;
+  return out.c_str();
+}
+
+void assign(const Field& field, const YAML::Node& node, const std::string& where) {
+  auto fail = [&](const char* expected) {
+    throw ConfigError(fmt::format("{}: key '{}' expects {}, got '{}'", where, field.path, expected, scalarText(node)));
+  };
+  std::visit(
+      [&](auto* target) {
+        using T = std::remove_pointer_t<decltype(target)>;
+        if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+          if (node.IsScalar()) {
+            *target = {node.Scalar()};
+            return;
+          }
+          if (!node.IsSequence()) fail("a list of strings");
+          std::vector<std::string> values;
+          for (const auto& item : node) {
+            if (!item.IsScalar()) fail("a list of strings");
+            values.push_back(item.Scalar());
+          }
+          *target = values;
+        } else {
+          if (!node.IsScalar()) fail("a single value");
+          T value{};
+          if constexpr (std::is_same_v<T, int64_t>) {
+            if (!YAML::convert<int64_t>::decode(node, value)) fail("an integer");
+          } else if constexpr (std::is_same_v<T, double>) {
+            if (!YAML::convert<double>::decode(node, value)) fail("a number");
+          } else if constexpr (std::is_same_v<T, bool>) {
+            if (!YAML::convert<bool>::decode(node, value)) fail("true or false");
+          } else {
+            value = node.Scalar();
+          }
+          *target = value;
+        }
+      },
+      field.target);
+}
+
+std::string knownUnder(const std::vector<Field>& fields, const std::string& prefix) {
+  std::string out;
+  for (const auto& f : fields) {
+    if (f.path.rfind(prefix, 0) == 0) out += (out.empty() ? "" : ", ") + f.path;
+  }
+  return out;
+}
+
+const Field* findField(const std::vector<Field>& fields, const std::string& path) {
+  for (const auto& f : fields) {
+    if (f.path == path) return &f;
+  }
+  return nullptr;
+}
+
+void applyNode(std::vector<Field>& fields, const YAML::Node& node, const std::string& prefix, const std::string& where) {
+  for (const auto& item : node) {
+    std::string key = item.first.Scalar();
+    std::string path = prefix.empty() ? key : prefix + "." + key;
+    if (const Field* f = findField(fields, path)) {
+      assign(*f, item.second, where);
+      continue;
+    }
+    bool isSection = !knownUnder(fields, path + ".").empty();
+    if (isSection && item.second.IsMap()) {
+      applyNode(fields, item.second, path, where);
+      continue;
+    }
+    if (isSection) {
+      throw ConfigError(fmt::format("{}: '{}' is a section; expected keys under it ({})", where, path,
+                                    knownUnder(fields, path + ".")));
+    }
+    std::string section = prefix.empty() ? "" : prefix + ".";
+    std::string known = knownUnder(fields, section);
+    throw ConfigError(fmt::format("{}: unknown key '{}'{}", where, path,
+                                  known.empty() ? "" : "; known keys here: " + known));
+  }
+}
+
+void validate(const TrainConfig& c) {
+  auto check = [](bool ok, const std::string& message) {
+    if (!ok) throw ConfigError(message);
+  };
+  check(c.model.type == "charlstm", "model.type '" + c.model.type + "' is not a built-in model; expected charlstm");
+  check(c.model.hidden > 0 && c.model.layers > 0 && c.model.window > 0,
+        "model.hidden, model.layers and model.window must be positive");
+  check(!c.data.sources.empty(), "data.sources must name at least one source");
+  check(c.data.validationFraction >= 0 && c.data.validationFraction < 1, "data.validation_fraction must be in [0, 1)");
+  check(c.trainer.epochs > 0 || c.trainer.maxSteps > 0, "trainer.epochs or trainer.max_steps must be positive");
+  check(c.trainer.maxSteps >= 0, "trainer.max_steps must not be negative");
+  check(c.trainer.batchSize > 0, fmt::format("trainer.batch_size must be positive, got {}", c.trainer.batchSize));
+  check(c.trainer.accumulation > 0, "trainer.accumulation must be positive");
+  check(c.trainer.clipGradNorm >= 0, "trainer.clip_grad_norm must not be negative");
+  check(c.trainer.logEvery > 0, "trainer.log_every must be positive");
+  check(c.optimizer.type == "sgd" || c.optimizer.type == "adam" || c.optimizer.type == "adamw",
+        "optimizer.type '" + c.optimizer.type + "' is unknown; expected sgd, adam or adamw");
+  check(c.optimizer.lr > 0, "optimizer.lr must be positive");
+  check(c.lrScaling.baseBatch >= 0 && c.lrScaling.warmupSteps >= 0,
+        "lr_scaling.base_batch and lr_scaling.warmup_steps must not be negative");
+  check(c.ddp.bucketCapMb > 0, "ddp.bucket_cap_mb must be positive");
+  check(c.checkpoint.every >= 0, "checkpoint.every must not be negative");
+  check(c.checkpoint.keepLast >= 1, "checkpoint.keep_last must be at least 1");
+  check(c.generate.temperature > 0, "generate.temperature must be positive");
+}
+
+}  // namespace
+
+std::vector<std::string> trainConfigKeys() {
+  TrainConfig c;
+  std::vector<std::string> keys;
+  for (const auto& f : fieldsOf(c)) keys.push_back(f.path);
+  return keys;
+}
+
+TrainConfig loadTrainConfig(const std::string& file, const std::vector<std::string>& overrides) {
+  TrainConfig config;
+  auto fields = fieldsOf(config);
+  if (!file.empty()) {
+    YAML::Node root;
+    try {
+      root = YAML::LoadFile(file);
+    } catch (const YAML::BadFile&) {
+      throw ConfigError(fmt::format("cannot read config file {}", file));
+    } catch (const YAML::Exception& e) {
+      throw ConfigError(fmt::format("{}: invalid YAML at line {}, column {}: {}", file, e.mark.line + 1,
+                                    e.mark.column + 1, e.msg));
+    }
+    if (!root.IsNull()) {
+      if (!root.IsMap()) throw ConfigError(fmt::format("{}: expected a mapping of sections at the top", file));
+      applyNode(fields, root, "", file);
+    }
+  }
+  for (const auto& override : overrides) {
+    auto eq = override.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      throw ConfigError(fmt::format("command line: override '{}' must look like key.path=value", override));
+    }
+    std::string path = override.substr(0, eq);
+    const Field* f = findField(fields, path);
+    if (!f) {
+      auto dot = path.rfind('.');
+      std::string known = knownUnder(fields, dot == std::string::npos ? "" : path.substr(0, dot + 1));
+      throw ConfigError(fmt::format("command line: unknown key '{}'{}", path,
+                                    known.empty() ? "" : "; known keys here: " + known));
+    }
+    YAML::Node value;
+    try {
+      value = YAML::Load(override.substr(eq + 1));
+    } catch (const YAML::Exception& e) {
+      throw ConfigError(fmt::format("command line: value of '{}' is not valid YAML: {}", path, e.msg));
+    }
+    if (value.IsNull()) value = YAML::Node(override.substr(eq + 1));
+    assign(*f, value, "command line");
+  }
+  validate(config);
+  return config;
+}
+
+std::string toYaml(const TrainConfig& constConfig) {
+  TrainConfig config = constConfig;
+  YAML::Node root;
+  for (const auto& f : fieldsOf(config)) {
+    auto dot = f.path.find('.');
+    std::string section = f.path.substr(0, dot);
+    std::string key = f.path.substr(dot + 1);
+    std::visit([&](auto* target) { root[section][key] = *target; }, f.target);
+  }
+  YAML::Emitter out;
+  out << root;
+  return out.c_str();
+}
+
+}  // namespace lockstep

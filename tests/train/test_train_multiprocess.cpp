@@ -1,0 +1,174 @@
+// `lockstep train` as a user runs it, under the real launcher: resume after a
+// killed run is bitwise identical to an uninterrupted run, a corrupt
+// checkpoint is named and skipped, mismatched models fail fast, and the
+// trained checkpoint generates names.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "support/subprocess.h"
+
+namespace lockstep {
+namespace {
+
+namespace fs = std::filesystem;
+using test::ProcessOptions;
+using test::ProcessResult;
+
+const char* kTinyConfig = R"(model:
+  hidden: 16
+  layers: 2
+  window: 8
+data:
+  sources: [faker-pets]
+  validation_fraction: 0.1
+trainer:
+  max_steps: 26
+  batch_size: 16
+  log_every: 2
+  seed: 7
+optimizer:
+  type: adam
+  lr: 0.01
+checkpoint:
+  dir: ckpt
+  every: 6
+  keep_last: 3
+generate:
+  samples: 0
+)";
+
+std::string makeRunDir() {
+  std::string dir = test::makeTempDir();
+  std::ofstream(dir + "/tiny.yaml") << kTinyConfig;
+  return dir;
+}
+
+std::string quote(const std::string& s) { return "'" + s + "'"; }
+
+/// Runs `lockstep run -np N -- lockstep train tiny.yaml ARGS` inside `dir`.
+ProcessResult train(const std::string& dir, int np, const std::string& args, ProcessOptions o = {}) {
+  std::string bin = test::lockstepBin();
+  std::string cmd = "cd " + quote(dir) + " && exec " + quote(bin) + " run -np " + std::to_string(np) +
+                    " --comm-timeout 60 -- " + quote(bin) + " train tiny.yaml " + args;
+  o.timeout = std::chrono::seconds(240);
+  return test::runProcess({"sh", "-c", cmd}, o);
+}
+
+std::string readAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+std::string ckpt(const std::string& dir, int step) {
+  char name[64];
+  std::snprintf(name, sizeof(name), "/ckpt/step-%09d.ckpt", step);
+  return dir + name;
+}
+
+TEST(TrainMultiprocess, ResumeAfterAKilledRunIsBitIdentical) {
+  std::string straight = makeRunDir();
+  auto a = train(straight, 2, "");
+  ASSERT_EQ(a.exitCode, 0) << a.err;
+  EXPECT_NE(a.err.find("training on 2 worker(s)"), std::string::npos) << a.err;
+  EXPECT_NE(a.err.find("per-worker batch 16, global batch 32; lr 0.01 scaled to 0.02 (linear rule, base batch 16)"),
+            std::string::npos) << a.err;
+  ASSERT_TRUE(fs::exists(ckpt(straight, 26))) << a.err;
+
+  std::string interrupted = makeRunDir();
+  ProcessOptions crash;
+  crash.setEnv = {{"LOCKSTEP_FAULT_CRASH_AFTER_STEP", "12"}};
+  auto b1 = train(interrupted, 2, "", crash);
+  EXPECT_NE(b1.exitCode, 0) << b1.err;
+  EXPECT_NE(b1.err.find("was killed by SIGKILL"), std::string::npos) << b1.err;
+  ASSERT_TRUE(fs::exists(ckpt(interrupted, 12)));
+  ASSERT_FALSE(fs::exists(ckpt(interrupted, 18)));
+
+  auto b2 = train(interrupted, 2, "");
+  ASSERT_EQ(b2.exitCode, 0) << b2.err;
+  EXPECT_NE(b2.err.find("resumed from ckpt/step-000000012.ckpt: step 12"), std::string::npos) << b2.err;
+  ASSERT_TRUE(fs::exists(ckpt(interrupted, 26)));
+  // Same config text, same relative paths: the files must be identical to the bit —
+  // model, optimizer state, RNG state, position.
+  EXPECT_TRUE(readAll(ckpt(straight, 26)) == readAll(ckpt(interrupted, 26)))
+      << "resumed run diverged from the uninterrupted one";
+  EXPECT_TRUE(readAll(ckpt(straight, 24)) == readAll(ckpt(interrupted, 24)));
+}
+
+TEST(TrainMultiprocess, CorruptCheckpointIsNamedAndThePreviousOneIsUsed) {
+  std::string dir = makeRunDir();
+  auto first = train(dir, 2, "");
+  ASSERT_EQ(first.exitCode, 0) << first.err;
+  std::string newest = ckpt(dir, 26);
+  std::string previous = ckpt(dir, 24);
+  std::string goodNewest = readAll(newest);
+  std::string previousBytes = readAll(previous);
+  {
+    std::ofstream out(newest, std::ios::binary | std::ios::trunc);
+    out << goodNewest.substr(0, goodNewest.size() / 2);
+  }
+  // Asked for explicitly: a clear error naming the file, non-zero exit.
+  auto explicitResume = train(dir, 2, "checkpoint.resume=ckpt/step-000000026.ckpt");
+  EXPECT_EQ(explicitResume.exitCode, 1) << explicitResume.err;
+  EXPECT_NE(explicitResume.err.find("checkpoint ckpt/step-000000026.ckpt is truncated"), std::string::npos)
+      << explicitResume.err;
+  EXPECT_TRUE(readAll(previous) == previousBytes) << "the previous checkpoint was touched";
+  // Automatic resume skips it, names it, and continues from the previous one.
+  auto automatic = train(dir, 2, "");
+  ASSERT_EQ(automatic.exitCode, 0) << automatic.err;
+  EXPECT_NE(automatic.err.find("skipping unusable checkpoint"), std::string::npos) << automatic.err;
+  EXPECT_NE(automatic.err.find("resumed from ckpt/step-000000024.ckpt"), std::string::npos) << automatic.err;
+  EXPECT_TRUE(readAll(newest) == goodNewest) << "recomputing steps 25-26 must give the same checkpoint";
+}
+
+TEST(TrainMultiprocess, MismatchedModelsFailFastWithTheDifference) {
+  std::string dir = makeRunDir();
+  std::string bin = test::lockstepBin();
+  std::string cmd = "cd " + quote(dir) + " && exec " + quote(bin) + " run -np 2 --comm-timeout 20 -- sh -c " +
+                    quote("exec " + bin + " train tiny.yaml model.hidden=$((16 + LOCKSTEP_RANK))");
+  auto r = test::runProcess({"sh", "-c", cmd});
+  EXPECT_NE(r.exitCode, 0) << r.err;
+  EXPECT_LT(r.seconds, 60);
+  EXPECT_NE(r.err.find("the model differs between ranks: entry #0 is 'parameter lstm.weight_ih_l0 Float[64,"),
+            std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("on rank 0 but 'parameter lstm.weight_ih_l0 Float[68,"), std::string::npos) << r.err;
+}
+
+TEST(TrainMultiprocess, TrainedCheckpointGeneratesNames) {
+  std::string dir = makeRunDir();
+  auto trained = train(dir, 1, "trainer.max_steps=4 generate.samples=3");
+  ASSERT_EQ(trained.exitCode, 0) << trained.err;
+  EXPECT_NE(trained.out.find("generated names"), std::string::npos) << trained.out;
+  std::string bin = test::lockstepBin();
+  auto g1 = test::runProcess({bin, "generate", "--checkpoint", ckpt(dir, 4), "-n", "5", "--seed", "3"});
+  auto g2 = test::runProcess({bin, "generate", "--checkpoint", ckpt(dir, 4), "-n", "5", "--seed", "3"});
+  ASSERT_EQ(g1.exitCode, 0) << g1.err;
+  EXPECT_EQ(g1.out, g2.out) << "the same seed must give the same names";
+  int lines = 0;
+  std::istringstream in(g1.out);
+  std::string line;
+  while (std::getline(in, line)) {
+    ++lines;
+    EXPECT_LE(line.size(), 24u);
+    for (char c : line) EXPECT_TRUE(std::isalpha(static_cast<unsigned char>(c)) || c == ' ' || c == '-' || c == '\'') << line;
+  }
+  EXPECT_EQ(lines, 5);
+  auto bad = test::runProcess({bin, "generate", "--checkpoint", dir + "/tiny.yaml"});
+  EXPECT_EQ(bad.exitCode, 1);
+  EXPECT_NE(bad.err.find(dir + "/tiny.yaml is not a lockstep checkpoint"), std::string::npos) << bad.err;
+}
+
+TEST(TrainMultiprocess, ConfigErrorsExitWithCode2) {
+  std::string dir = makeRunDir();
+  auto r = test::runProcess({test::lockstepBin(), "train", dir + "/tiny.yaml", "trainer.bogus=1"});
+  EXPECT_EQ(r.exitCode, 2) << r.err;
+  EXPECT_NE(r.err.find("command line: unknown key 'trainer.bogus'"), std::string::npos) << r.err;
+  auto missing = test::runProcess({test::lockstepBin(), "train", dir + "/tiny.yaml", "data.sources=[/no/such.csv]"});
+  EXPECT_NE(missing.exitCode, 0);
+  EXPECT_NE(missing.err.find("/no/such.csv"), std::string::npos) << missing.err;
+}
+
+}  // namespace
+}  // namespace lockstep
