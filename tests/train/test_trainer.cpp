@@ -1,0 +1,100 @@
+// The whole Trainer (sampler + DDP + optimizer) against itself on one worker:
+// 2 workers x batch b == 1 worker x batch 2b == 1 worker x batch b x 2
+// accumulated, step for step, because the sampler shards one global order.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+#include <torch/nn/functional/loss.h>
+
+#include "lockstep/models/char_lstm.h"
+#include "lockstep/train/trainer.h"
+#include "support/thread_ranks.h"
+
+namespace lockstep {
+namespace {
+
+struct TrainSetup {
+  at::Tensor x;
+  at::Tensor y;
+  TrainerOptions options;
+};
+
+TrainSetup makeSetup() {
+  torch::manual_seed(11);
+  TrainSetup s{at::randn({200, 12}), at::randn({200, 5}), {}};
+  s.options.epochs = 2;
+  s.options.optimizer = "sgd";
+  s.options.lr = 0.05;
+  s.options.momentum = 0.9;
+  s.options.lrScaling.rule = LrScalingRule::kNone;
+  s.options.validate = false;
+  s.options.logEvery = 1000;
+  s.options.bucketCapMb = 0.001;
+  s.options.seed = 3;
+  return s;
+}
+
+LossFn mse() {
+  return [](torch::nn::Module& m, const Batch& b) { return at::mse_loss(static_cast<MlpImpl&>(m).forward(b.inputs), b.targets); };
+}
+
+Mlp trainOn(int world, int64_t batch, int64_t accumulation) {
+  TrainSetup s = makeSetup();
+  s.options.batchSize = batch;
+  s.options.accumulation = accumulation;
+  std::vector<Mlp> models;
+  for (int r = 0; r < world; ++r) {
+    torch::manual_seed(r == 0 ? 1 : 50 + r);
+    models.emplace_back(MlpOptions{12, {16}, 5});
+  }
+  std::vector<FitResult> results(world);
+  test::runRanks(world, [&](int rank, Communicator& comm) {
+    auto shared = std::shared_ptr<Communicator>(&comm, [](Communicator*) {});
+    Trainer trainer(shared, s.options);
+    results[rank] = trainer.fit(models[rank].ptr(), mse(), TensorDataset{s.x, s.y});
+  });
+  for (const auto& r : results) EXPECT_EQ(r.steps, 2 * 200 / (world * batch * accumulation));
+  return models[0];
+}
+
+void expectSame(Mlp& a, Mlp& b) {
+  auto pa = a->parameters();
+  auto pb = b->parameters();
+  for (size_t i = 0; i < pa.size(); ++i) {
+    EXPECT_TRUE(at::allclose(pa[i], pb[i], 1e-5, 1e-6)) << "parameter " << i << " differs by "
+                                                         << (pa[i] - pb[i]).abs().max().item<double>();
+  }
+}
+
+TEST(Trainer, TwoWorkersEqualOneWorkerWithTheGlobalBatch) {
+  Mlp one = trainOn(1, 20, 1);
+  Mlp two = trainOn(2, 10, 1);
+  expectSame(one, two);
+}
+
+TEST(Trainer, AccumulationEqualsTheBiggerBatch) {
+  Mlp big = trainOn(1, 20, 1);
+  Mlp accumulated = trainOn(1, 10, 2);
+  expectSame(big, accumulated);
+  Mlp distributedAccumulated = trainOn(2, 5, 2);
+  expectSame(big, distributedAccumulated);
+}
+
+TEST(Trainer, TooSmallDatasetIsAClearError) {
+  TrainSetup s = makeSetup();
+  s.options.batchSize = 500;
+  torch::manual_seed(1);
+  Mlp model(MlpOptions{12, {16}, 5});
+  test::runRanks(1, [&](int, Communicator& comm) {
+    auto shared = std::shared_ptr<Communicator>(&comm, [](Communicator*) {});
+    Trainer trainer(shared, s.options);
+    try {
+      trainer.fit(model.ptr(), mse(), TensorDataset{s.x, s.y});
+      ADD_FAILURE();
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("the training set has 200 samples: too few"), std::string::npos) << e.what();
+    }
+  });
+}
+
+}  // namespace
+}  // namespace lockstep
