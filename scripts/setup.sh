@@ -12,6 +12,8 @@ PACKAGES=(
   nlohmann-json3-dev      # --json output of benchmarks
   libfmt-dev              # formatting
   libyaml-cpp-dev         # training configs (lockstep train CONFIG.yaml)
+  zlib1g-dev              # gzip-compressed IDX files (Fashion-MNIST)
+  libstb-dev              # stb_image: PNG/JPEG decoding for image folders
   libgtest-dev libgmock-dev googletest   # tests
   procps psmisc           # ps/pkill used by tests of the launcher
 )
