@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the datasets lockstep trains on (see docs/data.md). Idempotent.
 #
-#   Debian: wamerican (/usr/share/dict/american-english), ruby-faker (name YAML files)
+#   Debian: wamerican (/usr/share/dict/american-english), ruby-faker (name YAML files),
+#           dataset-fashion-mnist (/usr/share/datasets/fashion-mnist/*-ubyte.gz)
 #   npm:    dog-names@3, cat-names@4, pinned by src/data/npm/package{,-lock}.json and
 #           installed under $LOCKSTEP_NPM_DIR (default /usr/local/share/lockstep/npm),
 #           which is where lockstep::loadNames looks for them. Node is not needed at
@@ -17,6 +18,7 @@ NPM_DIR="${LOCKSTEP_NPM_DIR:-/usr/local/share/lockstep/npm}"
 DATA_PACKAGES=(
   wamerican     # /usr/share/dict/american-english: capitalised entries are mostly given names
   ruby-faker    # lib/locales/en/{name,dog,cat}.yml: first names, dog and cat names
+  dataset-fashion-mnist  # /usr/share/datasets/fashion-mnist: 60k train + 10k test 28x28 images (openFashionMnist)
 )
 
 SUDO=""

@@ -29,10 +29,22 @@ constexpr const char* kBenchUsage =
     "usage: lockstep bench allreduce [--bytes LIST | --min-bytes B --max-bytes B --factor F]\n"
     "                                [--dtype float32|float64|float16|bfloat16] [--op sum|avg|max|min]\n"
     "                                [--iters N] [--warmup N] [--no-check] [--json]\n"
-    "run it under `lockstep run -np N -- lockstep bench allreduce` to measure N workers";
+    "run it under `lockstep run -np N -- lockstep bench allreduce` to measure N workers\n"
+    "       lockstep bench loader CONFIG.yaml [key=value ...] [--batches N]   (image loader vs trainer)";
 }
 
 int benchCommand(const std::vector<std::string>& args) {
+  if (!args.empty() && args[0] == "loader") {
+    try {
+      return benchLoader(std::vector<std::string>(args.begin() + 1, args.end()));
+    } catch (const ConfigError& e) {
+      std::cerr << "lockstep bench loader: error: " << e.what() << "\n";
+      return kExitUsage;
+    } catch (const std::exception& e) {
+      std::cerr << "lockstep bench loader: " << e.what() << "\n";
+      return kExitFailure;
+    }
+  }
   if (args.empty() || args[0] != "allreduce") {
     if (!args.empty() && (args[0] == "-h" || args[0] == "--help")) {
       std::cout << kBenchUsage << "\n";

@@ -9,15 +9,20 @@
 #include <fmt/ranges.h>
 
 #include <iostream>
+#include <filesystem>
 #include <random>
 
 #include "cli/commands.h"
+#include "cli/image_task.h"
 #include "lockstep/common/error.h"
 #include "lockstep/common/logging.h"
 #include "lockstep/data/char_dataset.h"
+#include "lockstep/data/image_dataset.h"
+#include "lockstep/data/image_transforms.h"
 #include "lockstep/data/names.h"
 #include "lockstep/data/sampler.h"
 #include "lockstep/models/char_lstm.h"
+#include "lockstep/models/vision.h"
 #include "lockstep/rendezvous/init.h"
 #include "lockstep/train/checkpoint.h"
 #include "lockstep/train/config.h"
@@ -41,6 +46,8 @@ TrainerOptions trainerOptions(const TrainConfig& c) {
   o.seed = static_cast<uint64_t>(c.trainer.seed);
   o.logEvery = c.trainer.logEvery;
   o.validate = c.trainer.validate;
+  o.loader.numWorkers = static_cast<int>(c.data.numWorkers);
+  o.loader.prefetch = static_cast<int>(c.data.prefetch);
   o.optimizer = c.optimizer.type;
   o.lr = c.optimizer.lr;
   o.momentum = c.optimizer.momentum;
@@ -52,6 +59,7 @@ TrainerOptions trainerOptions(const TrainConfig& c) {
   o.lrScaling.warmupSteps = c.lrScaling.warmupSteps;
   o.bucketCapMb = c.ddp.bucketCapMb;
   o.findUnusedParameters = c.ddp.findUnusedParameters;
+  o.broadcastBuffers = c.ddp.broadcastBuffers;
   o.compression = parseGradCompression(c.ddp.compression, "ddp.compression");
   o.checkpointDir = c.checkpoint.dir;
   o.checkpointEvery = c.checkpoint.every;
@@ -79,15 +87,8 @@ std::vector<std::string> sampleNames(CharLstmImpl& model, const CharVocab& vocab
   return out;
 }
 
-int train(const std::string& configFile, const std::vector<std::string>& overrides) {
-  TrainConfig config = loadTrainConfig(configFile, overrides);
-  TrainerOptions options = trainerOptions(config);
-  Context ctx = init();
+int trainNames(const TrainConfig& config, TrainerOptions options, Context& ctx) {
   const bool master = ctx.world.rank == 0;
-  if (auto crash = Environment::fromProcess().getInt("LOCKSTEP_FAULT_CRASH_AFTER_STEP", 0)) {
-    options.crashAfterStep = *crash;
-  }
-
   NamesOptions namesOptions;
   namesOptions.sources = config.data.sources;
   namesOptions.csvColumn = config.data.csvColumn;
@@ -102,10 +103,11 @@ int train(const std::string& configFile, const std::vector<std::string>& overrid
   }
   CharVocab vocab = CharVocab::fromNames(names);
   CharWindows trainWindows = makeWindows(trainNames, vocab, static_cast<int>(config.model.window));
-  std::optional<TensorDataset> validation;
+  TensorDataset trainSet(trainWindows.inputs, trainWindows.targets);
+  std::unique_ptr<TensorDataset> validationSet;
   if (!validationNames.empty()) {
     CharWindows v = makeWindows(validationNames, vocab, static_cast<int>(config.model.window));
-    validation = TensorDataset{v.inputs, v.targets};
+    validationSet = std::make_unique<TensorDataset>(v.inputs, v.targets);
   }
   if (master) {
     log::info(fmt::format("data: {} names from {} ({} for training, {} for validation), {} training windows of {}, "
@@ -116,7 +118,8 @@ int train(const std::string& configFile, const std::vector<std::string>& overrid
 
   at::manual_seed(options.seed);
   CharLstm model(CharLstmOptions{vocab.size(), config.model.hidden, config.model.layers});
-  options.checkpointExtras = {{"vocab", vocab.toString()},
+  options.checkpointExtras = {{"task", "names"},
+                              {"vocab", vocab.toString()},
                               {"model.hidden", std::to_string(config.model.hidden)},
                               {"model.layers", std::to_string(config.model.layers)},
                               {"model.window", std::to_string(config.model.window)},
@@ -125,7 +128,7 @@ int train(const std::string& configFile, const std::vector<std::string>& overrid
   LossFn loss = [](torch::nn::Module& m, const Batch& batch) {
     return charLstmLoss(static_cast<CharLstmImpl&>(m).forward(batch.inputs), batch.targets);
   };
-  FitResult result = trainer.fit(model.ptr(), loss, TensorDataset{trainWindows.inputs, trainWindows.targets}, validation);
+  FitResult result = trainer.fit(model.ptr(), loss, trainSet, validationSet.get());
 
   if (master && config.generate.samples > 0) {
     model->eval();
@@ -140,6 +143,107 @@ int train(const std::string& configFile, const std::vector<std::string>& overrid
     std::cout << std::flush;
   }
   return kExitOk;
+}
+
+}  // namespace
+
+/// The train and test (or val) image sets a config names.
+std::pair<std::shared_ptr<ImageDataset>, std::shared_ptr<ImageDataset>> openImageSets(const TrainConfig::Data& d) {
+  auto needRoot = [&](const char* what) {
+    if (d.root.empty()) throw ConfigError(fmt::format("data.dataset {} needs data.root ({})", d.dataset, what));
+    return d.root;
+  };
+  if (d.dataset == "fashion-mnist") {
+    std::string root = d.root.empty() ? kDefaultFashionMnistRoot : d.root;
+    return {openFashionMnist(root, true), openFashionMnist(root, false)};
+  }
+  if (d.dataset == "mnist") {
+    std::string root = needRoot("the folder with train-images-idx3-ubyte[.gz] ...");
+    return {openMnist(root, true), openMnist(root, false)};
+  }
+  if (d.dataset == "cifar10") {
+    std::string root = needRoot("the folder with data_batch_1.bin ... test_batch.bin");
+    return {openCifar10(root, true), openCifar10(root, false)};
+  }
+  std::string root = needRoot("a folder with train/<class>/<image> and optionally val/<class>/<image>");
+  ImageFolderOptions o;
+  o.resizeHeight = o.resizeWidth = d.imageSize;
+  o.channels = d.channels;
+  o.onBadImage = d.badImages == "skip" ? BadImagePolicy::kSkip : BadImagePolicy::kAbort;
+  auto train = ImageFolderDataset::open(root + "/train", o);
+  std::shared_ptr<ImageDataset> val;
+  if (std::filesystem::is_directory(root + "/val")) val = ImageFolderDataset::open(root + "/val", o);
+  return {train, val};
+}
+
+ImageTransformOptions transformsFor(const TrainConfig& config, bool train) {
+  ImageTransformOptions t;
+  auto [mean, std] = standardNormalisation(config.data.dataset);
+  t.mean = config.data.mean.empty() ? mean : config.data.mean;
+  t.std = config.data.std.empty() ? std : config.data.std;
+  t.seed = static_cast<uint64_t>(config.trainer.seed);
+  if (train) {
+    t.randomFlip = config.data.randomFlip;
+    t.cropPadding = config.data.cropPadding;
+  }
+  return t;
+}
+
+namespace {
+
+int trainImages(const TrainConfig& config, TrainerOptions options, Context& ctx) {
+  const bool master = ctx.world.rank == 0;
+  auto [trainImages, testImages] = openImageSets(config.data);
+  ImageShape shape = trainImages->shape();
+  if (shape.height != shape.width) {
+    throw ConfigError(fmt::format("images are {}x{}; the built-in models take square images (set data.image_size)",
+                                  shape.height, shape.width));
+  }
+  ImageClassificationSet trainSet(trainImages, transformsFor(config, true));
+  std::unique_ptr<ImageClassificationSet> testSet;
+  if (testImages) testSet = std::make_unique<ImageClassificationSet>(testImages, transformsFor(config, false));
+  if (master) {
+    log::info(fmt::format("data: {}; validation: {}", trainImages->description(),
+                          testImages ? testImages->description() : std::string("none")));
+  }
+  at::manual_seed(options.seed);
+  auto model = makeImageModel(config.model.type, ImageModelOptions{shape.channels, shape.height,
+                                                                   trainImages->numClasses()});
+  if (master) {
+    log::info(fmt::format("model: {} with {} parameters", config.model.type, countParameters(*model)));
+  }
+  options.checkpointExtras = {{"task", "images"},
+                              {"model.type", config.model.type},
+                              {"data.dataset", config.data.dataset},
+                              {"num_classes", std::to_string(trainImages->numClasses())},
+                              {"config", toYaml(config)}};
+  Trainer trainer(ctx.comm, options);
+  LossFn loss = [](torch::nn::Module& m, const Batch& batch) {
+    return at::cross_entropy_loss(static_cast<ImageClassifierImpl&>(m).forward(batch.inputs), batch.targets);
+  };
+  CorrectFn correct = [](torch::nn::Module& m, const Batch& batch) {
+    auto predicted = static_cast<ImageClassifierImpl&>(m).forward(batch.inputs).argmax(1);
+    return predicted.eq(batch.targets).sum().item<int64_t>();
+  };
+  FitResult result = trainer.fit(model, loss, trainSet, testSet.get(), correct);
+  if (master && result.lastValidationAccuracy >= 0) {
+    std::cout << fmt::format("{} on {}: validation accuracy {:.2f}% after {} steps ({:.0f} s, {:.0f} samples/s)\n",
+                             config.model.type, config.data.dataset, 100 * result.lastValidationAccuracy,
+                             result.steps, result.seconds, result.samplesPerSecond)
+              << std::flush;
+  }
+  return kExitOk;
+}
+
+int train(const std::string& configFile, const std::vector<std::string>& overrides) {
+  TrainConfig config = loadTrainConfig(configFile, overrides);
+  TrainerOptions options = trainerOptions(config);
+  Context ctx = init();
+  if (auto crash = Environment::fromProcess().getInt("LOCKSTEP_FAULT_CRASH_AFTER_STEP", 0)) {
+    options.crashAfterStep = *crash;
+  }
+  if (config.data.dataset == "names") return trainNames(config, options, ctx);
+  return trainImages(config, options, ctx);
 }
 
 }  // namespace
@@ -196,6 +300,11 @@ int generateCommand(const std::vector<std::string>& args) {
   }
   try {
     CheckpointInfo info = readCheckpointInfo(checkpoint);
+    for (const auto& [k, v] : info.extras) {
+      if (k == "task" && v != "names") {
+        throw Error(fmt::format("{} is a checkpoint of an image model, not of the pet-name generator", checkpoint));
+      }
+    }
     CharVocab vocab = CharVocab::fromString(extra(info, "vocab", checkpoint));
     int64_t hidden = std::stoll(extra(info, "model.hidden", checkpoint));
     int64_t layers = std::stoll(extra(info, "model.layers", checkpoint));

@@ -27,6 +27,9 @@ struct AllreduceBenchOptions {
 };
 int benchAllreduce(const AllreduceBenchOptions& options);
 
+/// `lockstep bench loader CONFIG [key=value ...] [--batches N]`.
+int benchLoader(const std::vector<std::string>& args);
+
 /// "4", "4K", "1M", "64MiB", "2G" -> bytes. Throws ConfigError naming `what`.
 int64_t parseBytes(const std::string& text, const std::string& what);
 

@@ -5,3 +5,9 @@ target_sources(lockstep PRIVATE
   ${CMAKE_CURRENT_SOURCE_DIR}/src/data/names.cpp
   ${CMAKE_CURRENT_SOURCE_DIR}/src/data/char_dataset.cpp
 )
+# Image classification datasets (lockstep/data/image_dataset.h): IDX and CIFAR-10 here,
+# image folders (the one file that compiles stb_image) in image_folder.cpp.
+target_sources(lockstep PRIVATE
+  ${CMAKE_CURRENT_SOURCE_DIR}/src/data/image_dataset.cpp
+  ${CMAKE_CURRENT_SOURCE_DIR}/src/data/image_folder.cpp
+)

@@ -13,7 +13,7 @@ namespace lockstep {
 
 namespace {
 
-using Target = std::variant<int64_t*, double*, bool*, std::string*, std::vector<std::string>*>;
+using Target = std::variant<int64_t*, double*, bool*, std::string*, std::vector<std::string>*, std::vector<double>*>;
 
 struct Field {
   std::string path;
@@ -26,9 +26,20 @@ std::vector<Field> fieldsOf(TrainConfig& c) {
       {"model.hidden", &c.model.hidden},
       {"model.layers", &c.model.layers},
       {"model.window", &c.model.window},
+      {"data.dataset", &c.data.dataset},
       {"data.sources", &c.data.sources},
       {"data.csv_column", &c.data.csvColumn},
       {"data.validation_fraction", &c.data.validationFraction},
+      {"data.root", &c.data.root},
+      {"data.image_size", &c.data.imageSize},
+      {"data.channels", &c.data.channels},
+      {"data.bad_images", &c.data.badImages},
+      {"data.num_workers", &c.data.numWorkers},
+      {"data.prefetch", &c.data.prefetch},
+      {"data.random_flip", &c.data.randomFlip},
+      {"data.crop_padding", &c.data.cropPadding},
+      {"data.mean", &c.data.mean},
+      {"data.std", &c.data.std},
       {"trainer.epochs", &c.trainer.epochs},
       {"trainer.max_steps", &c.trainer.maxSteps},
       {"trainer.batch_size", &c.trainer.batchSize},
@@ -48,6 +59,7 @@ std::vector<Field> fieldsOf(TrainConfig& c) {
       {"lr_scaling.warmup_steps", &c.lrScaling.warmupSteps},
       {"ddp.bucket_cap_mb", &c.ddp.bucketCapMb},
       {"ddp.find_unused_parameters", &c.ddp.findUnusedParameters},
+      {"ddp.broadcast_buffers", &c.ddp.broadcastBuffers},
       {"ddp.compression", &c.ddp.compression},
       {"checkpoint.dir", &c.checkpoint.dir},
       {"checkpoint.every", &c.checkpoint.every},
@@ -72,7 +84,23 @@ void assign(const Field& field, const YAML::Node& node, const std::string& where
   std::visit(
       [&](auto* target) {
         using T = std::remove_pointer_t<decltype(target)>;
-        if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+        if constexpr (std::is_same_v<T, std::vector<double>>) {
+          std::vector<double> values;
+          if (node.IsScalar()) {
+            double v = 0;
+            if (!YAML::convert<double>::decode(node, v)) fail("a list of numbers");
+            values.push_back(v);
+          } else if (node.IsSequence()) {
+            for (const auto& item : node) {
+              double v = 0;
+              if (!item.IsScalar() || !YAML::convert<double>::decode(item, v)) fail("a list of numbers");
+              values.push_back(v);
+            }
+          } else {
+            fail("a list of numbers");
+          }
+          *target = values;
+        } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
           if (node.IsScalar()) {
             *target = {node.Scalar()};
             return;
@@ -145,7 +173,17 @@ void validate(const TrainConfig& c) {
   auto check = [](bool ok, const std::string& message) {
     if (!ok) throw ConfigError(message);
   };
-  check(c.model.type == "charlstm", "model.type '" + c.model.type + "' is not a built-in model; expected charlstm");
+  bool names = c.data.dataset == "names";
+  check(names || c.data.dataset == "fashion-mnist" || c.data.dataset == "mnist" || c.data.dataset == "cifar10" ||
+            c.data.dataset == "imagefolder",
+        "data.dataset '" + c.data.dataset + "' is unknown; expected names, fashion-mnist, mnist, cifar10 or imagefolder");
+  check(names == (c.model.type == "charlstm"),
+        names ? "data.dataset names trains model.type charlstm, not '" + c.model.type + "'"
+              : "model.type charlstm needs data.dataset names, not '" + c.data.dataset + "'");
+  check(c.data.numWorkers >= 0 && c.data.prefetch >= 1, "data.num_workers must be >= 0 and data.prefetch >= 1");
+  check(c.data.cropPadding >= 0 && c.data.imageSize >= 0, "data.crop_padding and data.image_size must not be negative");
+  check(c.data.channels == 1 || c.data.channels == 3, "data.channels must be 1 or 3");
+  check(c.data.badImages == "abort" || c.data.badImages == "skip", "data.bad_images must be abort or skip");
   check(c.model.hidden > 0 && c.model.layers > 0 && c.model.window > 0,
         "model.hidden, model.layers and model.window must be positive");
   check(!c.data.sources.empty(), "data.sources must name at least one source");

@@ -146,10 +146,6 @@ void loadArchive(const std::string& path, torch::serialize::InputArchive& archiv
   }
 }
 
-Batch gather(const TensorDataset& data, const std::vector<int64_t>& indices) {
-  at::Tensor index = at::tensor(indices, at::kLong);
-  return {data.inputs.index_select(0, index), data.targets.index_select(0, index)};
-}
 
 }  // namespace
 
@@ -188,16 +184,15 @@ Trainer::Trainer(std::shared_ptr<Communicator> comm, TrainerOptions options)
   LOCKSTEP_CHECK(options_.epochs > 0 || options_.maxSteps > 0, "epochs or maxSteps must be positive");
 }
 
-FitResult Trainer::fit(std::shared_ptr<torch::nn::Module> model, const LossFn& lossFn, TensorDataset train,
-                       std::optional<TensorDataset> validation) {
+FitResult Trainer::fit(std::shared_ptr<torch::nn::Module> model, const LossFn& lossFn, const Dataset& train,
+                       const Dataset* validation, const CorrectFn& correct) {
   const TrainerOptions& o = options_;
   Communicator& comm = *comm_;
   const int rank = comm.rank();
   const int world = comm.size();
   const bool master = rank == 0;
-  LOCKSTEP_CHECK(train.inputs.defined() && train.targets.defined(), "the training set is empty");
-  const int64_t n = train.inputs.size(0);
-  LOCKSTEP_CHECK_EQ(n, train.targets.size(0), "inputs and targets must have the same number of rows");
+  const int64_t n = train.size();
+  LOCKSTEP_CHECK(n > 0, "the training set is empty");
 
   DistributedSampler sampler(SamplerOptions{n, rank, world, /*shuffle=*/true, o.seed, /*dropLast=*/false});
   const int64_t microPerEpoch = sampler.numBatches(o.batchSize, /*dropLastBatch=*/true);
@@ -285,6 +280,7 @@ FitResult Trainer::fit(std::shared_ptr<torch::nn::Module> model, const LossFn& l
   ddpOptions.bucketCapMb = o.bucketCapMb;
   ddpOptions.findUnusedParameters = o.findUnusedParameters;
   ddpOptions.compression = o.compression;
+  ddpOptions.broadcastBuffersEachSync = o.broadcastBuffers;
   DistributedDataParallel ddp(model, comm_, ddpOptions);
 
   if (master) {
@@ -336,27 +332,35 @@ FitResult Trainer::fit(std::shared_ptr<torch::nn::Module> model, const LossFn& l
     }
   };
 
-  auto validate = [&]() -> double {
-    if (!validation || !validation->inputs.defined()) return -1;
+  DataLoader loader(train, o.loader);
+  auto validate = [&]() {
     at::NoGradGuard noGrad;
     model->eval();
-    int64_t rows = validation->inputs.size(0);
+    int64_t rows = validation->size();
     double sum = 0;
     int64_t count = 0;
-    std::vector<int64_t> mine;
-    for (int64_t i = rank; i < rows; i += world) mine.push_back(i);
-    for (size_t start = 0; start < mine.size(); start += static_cast<size_t>(o.batchSize)) {
-      size_t end = std::min(mine.size(), start + static_cast<size_t>(o.batchSize));
-      std::vector<int64_t> idx(mine.begin() + static_cast<long>(start), mine.begin() + static_cast<long>(end));
-      Batch batch = gather(*validation, idx);
-      sum += lossFn(*model, batch).item<double>() * static_cast<double>(idx.size());
-      count += static_cast<int64_t>(idx.size());
+    int64_t right = 0;
+    std::vector<std::vector<int64_t>> plan;
+    for (int64_t i = rank; i < rows; i += world) {
+      if (plan.empty() || static_cast<int64_t>(plan.back().size()) == o.batchSize) plan.emplace_back();
+      plan.back().push_back(i);
+    }
+    DataLoader validationLoader(*validation, o.loader);
+    size_t batches = plan.size();
+    validationLoader.start(std::move(plan), 0);
+    for (size_t k = 0; k < batches; ++k) {
+      Batch batch = validationLoader.next();
+      int64_t rowsHere = batch.inputs.size(0);
+      sum += lossFn(*model, batch).item<double>() * static_cast<double>(rowsHere);
+      if (correct) right += correct(*model, batch);
+      count += rowsHere;
     }
     model->train();
-    std::vector<at::Tensor> totals{at::tensor({sum, static_cast<double>(count)}, at::kDouble)};
+    std::vector<at::Tensor> totals{at::tensor({sum, static_cast<double>(count), static_cast<double>(right)}, at::kDouble)};
     comm.allreduce(totals, ReduceOp::kSum)->wait();
     double total = totals[0][1].item<double>();
-    return total > 0 ? totals[0][0].item<double>() / total : -1;
+    result.lastValidationLoss = total > 0 ? totals[0][0].item<double>() / total : -1;
+    if (correct && total > 0) result.lastValidationAccuracy = totals[0][2].item<double>() / total;
   };
 
   // ---- the loop ---------------------------------------------------------------
@@ -369,12 +373,21 @@ FitResult Trainer::fit(std::shared_ptr<torch::nn::Module> model, const LossFn& l
   auto runStart = Clock::now();
   while (step < totalSteps) {
     sampler.setEpoch(epoch);
+    {
+      // The loader prepares this epoch's remaining micro-batches (at most up to the last step).
+      int64_t stepsLeft = totalSteps - step;
+      int64_t last = std::min(microPerEpoch - (microPerEpoch - batchInEpoch) % o.accumulation,
+                              batchInEpoch + stepsLeft * o.accumulation);
+      std::vector<std::vector<int64_t>> plan;
+      for (int64_t b = batchInEpoch; b < last; ++b) plan.push_back(sampler.batch(b, o.batchSize));
+      loader.start(std::move(plan), epoch);
+    }
     while (batchInEpoch + o.accumulation <= microPerEpoch && step < totalSteps) {
       setLearningRate(*optimizer, learningRateAt(step, o.lr, globalBatch, scaling));
       optimizer->zero_grad();
       double stepLoss = 0;
       for (int64_t m = 0; m < o.accumulation; ++m) {
-        Batch batch = gather(train, sampler.batch(batchInEpoch + m, o.batchSize));
+        Batch batch = loader.next();
         at::Tensor loss = lossFn(*model, batch) / static_cast<double>(o.accumulation);
         stepLoss += loss.item<double>();
         if (m + 1 < o.accumulation) {
@@ -418,22 +431,28 @@ FitResult Trainer::fit(std::shared_ptr<torch::nn::Module> model, const LossFn& l
       epoch += 1;
       batchInEpoch = 0;
       if (o.validate && validation) {
-        result.lastValidationLoss = validate();
-        if (master) log::info(fmt::format("epoch {} validation loss {:.4f}", epoch, result.lastValidationLoss));
+        validate();
+        if (master) {
+          std::string accuracy = result.lastValidationAccuracy >= 0
+                                     ? fmt::format(", accuracy {:.2f}%", 100 * result.lastValidationAccuracy)
+                                     : "";
+          log::info(fmt::format("epoch {} validation loss {:.4f}{}", epoch, result.lastValidationLoss, accuracy));
+        }
       }
       if (o.checkpointEvery == 0) saveCheckpoint();
     }
   }
   if (checkpoints && savedStep != step) saveCheckpoint();
   result.steps = step;
+  result.dataWaitSeconds = loader.waitSeconds();
   result.seconds = std::chrono::duration<double>(Clock::now() - runStart).count();
   if (timedSteps > 0) {
     double timed = std::chrono::duration<double>(Clock::now() - timedStart).count();
     result.samplesPerSecond = static_cast<double>(timedSteps * globalBatch) / timed;
   }
   if (master) {
-    log::info(fmt::format("done: {} steps in {:.1f} s, {:.0f} samples/s (global, after the first step)", step,
-                          result.seconds, result.samplesPerSecond));
+    log::info(fmt::format("done: {} steps in {:.1f} s, {:.0f} samples/s (global, after the first step), {:.1f} s "
+                          "waiting for data", step, result.seconds, result.samplesPerSecond, result.dataWaitSeconds));
   }
   return result;
 }

@@ -50,7 +50,8 @@ Mlp trainOn(int world, int64_t batch, int64_t accumulation) {
   test::runRanks(world, [&](int rank, Communicator& comm) {
     auto shared = std::shared_ptr<Communicator>(&comm, [](Communicator*) {});
     Trainer trainer(shared, s.options);
-    results[rank] = trainer.fit(models[rank].ptr(), mse(), TensorDataset{s.x, s.y});
+    TensorDataset data(s.x, s.y);
+    results[rank] = trainer.fit(models[rank].ptr(), mse(), data);
   });
   for (const auto& r : results) EXPECT_EQ(r.steps, 2 * 200 / (world * batch * accumulation));
   return models[0];
@@ -88,7 +89,8 @@ TEST(Trainer, TooSmallDatasetIsAClearError) {
     auto shared = std::shared_ptr<Communicator>(&comm, [](Communicator*) {});
     Trainer trainer(shared, s.options);
     try {
-      trainer.fit(model.ptr(), mse(), TensorDataset{s.x, s.y});
+      TensorDataset data(s.x, s.y);
+      trainer.fit(model.ptr(), mse(), data);
       ADD_FAILURE();
     } catch (const ConfigError& e) {
       EXPECT_NE(std::string(e.what()).find("the training set has 200 samples: too few"), std::string::npos) << e.what();

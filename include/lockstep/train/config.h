@@ -22,9 +22,20 @@ struct TrainConfig {
     int64_t window = 16;
   } model;
   struct Data {
+    std::string dataset = "names";  ///< names, fashion-mnist, mnist, cifar10, imagefolder
     std::vector<std::string> sources = {"dog-names", "cat-names", "faker-pets", "faker"};
     std::string csvColumn = "Animal's Name";
     double validationFraction = 0.05;
+    std::string root;               ///< image datasets; empty: the dataset's default location
+    int64_t imageSize = 0;          ///< imagefolder: resize to this square size (0: keep)
+    int64_t channels = 3;           ///< imagefolder: 1 or 3
+    std::string badImages = "abort";  ///< imagefolder: abort or skip unreadable images
+    int64_t numWorkers = 2;         ///< loader threads (0: load in the training thread)
+    int64_t prefetch = 4;           ///< batches prepared ahead
+    bool randomFlip = false;        ///< augmentation: random horizontal flip
+    int64_t cropPadding = 0;        ///< augmentation: random crop after zero padding
+    std::vector<double> mean;       ///< normalisation per channel; empty: the dataset's usual values
+    std::vector<double> std;
   } data;
   struct Trainer {
     int64_t epochs = 1;
@@ -52,6 +63,7 @@ struct TrainConfig {
   struct Ddp {
     double bucketCapMb = 25;
     bool findUnusedParameters = false;
+    bool broadcastBuffers = true;  ///< keep BatchNorm statistics equal on every rank
     std::string compression = "none";  ///< none, fp16, bf16
   } ddp;
   struct Checkpoint {

@@ -24,6 +24,8 @@
 #include <vector>
 
 #include "lockstep/comm/communicator.h"
+#include "lockstep/data/dataset.h"
+#include "lockstep/data/loader.h"
 #include "lockstep/ddp/comm_hook.h"
 #include "lockstep/optim/lr_scaling.h"
 
@@ -33,19 +35,10 @@ class Module;
 
 namespace lockstep {
 
-/// An in-memory dataset of (input, target) rows; row i of both is sample i.
-struct TensorDataset {
-  at::Tensor inputs;   ///< [N, ...]
-  at::Tensor targets;  ///< [N, ...]
-};
-
-struct Batch {
-  at::Tensor inputs;
-  at::Tensor targets;
-};
-
 /// Returns the mean loss of the batch (the Trainer backpropagates it).
 using LossFn = std::function<at::Tensor(torch::nn::Module& model, const Batch& batch)>;
+/// Returns how many samples of the batch the model gets right (validation accuracy).
+using CorrectFn = std::function<int64_t(torch::nn::Module& model, const Batch& batch)>;
 
 struct TrainerOptions {
   int64_t epochs = 1;
@@ -56,6 +49,7 @@ struct TrainerOptions {
   uint64_t seed = 0;
   int64_t logEvery = 50;
   bool validate = true;
+  LoaderOptions loader;        ///< worker threads preparing batches ahead of the step
 
   std::string optimizer = "adam";  ///< sgd, adam, adamw
   double lr = 1e-3;                ///< base learning rate, for lrScaling.baseBatch
@@ -67,6 +61,7 @@ struct TrainerOptions {
 
   double bucketCapMb = 25;
   bool findUnusedParameters = false;
+  bool broadcastBuffers = true;  ///< rank 0's buffers (BatchNorm statistics) to every rank after each sync
   GradCompression compression = GradCompression::kNone;
 
   std::string checkpointDir;   ///< empty: no checkpoints
@@ -85,6 +80,8 @@ struct FitResult {
   int64_t resumedFromStep = 0;   ///< 0 when not resumed
   double lastTrainLoss = 0;      ///< averaged over ranks, last logging window
   double lastValidationLoss = -1;
+  double lastValidationAccuracy = -1;  ///< when a CorrectFn was given
+  double dataWaitSeconds = 0;    ///< time the loop waited for the loader (rank 0)
   double samplesPerSecond = 0;   ///< global, over this run's steps
   double seconds = 0;
   std::string lastCheckpoint;
@@ -93,8 +90,9 @@ struct FitResult {
 class Trainer {
  public:
   Trainer(std::shared_ptr<Communicator> comm, TrainerOptions options);
-  FitResult fit(std::shared_ptr<torch::nn::Module> model, const LossFn& loss, TensorDataset train,
-                std::optional<TensorDataset> validation = std::nullopt);
+  /// `train` and `validation` must outlive the call; `correct` (optional) adds accuracy to validation.
+  FitResult fit(std::shared_ptr<torch::nn::Module> model, const LossFn& loss, const Dataset& train,
+                const Dataset* validation = nullptr, const CorrectFn& correct = nullptr);
   const TrainerOptions& options() const { return options_; }
 
  private:
