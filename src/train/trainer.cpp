@@ -363,6 +363,18 @@ FitResult Trainer::fit(std::shared_ptr<torch::nn::Module> model, const LossFn& l
     if (correct && total > 0) result.lastValidationAccuracy = totals[0][2].item<double>() / total;
   };
 
+  int64_t validatedStep = -1;
+  auto runValidation = [&](const std::string& when) {
+    validate();
+    validatedStep = step;
+    if (master) {
+      std::string accuracy = result.lastValidationAccuracy >= 0
+                                 ? fmt::format(", accuracy {:.2f}%", 100 * result.lastValidationAccuracy)
+                                 : "";
+      log::info(fmt::format("{} validation loss {:.4f}{}", when, result.lastValidationLoss, accuracy));
+    }
+  };
+
   // ---- the loop ---------------------------------------------------------------
   model->train();
   double windowLoss = 0;
@@ -430,17 +442,13 @@ FitResult Trainer::fit(std::shared_ptr<torch::nn::Module> model, const LossFn& l
       // The epoch is complete.
       epoch += 1;
       batchInEpoch = 0;
-      if (o.validate && validation) {
-        validate();
-        if (master) {
-          std::string accuracy = result.lastValidationAccuracy >= 0
-                                     ? fmt::format(", accuracy {:.2f}%", 100 * result.lastValidationAccuracy)
-                                     : "";
-          log::info(fmt::format("epoch {} validation loss {:.4f}{}", epoch, result.lastValidationLoss, accuracy));
-        }
-      }
+      if (o.validate && validation) runValidation(fmt::format("epoch {}", epoch));
       if (o.checkpointEvery == 0) saveCheckpoint();
     }
+  }
+  // A run that stops inside an epoch is still measured at its end.
+  if (o.validate && validation && validatedStep != step && step > result.resumedFromStep) {
+    runValidation(fmt::format("step {}", step));
   }
   if (checkpoints && savedStep != step) saveCheckpoint();
   result.steps = step;

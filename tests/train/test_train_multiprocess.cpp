@@ -160,6 +160,23 @@ TEST(TrainMultiprocess, TrainedCheckpointGeneratesNames) {
   EXPECT_NE(bad.err.find(dir + "/tiny.yaml is not a lockstep checkpoint"), std::string::npos) << bad.err;
 }
 
+TEST(TrainMultiprocess, FashionConvnetLearnsOnTwoWorkers) {
+  // The real Fashion-MNIST from Debian's package, 40 steps: enough to be far above chance.
+  std::string dir = test::makeTempDir();
+  std::string bin = test::lockstepBin();
+  std::string config = std::string(LOCKSTEP_SOURCE_DIR) + "/configs/fashion_convnet.yaml";
+  std::string cmd = "cd " + quote(dir) + " && exec " + quote(bin) + " run -np 2 -- " + quote(bin) + " train " +
+                    quote(config) + " trainer.max_steps=40 trainer.log_every=20 checkpoint.dir=ckpt";
+  auto r = test::runProcess({"sh", "-c", cmd});
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  EXPECT_NE(r.err.find("model: convnet with 421642 parameters"), std::string::npos) << r.err;
+  auto pos = r.out.find("validation accuracy ");
+  ASSERT_NE(pos, std::string::npos) << r.out;
+  double accuracy = std::stod(r.out.substr(pos + 20));
+  EXPECT_GT(accuracy, 60.0) << r.out;
+  EXPECT_LE(accuracy, 100.0);
+}
+
 TEST(TrainMultiprocess, ConfigErrorsExitWithCode2) {
   std::string dir = makeRunDir();
   auto r = test::runProcess({test::lockstepBin(), "train", dir + "/tiny.yaml", "trainer.bogus=1"});
