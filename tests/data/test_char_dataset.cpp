@@ -4,6 +4,7 @@
 
 #include <functional>
 
+#include "support/expect.h"
 #include "lockstep/common/error.h"
 #include "lockstep/data/char_dataset.h"
 #include "lockstep/data/names.h"
@@ -13,17 +14,7 @@ namespace {
 
 using Names = std::vector<std::string>;
 
-std::string errorOf(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected lockstep::Error";
-  return {};
-}
-
-#define EXPECT_HAS(haystack, needle) EXPECT_NE((haystack).find(needle), std::string::npos) << (haystack)
+using test::errorOf;
 
 std::string lower(std::string s) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));

@@ -19,6 +19,7 @@
 #include <map>
 #include <thread>
 
+#include "support/expect.h"
 #include "lockstep/common/error.h"
 #include "lockstep/data/image_dataset.h"
 
@@ -38,17 +39,7 @@ namespace {
 namespace fs = std::filesystem;
 using Bytes = std::vector<uint8_t>;
 
-std::string errorOf(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected lockstep::Error";
-  return {};
-}
-
-#define EXPECT_HAS(haystack, needle) EXPECT_NE((haystack).find(needle), std::string::npos) << (haystack)
+using test::errorOf;
 
 /// A fresh directory under the system temp dir, removed at the end of the test.
 class TempDir {

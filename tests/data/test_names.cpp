@@ -11,6 +11,7 @@
 #include <set>
 
 #include "data/names_parsing.h"
+#include "support/expect.h"
 #include "lockstep/common/error.h"
 #include "lockstep/data/names.h"
 
@@ -36,17 +37,7 @@ bool contains(const Names& names, const std::string& name) {
   return std::binary_search(names.begin(), names.end(), name);
 }
 
-std::string errorOf(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected lockstep::Error";
-  return {};
-}
-
-#define EXPECT_HAS(haystack, needle) EXPECT_NE((haystack).find(needle), std::string::npos) << (haystack)
+using test::errorOf;
 
 /// Each test gets a fresh temporary folder for the files it writes.
 class NamesFiles : public ::testing::Test {

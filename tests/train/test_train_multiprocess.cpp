@@ -4,6 +4,12 @@
 // trained checkpoint generates names.
 #include <gtest/gtest.h>
 
+#define STB_IMAGE_WRITE_IMPLEMENTATION
+#define STB_IMAGE_WRITE_STATIC
+#include <stb_image_write.h>
+
+#include <random>
+
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -175,6 +181,69 @@ TEST(TrainMultiprocess, FashionConvnetLearnsOnTwoWorkers) {
   double accuracy = std::stod(r.out.substr(pos + 20));
   EXPECT_GT(accuracy, 60.0) << r.out;
   EXPECT_LE(accuracy, 100.0);
+}
+
+/// CIFAR-10 binary files (2 train batches + test batch) of `perFile` random records.
+void writeCifar(const std::string& root, int perFile) {
+  std::mt19937 rng(1);
+  auto write = [&](const std::string& name) {
+    std::ofstream out(root + "/" + name, std::ios::binary);
+    for (int r = 0; r < perFile; ++r) {
+      out.put(static_cast<char>(rng() % 10));
+      for (int i = 0; i < 3072; ++i) out.put(static_cast<char>(rng() % 256));
+    }
+  };
+  fs::create_directories(root);
+  write("data_batch_1.bin");
+  write("data_batch_2.bin");
+  write("test_batch.bin");
+}
+
+/// root/{train,val}/<class>/<n>.png, 40x30 RGB images.
+void writeImageFolder(const std::string& root) {
+  std::mt19937 rng(2);
+  for (const char* split : {"train", "val"}) {
+    for (const char* cls : {"cat", "dog", "fox"}) {
+      std::string dir = root + "/" + split + "/" + cls;
+      fs::create_directories(dir);
+      for (int i = 0; i < 6; ++i) {
+        std::vector<unsigned char> pixels(40 * 30 * 3);
+        for (auto& p : pixels) p = static_cast<unsigned char>(rng() % 256);
+        stbi_write_png((dir + "/" + std::to_string(i) + ".png").c_str(), 40, 30, 3, pixels.data(), 40 * 3);
+      }
+    }
+  }
+}
+
+TEST(TrainMultiprocess, ImageConfigsRunEndToEnd) {
+  // The shipped CIFAR and image-folder configs, on files written here, for two steps on 2 workers.
+  std::string dir = test::makeTempDir();
+  writeCifar(dir + "/cifar", 24);
+  writeImageFolder(dir + "/folder");
+  std::string bin = test::lockstepBin();
+  auto run = [&](const std::string& config, const std::string& extra) {
+    std::string cmd = "cd " + quote(dir) + " && exec " + quote(bin) + " run -np 2 -- " + quote(bin) + " train " +
+                      quote(std::string(LOCKSTEP_SOURCE_DIR) + "/configs/" + config) +
+                      " trainer.max_steps=2 trainer.batch_size=4 checkpoint.dir=ckpt-" + config + " " + extra;
+    return test::runProcess({"sh", "-c", cmd});
+  };
+  auto cifar = run("cifar_resnet18.yaml", "data.root=cifar");
+  ASSERT_EQ(cifar.exitCode, 0) << cifar.err;
+  EXPECT_NE(cifar.err.find("model: resnet18 with 11173962 parameters"), std::string::npos) << cifar.err;
+  EXPECT_NE(cifar.out.find("resnet18 on cifar10: validation accuracy"), std::string::npos) << cifar.out;
+  auto alexnet = run("cifar_alexnet.yaml", "data.root=cifar");
+  ASSERT_EQ(alexnet.exitCode, 0) << alexnet.err;
+  auto folder = run("imagefolder_resnet50.yaml", "data.root=folder data.image_size=32");
+  ASSERT_EQ(folder.exitCode, 0) << folder.err;
+  EXPECT_NE(folder.err.find("3 classes"), std::string::npos) << folder.err;
+  EXPECT_NE(folder.out.find("resnet50 on imagefolder: validation accuracy"), std::string::npos) << folder.out;
+  // A corrupt image with bad_images=abort stops the run naming the file.
+  std::ofstream(dir + "/folder/train/dog/broken.png") << "not an image";
+  auto broken = run("imagefolder_resnet50.yaml", "data.root=folder data.image_size=32 data.bad_images=abort");
+  EXPECT_NE(broken.exitCode, 0);
+  EXPECT_NE(broken.err.find("broken.png"), std::string::npos) << broken.err;
+  auto skipped = run("imagefolder_resnet50.yaml", "data.root=folder data.image_size=32 data.bad_images=skip");
+  EXPECT_EQ(skipped.exitCode, 0) << skipped.err;
 }
 
 TEST(TrainMultiprocess, ConfigErrorsExitWithCode2) {
