@@ -62,6 +62,11 @@ else
   $SUDO mkdir -p "$NPM_DIR"
   $SUDO cp "$NPM_SPEC_DIR/package.json" "$NPM_SPEC_DIR/package-lock.json" "$NPM_DIR/"
   # --ignore-scripts: nothing is built or run, only files are unpacked.
-  (cd "$NPM_DIR" && $SUDO npm ci --ignore-scripts --no-audit --no-fund --loglevel=error)
+  if ! (cd "$NPM_DIR" && $SUDO npm ci --ignore-scripts --no-audit --no-fund --loglevel=error); then
+    echo "setup_data.sh: npm could not install dog-names and cat-names into $NPM_DIR." >&2
+    echo "  Behind a TLS-inspecting proxy, make npm trust its CA (npm config set cafile /path/ca.crt," >&2
+    echo "  or NODE_EXTRA_CA_CERTS), then run scripts/setup.sh again." >&2
+    exit 1
+  fi
   npm_ready || { echo "setup_data.sh: npm install into $NPM_DIR did not produce the packages" >&2; exit 1; }
 fi
