@@ -16,6 +16,7 @@ PACKAGES=(
   libstb-dev              # stb_image: PNG/JPEG decoding for image folders
   libgtest-dev libgmock-dev googletest   # tests
   procps psmisc           # ps/pkill used by tests of the launcher
+  openmpi-bin             # mpirun: workers started by OpenMPI find each other (tested)
 )
 
 SUDO=""

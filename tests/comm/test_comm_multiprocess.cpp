@@ -59,6 +59,15 @@ TEST_P(LaunchedWorlds, EveryCollectiveBetweenProcesses) {
 INSTANTIATE_TEST_SUITE_P(World, LaunchedWorlds, ::testing::Values(1, 2, 3, 4),
                          [](const auto& info) { return "np" + std::to_string(info.param); });
 
+TEST(LaunchedByOthers, MpirunWorkersFindEachOtherFromOpenMpiVariables) {
+  // No lockstep launcher and no MASTER_*: init() reads OMPI_COMM_WORLD_* and derives
+  // the rendezvous port from the OpenMPI job id. CI runs as root, hence the flags.
+  auto r = runProcess({"mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "3", "-x", "LOCKSTEP_COMM_TIMEOUT=60",
+                       test::helperBin("comm_worker"), "check"});
+  EXPECT_EQ(r.exitCode, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("all checks passed on 3 ranks"), std::string::npos) << r.out << r.err;
+}
+
 TEST(CommFailures, KilledPeerGivesTypedErrorOnEverySurvivor) {
   // Rank 1 of 3 dies by SIGKILL in its 20th allreduce; comm timeout 20 s.
   auto results = runWorld(3, {"die", "1", "20"}, 20);
