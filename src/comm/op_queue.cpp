@@ -43,11 +43,6 @@ void OpQueue::poisonLocked(State& state, const CommErrorInfo& info, std::excepti
   state.tasks.clear();
 }
 
-std::exception_ptr OpQueue::failure() const {
-  std::lock_guard<std::mutex> lock(state_->mutex);
-  return state_->failure;
-}
-
 WorkHandle OpQueue::submit(CommErrorInfo info, std::chrono::milliseconds timeout, std::function<void()> body) {
   return submitIssued(std::move(info), timeout, [body = std::move(body)]() -> std::function<void()> {
     body();

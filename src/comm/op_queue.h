@@ -44,9 +44,6 @@ class OpQueue {
   /// Enqueues an operation issued in order and completed by its finisher.
   WorkHandle submitIssued(CommErrorInfo info, std::chrono::milliseconds timeout, Body body);
 
-  /// The first failure, or null.
-  std::exception_ptr failure() const;
-
  private:
   struct Task {
     WorkHandle work;

@@ -41,8 +41,8 @@ void expectSameParameters(torch::nn::Module& a, torch::nn::Module& b, double rto
   }
 }
 
-/// Trains `reference` on the whole batch, and `world` DDP replicas on shards;
-/// returns rank 0's replica.
+/// Trains a reference model on the whole batch and `world` DDP replicas on its
+/// shards, then compares every replica with the reference.
 void checkEquivalence(int world, double bucketCapMb, GradCompression compression, double rtol, double atol) {
   const int64_t perRank = 6;
   const int64_t steps = 5;
@@ -221,7 +221,6 @@ TEST(DdpUnusedParameters, ErrorNamesThemUnlessFindUnusedIsSet) {
         EXPECT_NE(what.find("findUnusedParameters"), std::string::npos) << what;
       }
     }
-    // The failed sync left buckets in flight on the peer: use a fresh communicator-level barrier.
   });
   std::vector<SometimesUnused> again{SometimesUnused(), SometimesUnused()};
   runRanks(2, [&](int rank, Communicator& comm) {
