@@ -19,27 +19,10 @@ PACKAGES=(
   openmpi-bin             # mpirun: workers started by OpenMPI find each other (tested)
 )
 
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then
-  if command -v sudo >/dev/null 2>&1; then SUDO="sudo"; else
-    echo "setup.sh: not root and sudo is missing; run as root" >&2; exit 1; fi
-fi
-
-missing=()
-for p in "${PACKAGES[@]}"; do
-  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
-    missing+=("$p")
-  fi
-done
-
-if [ "${#missing[@]}" -gt 0 ]; then
-  echo "setup.sh: installing ${missing[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  $SUDO apt-get update -qq
-  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
-else
-  echo "setup.sh: all packages present"
-fi
+# shellcheck source=lib/apt.sh
+source "$(dirname "$0")/lib/apt.sh"
+lockstep_sudo_setup setup.sh
+lockstep_apt_install setup.sh "${PACKAGES[@]}"
 
 # Datasets from Debian and npm packages (names for the pet-name generator, ...).
 "$(dirname "$0")/setup_data.sh"

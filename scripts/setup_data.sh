@@ -21,30 +21,14 @@ DATA_PACKAGES=(
   dataset-fashion-mnist  # /usr/share/datasets/fashion-mnist: 60k train + 10k test 28x28 images (openFashionMnist)
 )
 
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then
-  if command -v sudo >/dev/null 2>&1; then SUDO="sudo"; else
-    echo "setup_data.sh: not root and sudo is missing; run as root" >&2; exit 1; fi
-fi
+# shellcheck source=lib/apt.sh
+source "$ROOT/scripts/lib/apt.sh"
+lockstep_sudo_setup setup_data.sh
 
-installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
-
-missing=()
-for p in "${DATA_PACKAGES[@]}"; do installed "$p" || missing+=("$p"); done
 # npm: Debian's nodejs+npm unless a node with its own npm (e.g. a NodeSource build) is present.
-if ! command -v npm >/dev/null 2>&1; then
-  installed nodejs || missing+=(nodejs)
-  missing+=(npm)
-fi
-
-if [ "${#missing[@]}" -gt 0 ]; then
-  echo "setup_data.sh: installing ${missing[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  $SUDO apt-get update -qq
-  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
-else
-  echo "setup_data.sh: data packages present"
-fi
+NODE_PACKAGES=()
+command -v npm >/dev/null 2>&1 || NODE_PACKAGES=(nodejs npm)
+lockstep_apt_install setup_data.sh "${DATA_PACKAGES[@]}" "${NODE_PACKAGES[@]}"
 
 # The npm packages: reinstall only when the pinned lock file differs from the installed one
 # or a package directory is missing.
