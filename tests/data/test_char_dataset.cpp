@@ -4,6 +4,7 @@
 
 #include <functional>
 
+#include "data/real_names.h"
 #include "support/expect.h"
 #include "lockstep/common/error.h"
 #include "lockstep/data/char_dataset.h"
@@ -21,16 +22,7 @@ std::string lower(std::string s) {
   return s;
 }
 
-Names loadReal(const Names& sources) {
-  NamesOptions o;
-  o.sources = sources;
-  try {
-    return loadNames(o);
-  } catch (const Error& e) {
-    ADD_FAILURE() << "could not load the real name sources; run scripts/setup.sh (it installs them): " << e.what();
-    return {};
-  }
-}
+using test::loadReal;
 
 int64_t at2(const at::Tensor& t, int64_t i, int64_t j) { return t.data_ptr<int64_t>()[i * t.size(1) + j]; }
 

@@ -11,6 +11,7 @@
 #include <set>
 
 #include "data/names_parsing.h"
+#include "data/real_names.h"
 #include "support/expect.h"
 #include "lockstep/common/error.h"
 #include "lockstep/data/names.h"
@@ -21,17 +22,7 @@ namespace {
 namespace fs = std::filesystem;
 using Names = std::vector<std::string>;
 
-/// Loads real sources; a missing package is a failure that says how to install it.
-Names loadReal(const Names& sources) {
-  NamesOptions o;
-  o.sources = sources;
-  try {
-    return loadNames(o);
-  } catch (const Error& e) {
-    ADD_FAILURE() << "could not load the real name sources; run scripts/setup.sh (it installs them): " << e.what();
-    return {};
-  }
-}
+using test::loadReal;
 
 bool contains(const Names& names, const std::string& name) {
   return std::binary_search(names.begin(), names.end(), name);
