@@ -48,11 +48,17 @@ bool Work::isSuccess() const {
   return done_ && !error_;
 }
 
+Work::Clock::time_point Work::completedAt() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return completedAt_;
+}
+
 void Work::complete(std::exception_ptr error) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (done_) return;  // already failed by its deadline
     done_ = true;
+    completedAt_ = Clock::now();
     error_ = std::move(error);
   }
   cv_.notify_all();

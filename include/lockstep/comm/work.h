@@ -31,6 +31,9 @@ class Work {
   /// True when finished without error.
   bool isSuccess() const;
   const std::string& description() const { return description_; }
+  /// When the backend completed the operation (successfully or not); the
+  /// default time point while it has not. Used for timelines.
+  Clock::time_point completedAt() const;
 
   /// Backend side: marks the work finished; `error` is null on success.
   void complete(std::exception_ptr error);
@@ -42,6 +45,7 @@ class Work {
   mutable std::mutex mutex_;
   std::condition_variable cv_;
   bool done_ = false;
+  Clock::time_point completedAt_{};
   std::exception_ptr error_;
 };
 
