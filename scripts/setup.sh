@@ -17,6 +17,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev googletest   # tests
   procps psmisc           # ps/pkill used by tests of the launcher
   openmpi-bin             # mpirun: workers started by OpenMPI find each other (tested)
+  libopenmpi-dev          # the MPI communicator backend (shared memory between local ranks)
 )
 
 # shellcheck source=lib/apt.sh

@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "lockstep/comm/communicator.h"
 #include "lockstep/common/error.h"
 #include "lockstep/launch/launcher.h"
 
@@ -12,7 +13,8 @@ namespace lockstep::cli {
 namespace {
 constexpr const char* kRunUsage =
     "usage: lockstep run -np N [--nnodes M --node-rank K] [--master-addr A] [--master-port P]\n"
-    "                    [--threads T] [--comm-timeout S] [--stop-grace S] [--no-prefix] -- PROGRAM [ARGS...]";
+    "                    [--threads T] [--comm-timeout S] [--stop-grace S] [--no-prefix]\n"
+    "                    [--backend gloo|mpi|auto] [--mpirun-args ARGS] -- PROGRAM [ARGS...]";
 }
 
 int runCommand(const std::vector<std::string>& rawArgs) {
@@ -32,6 +34,8 @@ int runCommand(const std::vector<std::string>& rawArgs) {
   int threads = 0;
   double commTimeout = 0;
   bool noPrefix = false;
+  std::string backend = "gloo";
+  std::string mpirunArgs;
   std::vector<std::string> positional;
   CLI::App app{"Start N workers of PROGRAM with the rendezvous environment set", "lockstep run"};
   app.add_option("-n,--np,--nproc-per-node", o.nprocPerNode, "workers on this node (-np N)")->required();
@@ -43,6 +47,10 @@ int runCommand(const std::vector<std::string>& rawArgs) {
   app.add_option("--comm-timeout", commTimeout, "seconds before a collective fails (default 300)");
   app.add_option("--stop-grace", stopGraceSeconds, "seconds between SIGTERM and SIGKILL when stopping workers");
   app.add_flag("--no-prefix", noPrefix, "do not prefix output lines with [rank]");
+  app.add_option("--backend", backend,
+                 "gloo (default): workers started here, tensors over TCP; mpi: workers started through mpirun, "
+                 "tensors over OpenMPI (shared memory on one node); auto: mpi when built and mpirun is present");
+  app.add_option("--mpirun-args", mpirunArgs, "extra arguments for mpirun (with --backend mpi), one string");
   // Without "--", the first non-option starts the program and the rest is its own.
   app.prefix_command();
   try {
@@ -69,6 +77,16 @@ int runCommand(const std::vector<std::string>& rawArgs) {
     return kExitUsage;
   }
   o.stopGrace = std::chrono::milliseconds(static_cast<int64_t>(stopGraceSeconds * 1000));
+  if (backend == "auto") {
+    backend = mpiBackendBuilt() && o.nnodes == 1 && !resolveProgram("mpirun").empty() ? "mpi" : "gloo";
+  }
+  o.backend = backend;
+  for (size_t start = 0; start < mpirunArgs.size();) {
+    size_t end = mpirunArgs.find(' ', start);
+    if (end == std::string::npos) end = mpirunArgs.size();
+    if (end > start) o.mpirunArgs.push_back(mpirunArgs.substr(start, end - start));
+    start = end + 1;
+  }
   try {
     LaunchResult result = launch(o);
     std::cerr << result.summary;

@@ -4,6 +4,15 @@
 
 namespace lockstep {
 
+#ifndef LOCKSTEP_WITH_MPI
+bool mpiBackendBuilt() { return false; }
+
+std::shared_ptr<Communicator> makeMpiCommunicator(const MpiOptions&) {
+  throw ConfigError("this lockstep was built without the MPI backend: install libopenmpi-dev "
+                    "(scripts/setup.sh does) and rebuild, or use the gloo backend");
+}
+#endif
+
 const char* toString(ReduceOp op) {
   switch (op) {
     case ReduceOp::kSum: return "sum";
@@ -18,7 +27,17 @@ Work::Work(std::string description, Clock::time_point deadline,
            std::function<std::exception_ptr()> onTimeout)
     : description_(std::move(description)), deadline_(deadline), onTimeout_(std::move(onTimeout)) {}
 
+Work::Work(std::string description, Clock::time_point deadline,
+           std::function<std::exception_ptr()> onTimeout, std::function<void()> poll)
+    : description_(std::move(description)),
+      deadline_(deadline),
+      onTimeout_(std::move(onTimeout)),
+      poll_(std::move(poll)) {}
+
 void Work::wait() {
+  if (poll_) {
+    while (!isCompleted() && Clock::now() < deadline_) poll_();
+  }
   std::unique_lock<std::mutex> lock(mutex_);
   if (!cv_.wait_until(lock, deadline_, [this] { return done_; })) {
     // Deadline passed: the backend is still inside the operation. Record the

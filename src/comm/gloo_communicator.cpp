@@ -15,6 +15,7 @@
 #include <map>
 
 #include "comm/c10d_errors.h"
+#include "comm/collective_args.h"
 #include "comm/op_queue.h"
 #include "comm/store_impl.h"
 #include "lockstep/comm/communicator.h"
@@ -23,44 +24,12 @@
 namespace lockstep {
 namespace {
 
+using detail::describe;
+using detail::flatten;
+using detail::unflatten;
+
 using c10d::ProcessGroupGloo;
 using PG = c10::intrusive_ptr<ProcessGroupGloo>;
-
-bool isFloating(at::ScalarType t) {
-  return t == at::kFloat || t == at::kDouble || t == at::kHalf || t == at::kBFloat16;
-}
-bool isSupported(at::ScalarType t) {
-  return isFloating(t) || t == at::kChar || t == at::kByte || t == at::kInt || t == at::kLong;
-}
-
-std::string dtypeName(at::ScalarType t) {
-  switch (t) {
-    case at::kFloat: return "float32";
-    case at::kDouble: return "float64";
-    case at::kHalf: return "float16";
-    case at::kBFloat16: return "bfloat16";
-    case at::kChar: return "int8";
-    case at::kByte: return "uint8";
-    case at::kInt: return "int32";
-    case at::kLong: return "int64";
-    default: return c10::toString(t);
-  }
-}
-
-std::string describe(const at::Tensor& t) {
-  std::string shape;
-  for (int64_t d = 0; d < t.dim(); ++d) shape += (d ? "," : "") + std::to_string(t.size(d));
-  return fmt::format("{}[{}]", dtypeName(t.scalar_type()), shape);
-}
-
-std::string describe(const std::vector<at::Tensor>& ts) {
-  int64_t bytes = 0;
-  for (const auto& t : ts) bytes += t.numel() * static_cast<int64_t>(t.element_size());
-  std::string text = fmt::format("{} tensor{}, {} B", ts.size(), ts.size() == 1 ? "" : "s", bytes);
-  for (size_t i = 0; i < ts.size() && i < 4; ++i) text += (i ? " " : ": ") + describe(ts[i]);
-  if (ts.size() > 4) text += " ...";
-  return text;
-}
 
 /// bfloat16 is moved as its bit pattern: Gloo in this LibTorch rejects the dtype.
 at::Tensor wireView(const at::Tensor& t) {
@@ -91,7 +60,7 @@ void waitBackend(const c10::intrusive_ptr<c10d::Work>& work, CommErrorInfo info)
 class GlooCommunicator final : public Communicator {
  public:
   GlooCommunicator(PG pg, int rank, int world, std::chrono::milliseconds timeout)
-      : pg_(std::move(pg)), rank_(rank), world_(world), timeout_(timeout), queue_(rank, world) {}
+      : pg_(std::move(pg)), rank_(rank), world_(world), timeout_(timeout), args_(rank, world, "gloo"), queue_(rank, world) {}
 
   int rank() const override { return rank_; }
   int size() const override { return world_; }
@@ -100,13 +69,7 @@ class GlooCommunicator final : public Communicator {
 
   WorkHandle allreduce(std::vector<at::Tensor>& tensors, ReduceOp op,
                        const CollectiveOptions& options) override {
-    CommErrorInfo info = makeInfo(fmt::format("allreduce({})", toString(op)), describe(tensors));
-    for (const auto& t : tensors) {
-      checkTensor(t, info);
-      if (op == ReduceOp::kAvg && !isFloating(t.scalar_type())) {
-        invalid(info, "ReduceOp::kAvg needs a floating-point tensor, got " + describe(t));
-      }
-    }
+    CommErrorInfo info = args_.allreduce(tensors, op);
     auto tensorsCopy = tensors;
     return submit(info, options, [pg = pg_, tensorsCopy, op, info, world = world_]() mutable {
       // Fuse per dtype: one message per dtype, whatever the number of tensors.
@@ -124,9 +87,7 @@ class GlooCommunicator final : public Communicator {
 
   WorkHandle broadcast(std::vector<at::Tensor>& tensors, int root,
                        const CollectiveOptions& options) override {
-    CommErrorInfo info = makeInfo(fmt::format("broadcast(root={})", root), describe(tensors));
-    for (const auto& t : tensors) checkTensor(t, info);
-    checkRank(root, "root", info);
+    CommErrorInfo info = args_.broadcast(tensors, root);
     auto tensorsCopy = tensors;
     return submit(info, options, [pg = pg_, tensorsCopy, root, info, rank = rank_]() mutable {
       std::map<at::ScalarType, std::vector<at::Tensor>> groups;
@@ -146,14 +107,7 @@ class GlooCommunicator final : public Communicator {
 
   WorkHandle allgather(const at::Tensor& input, at::Tensor& output,
                        const CollectiveOptions& options) override {
-    CommErrorInfo info = makeInfo("allgather", describe(std::vector<at::Tensor>{input, output}));
-    checkTensor(input, info);
-    checkTensor(output, info);
-    checkSameDtype(input, output, info);
-    if (output.numel() != input.numel() * world_) {
-      invalid(info, fmt::format("output must have world size ({}) x input numel ({}) = {} elements, has {}",
-                                world_, input.numel(), input.numel() * world_, output.numel()));
-    }
+    CommErrorInfo info = args_.allgather(input, output);
     std::vector<at::Tensor> outputs;
     auto flat = output.view({-1});
     for (int r = 0; r < world_; ++r) outputs.push_back(flat.narrow(0, r * input.numel(), input.numel()));
@@ -162,21 +116,7 @@ class GlooCommunicator final : public Communicator {
 
   WorkHandle allgather(const at::Tensor& input, std::vector<at::Tensor>& outputs,
                        const CollectiveOptions& options) override {
-    std::vector<at::Tensor> all{input};
-    all.insert(all.end(), outputs.begin(), outputs.end());
-    CommErrorInfo info = makeInfo("allgather", describe(all));
-    checkTensor(input, info);
-    if (static_cast<int>(outputs.size()) != world_) {
-      invalid(info, fmt::format("needs one output per rank ({}), got {}", world_, outputs.size()));
-    }
-    for (const auto& o : outputs) {
-      checkTensor(o, info);
-      checkSameDtype(input, o, info);
-      if (o.numel() != input.numel()) {
-        invalid(info, fmt::format("every output must have input's {} elements, one has {}",
-                                  input.numel(), o.numel()));
-      }
-    }
+    CommErrorInfo info = args_.allgather(input, outputs);
     std::vector<at::Tensor> flatOutputs;
     for (const auto& o : outputs) flatOutputs.push_back(o.view({-1}));
     return submitAllgather(input, flatOutputs, info, options);
@@ -184,18 +124,7 @@ class GlooCommunicator final : public Communicator {
 
   WorkHandle reduceScatter(const at::Tensor& input, at::Tensor& output, ReduceOp op,
                            const CollectiveOptions& options) override {
-    CommErrorInfo info = makeInfo(fmt::format("reduce_scatter({})", toString(op)),
-                                  describe(std::vector<at::Tensor>{input, output}));
-    checkTensor(input, info);
-    checkTensor(output, info);
-    checkSameDtype(input, output, info);
-    if (input.numel() != output.numel() * world_) {
-      invalid(info, fmt::format("input must have world size ({}) x output numel ({}) = {} elements, has {}",
-                                world_, output.numel(), output.numel() * world_, input.numel()));
-    }
-    if (op == ReduceOp::kAvg && !isFloating(input.scalar_type())) {
-      invalid(info, "ReduceOp::kAvg needs a floating-point tensor, got " + describe(input));
-    }
+    CommErrorInfo info = args_.reduceScatter(input, output, op);
     return submit(info, options, [pg = pg_, input, output, op, info, world = world_]() mutable {
       if (output.numel() == 0) return;
       auto out = output.view({-1});
@@ -204,18 +133,13 @@ class GlooCommunicator final : public Communicator {
   }
 
   WorkHandle barrier(const CollectiveOptions& options) override {
-    CommErrorInfo info = makeInfo("barrier", "");
+    CommErrorInfo info = args_.info("barrier", "");
     return submit(info, options, [pg = pg_, info]() { waitBackend(pg->barrier(), info); });
   }
 
   WorkHandle send(const at::Tensor& tensor, int dst, int tag,
                   const CollectiveOptions& options) override {
-    CommErrorInfo info = makeInfo(fmt::format("send(dst={}, tag={})", dst, tag),
-                                  describe(std::vector<at::Tensor>{tensor}));
-    info.peer = dst;
-    checkTensor(tensor, info);
-    checkRank(dst, "dst", info);
-    if (dst == rank_) invalid(info, "cannot send to itself");
+    CommErrorInfo info = args_.send(tensor, dst, tag);
     return submitIssued(info, options, [pg = pg_, tensor, dst, tag, info]() -> std::function<void()> {
       if (tensor.numel() == 0) return {};
       std::vector<at::Tensor> wire{wireView(tensor).view({-1})};
@@ -225,12 +149,7 @@ class GlooCommunicator final : public Communicator {
   }
 
   WorkHandle recv(at::Tensor& tensor, int src, int tag, const CollectiveOptions& options) override {
-    CommErrorInfo info = makeInfo(fmt::format("recv(src={}, tag={})", src, tag),
-                                  describe(std::vector<at::Tensor>{tensor}));
-    info.peer = src;
-    checkTensor(tensor, info);
-    checkRank(src, "src", info);
-    if (src == rank_) invalid(info, "cannot receive from itself");
+    CommErrorInfo info = args_.recv(tensor, src, tag);
     return submitIssued(info, options, [pg = pg_, tensor, src, tag, info]() -> std::function<void()> {
       if (tensor.numel() == 0) return {};
       std::vector<at::Tensor> wire{wireView(tensor).view({-1})};
@@ -240,45 +159,6 @@ class GlooCommunicator final : public Communicator {
   }
 
  private:
-  CommErrorInfo makeInfo(std::string op, std::string sizes) const {
-    CommErrorInfo info;
-    info.op = std::move(op);
-    info.sizes = std::move(sizes);
-    info.rank = rank_;
-    info.worldSize = world_;
-    if (world_ == 2) info.peer = 1 - rank_;  // the only other rank
-    return info;
-  }
-
-  [[noreturn]] void invalid(CommErrorInfo info, const std::string& why) const {
-    info.kind = CommErrorKind::kInvalidArgument;
-    info.peer = -1;
-    info.detail = why;
-    throw CommError(info);
-  }
-
-  void checkTensor(const at::Tensor& t, const CommErrorInfo& info) const {
-    if (!t.defined()) invalid(info, "a tensor is undefined");
-    if (!t.device().is_cpu()) invalid(info, "the gloo backend needs CPU tensors, got " + t.device().str());
-    if (t.is_sparse()) invalid(info, "sparse tensors are not supported");
-    if (!t.is_contiguous()) invalid(info, "tensors must be contiguous; call .contiguous() first: " + describe(t));
-    if (!isSupported(t.scalar_type())) {
-      invalid(info, "unsupported dtype " + dtypeName(t.scalar_type()) +
-                        "; expected float32, float64, float16, bfloat16, int8, uint8, int32 or int64");
-    }
-  }
-
-  void checkSameDtype(const at::Tensor& a, const at::Tensor& b, const CommErrorInfo& info) const {
-    if (a.scalar_type() != b.scalar_type()) {
-      invalid(info, fmt::format("input and output dtypes differ: {} vs {}", dtypeName(a.scalar_type()),
-                                dtypeName(b.scalar_type())));
-    }
-  }
-
-  void checkRank(int r, const char* what, const CommErrorInfo& info) const {
-    if (r < 0 || r >= world_) invalid(info, fmt::format("{}={} is not a rank of this world (0..{})", what, r, world_ - 1));
-  }
-
   WorkHandle submit(CommErrorInfo info, const CollectiveOptions& options, std::function<void()> body) {
     auto timeout = options.timeout.count() > 0 ? std::min(options.timeout, timeout_) : timeout_;
     return queue_.submit(std::move(info), timeout, std::move(body));
@@ -298,26 +178,6 @@ class GlooCommunicator final : public Communicator {
       std::vector<at::Tensor> wireIn{wireView(input).view({-1})};
       waitBackend(pg->allgather(wireOut, wireIn), info);
     });
-  }
-
-  static at::Tensor flatten(const std::vector<at::Tensor>& group) {
-    int64_t total = 0;
-    for (const auto& t : group) total += t.numel();
-    at::Tensor buffer = at::empty({total}, group[0].options());
-    int64_t offset = 0;
-    for (const auto& t : group) {
-      buffer.narrow(0, offset, t.numel()).copy_(t.view({-1}));
-      offset += t.numel();
-    }
-    return buffer;
-  }
-
-  static void unflatten(const at::Tensor& buffer, std::vector<at::Tensor>& group) {
-    int64_t offset = 0;
-    for (auto& t : group) {
-      t.view({-1}).copy_(buffer.narrow(0, offset, t.numel()));
-      offset += t.numel();
-    }
   }
 
   static void reduceBuffer(const PG& pg, at::Tensor& buffer, ReduceOp op, int world,
@@ -377,6 +237,7 @@ class GlooCommunicator final : public Communicator {
   int rank_;
   int world_;
   std::chrono::milliseconds timeout_;
+  detail::CollectiveArgs args_;
   detail::OpQueue queue_;
 };
 

@@ -12,7 +12,9 @@
 #include <cerrno>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <memory>
+#include <regex>
 #include <thread>
 
 #include <fmt/format.h>
@@ -126,6 +128,7 @@ struct Worker {
   std::deque<std::string> tail;
   RankResult result;
   Clock::time_point started;
+  bool isMpirun = false;  ///< one process, mpirun, whose output carries "[job,rank]<stream>:" tags
 };
 
 class Runner {
@@ -135,6 +138,16 @@ class Runner {
   LaunchResult run(const std::map<std::string, std::string>& baseEnv) {
     SignalGuard signals;
     int world = o_.nprocPerNode * o_.nnodes;
+    if (o_.backend == "mpi") {
+      auto w = std::make_unique<Worker>();
+      w->isMpirun = true;
+      w->started = Clock::now();
+      w->process = std::make_unique<ChildProcess>(mpirunCommand(o_, usableCores(), ::geteuid() == 0), baseEnv);
+      w->result.pid = w->process->pid();
+      workers_.push_back(std::move(w));
+      loop(signals.readFd());
+      return finish();
+    }
     for (int local = 0; local < o_.nprocPerNode; ++local) {
       auto w = std::make_unique<Worker>();
       w->rank = o_.nodeRank * o_.nprocPerNode + local;
@@ -298,6 +311,7 @@ class Runner {
   }
 
   void emit(Worker& w, bool isErr, std::string_view line) {
+    if (w.isMpirun) return emitMpirun(w, isErr, line);
     std::string text = o_.prefixOutput ? fmt::format("[{}] {}\n", w.rank, line) : fmt::format("{}\n", line);
     writeAll(isErr ? STDERR_FILENO : STDOUT_FILENO, text);
     if (isErr && o_.tailLines > 0) {
@@ -306,7 +320,81 @@ class Runner {
     }
   }
 
+  /// mpirun --tag-output writes "[1,3]<stderr>:text" for rank 3, tagging each chunk the
+  /// rank wrote: a line written in pieces arrives as several tagged segments on
+  /// one physical line ("[1,3]<stderr>:a [1,3]<stderr>:b\n"). Untagged lines are mpirun's own.
+  void emitMpirun(Worker& w, bool isErr, std::string_view line) {
+    static const std::regex tag(R"(\[\d+,(\d+)\]<(stdout|stderr)>:)");
+    // "mpirun noticed that process rank 1 with PID ..." (signals) or "Process name: [[27543,1],1]" (exit codes).
+    static const std::regex failedRank(R"(process rank (\d+)|Process name: \[\[\d+,\d+\],(\d+)\])");
+    std::string text(line);
+    std::smatch m;
+    if (!std::regex_search(text, m, tag) || m.position(0) != 0) {
+      writeAll(isErr ? STDERR_FILENO : STDOUT_FILENO, o_.prefixOutput ? "[mpirun] " + text + "\n" : text + "\n");
+      if (mpiFailedRank_ < 0 && std::regex_search(text, m, failedRank)) {
+        mpiFailedRank_ = std::stoi(m[1].matched ? m[1].str() : m[2].str());
+      }
+      if (isErr && o_.tailLines > 0) {
+        w.tail.push_back(text);
+        if (static_cast<int>(w.tail.size()) > o_.tailLines) w.tail.pop_front();
+      }
+      return;
+    }
+    std::pair<int, bool> last{0, false};
+    for (auto it = std::sregex_iterator(text.begin(), text.end(), tag); it != std::sregex_iterator(); ++it) {
+      const auto& match = *it;
+      size_t begin = static_cast<size_t>(match.position(0) + match.length(0));
+      auto next = std::next(it);
+      size_t end = next == std::sregex_iterator() ? text.size() : static_cast<size_t>(next->position(0));
+      last = {std::stoi(match[1].str()), match[2].str() == "stderr"};
+      mpiPartial_[last] += text.substr(begin, end - begin);
+    }
+    // The newline ends the line of the last segment's rank and stream.
+    auto [rank, toErr] = last;
+    std::string body = std::move(mpiPartial_[last]);
+    mpiPartial_.erase(last);
+    writeAll(toErr ? STDERR_FILENO : STDOUT_FILENO, o_.prefixOutput ? fmt::format("[{}] {}\n", rank, body) : body + "\n");
+    if (toErr && o_.tailLines > 0) {
+      auto& tail = mpiTails_[rank];
+      tail.push_back(body);
+      if (static_cast<int>(tail.size()) > o_.tailLines) tail.pop_front();
+    }
+  }
+
+  LaunchResult finishMpirun() {
+    const Worker& w = *workers_.front();
+    LaunchResult result;
+    result.interruptSignal = interruptSignal_;
+    result.firstFailedRank = w.result.failed() ? mpiFailedRank_ : -1;
+    RankResult r = w.result;
+    r.stderrTail.assign(w.tail.begin(), w.tail.end());
+    result.ranks.push_back(r);
+    std::string s;
+    if (interruptSignal_ != 0) {
+      result.exitCode = 128 + interruptSignal_;
+      s += fmt::format("lockstep run: received {}, forwarded it to mpirun\n", signalName(interruptSignal_));
+    } else if (r.failed()) {
+      result.exitCode = r.exitCode > 0 ? std::min(r.exitCode, 255) : 1;
+      s += fmt::format("lockstep run: mpirun (pid {}) {} after {:.1f} s\n", r.pid,
+                       r.signal ? "was killed by " + signalName(r.signal) : fmt::format("exited with code {}", r.exitCode),
+                       r.seconds);
+      if (mpiFailedRank_ >= 0) {
+        s += fmt::format("lockstep run: mpirun reports rank {} as the first worker to fail\n", mpiFailedRank_);
+        auto it = mpiTails_.find(mpiFailedRank_);
+        if (it == mpiTails_.end() || it->second.empty()) {
+          s += fmt::format("lockstep run: rank {} wrote nothing on stderr\n", mpiFailedRank_);
+        } else {
+          s += fmt::format("lockstep run: last {} line(s) of rank {}'s stderr:\n", it->second.size(), mpiFailedRank_);
+          for (const auto& line : it->second) s += "    " + line + "\n";
+        }
+      }
+    }
+    result.summary = s;
+    return result;
+  }
+
   LaunchResult finish() {
+    if (!workers_.empty() && workers_.front()->isMpirun) return finishMpirun();
     LaunchResult result;
     result.firstFailedRank = firstFailed_;
     result.interruptSignal = interruptSignal_;
@@ -353,6 +441,9 @@ class Runner {
   std::vector<std::unique_ptr<Worker>> workers_;
   int firstFailed_ = -1;
   int interruptSignal_ = 0;
+  int mpiFailedRank_ = -1;
+  std::map<int, std::deque<std::string>> mpiTails_;
+  std::map<std::pair<int, bool>, std::string> mpiPartial_;  ///< (rank, stderr?) -> text of an unfinished line
 };
 
 void validate(const LaunchOptions& o) {
@@ -376,12 +467,36 @@ void validate(const LaunchOptions& o) {
   if (o.threadsPerWorker && *o.threadsPerWorker < 1) {
     throw ConfigError(fmt::format("--threads {}: must be at least 1", *o.threadsPerWorker));
   }
+  if (o.backend != "gloo" && o.backend != "mpi") {
+    throw ConfigError(fmt::format("--backend {}: expected gloo, mpi or auto", o.backend));
+  }
+  if (o.backend == "mpi") {
+    if (o.nnodes > 1) {
+      throw ConfigError("--backend mpi starts workers on this node only; for several nodes run mpirun yourself "
+                        "with a hostfile (see docs/launcher.md)");
+    }
+    if (resolveProgram("mpirun").empty()) {
+      throw ConfigError("--backend mpi needs `mpirun` on PATH (Debian package openmpi-bin; scripts/setup.sh installs it)");
+    }
+  }
   if (o.commTimeoutSeconds && !(*o.commTimeoutSeconds > 0)) {
     throw ConfigError(fmt::format("--comm-timeout {}: must be a positive number of seconds", *o.commTimeoutSeconds));
   }
 }
 
 }  // namespace
+
+std::vector<std::string> mpirunCommand(const LaunchOptions& o, int cores, bool asRoot) {
+  std::vector<std::string> argv{"mpirun", "-np", std::to_string(o.nprocPerNode), "--tag-output",
+                                // lockstep sets the threads per worker; OpenMPI's binding to one core
+                                // would squeeze a worker's threads onto it.
+                                "--bind-to", "none"};
+  if (asRoot) argv.push_back("--allow-run-as-root");
+  if (o.nprocPerNode > cores) argv.push_back("--oversubscribe");
+  argv.insert(argv.end(), o.mpirunArgs.begin(), o.mpirunArgs.end());
+  argv.insert(argv.end(), o.command.begin(), o.command.end());
+  return argv;
+}
 
 LaunchResult launch(const LaunchOptions& input) {
   LaunchOptions o = input;
@@ -415,6 +530,16 @@ LaunchResult launch(const LaunchOptions& input) {
       {env::kMasterPort, port},                       {"MASTER_PORT", port},
   };
   for (auto& [k, v] : shared) env[k] = v;
+  if (o.backend == "mpi") {
+    // The workers learn rank and world from mpirun (OMPI_COMM_WORLD_*); the
+    // store still meets at MASTER_ADDR/MASTER_PORT.
+    for (const char* var : {env::kRank, "RANK", env::kLocalRank, "LOCAL_RANK", env::kWorldSize, "WORLD_SIZE",
+                            env::kLocalWorldSize, "LOCAL_WORLD_SIZE", env::kNodeRank, "GROUP_RANK",
+                            env::kMasterAddr, env::kMasterPort}) {
+      env.erase(var);
+    }
+    env[env::kBackend] = "mpi";
+  }
   return Runner(o).run(env);
 }
 

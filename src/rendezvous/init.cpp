@@ -34,6 +34,27 @@ int workerThreads(const Environment& env, int localWorldSize) {
   return std::max(1, usableCores() / std::max(1, localWorldSize));
 }
 
+std::string chooseBackend(const std::string& requested, const WorldInfo& world, const std::string& source,
+                          const Environment& env) {
+  if (requested == "gloo") return requested;
+  if (requested == "mpi") {
+    if (!mpiBackendBuilt()) {
+      throw ConfigError(fmt::format("{}=mpi: this lockstep was built without the MPI backend; install "
+                                    "libopenmpi-dev (scripts/setup.sh does) and rebuild, or use gloo", source));
+    }
+    if (world.worldSize > 1 && world.source != WorldSource::kOpenMpi && !env.has("PMIX_RANK")) {
+      throw ConfigError(fmt::format("{}=mpi needs workers started by mpirun (or `lockstep run --backend mpi`, or "
+                                    "`srun --mpi=pmix`); these were started by {}", source, world.describe()));
+    }
+    return requested;
+  }
+  if (requested == "auto") {
+    // MPI when mpirun started us (its shared-memory path is the fastest here), else Gloo.
+    return mpiBackendBuilt() && world.source == WorldSource::kOpenMpi ? "mpi" : "gloo";
+  }
+  throw ConfigError(fmt::format("{}='{}': unknown backend; expected gloo, mpi or auto", source, requested));
+}
+
 Context init(const InitOptions& options) { return init(options, Environment::fromProcess()); }
 
 Context init(const InitOptions& options, const Environment& env) {
@@ -41,12 +62,9 @@ Context init(const InitOptions& options, const Environment& env) {
   WorldInfo world = detectWorld(env);
   if (world.worldSize > 1) log::setRank(world.rank);
 
-  std::string backend = options.backend;
-  if (backend.empty()) backend = env.get(env::kBackend).value_or("gloo");
-  if (backend != "gloo") {
-    throw ConfigError(fmt::format("backend '{}' is not available; expected 'gloo' (from {} or InitOptions::backend)",
-                                  backend, env::kBackend));
-  }
+  std::string backend = chooseBackend(options.backend.empty() ? env.get(env::kBackend).value_or("auto")
+                                                              : options.backend,
+                                      world, options.backend.empty() ? env::kBackend : "InitOptions::backend", env);
   auto timeout = options.timeout ? *options.timeout
                                  : env.getSeconds(env::kCommTimeout).value_or(std::chrono::seconds(300));
   if (timeout.count() <= 0) throw ConfigError(fmt::format("{} must be positive", env::kCommTimeout));
@@ -58,13 +76,25 @@ Context init(const InitOptions& options, const Environment& env) {
                     ? Store::inMemory(timeout)
                     : Store::tcp(TcpStoreOptions{world.masterAddr, world.masterPort, world.rank == 0,
                                                  world.worldSize, timeout});
-  GlooOptions gloo;
-  gloo.rank = world.rank;
-  gloo.worldSize = world.worldSize;
-  gloo.timeout = timeout;
-  gloo.interface = env.get("LOCKSTEP_IFACE").value_or("");
-  gloo.hostname = isLoopback(world.masterAddr) ? "127.0.0.1" : "";
-  auto comm = makeGlooCommunicator(store, gloo);
+  std::shared_ptr<Communicator> comm;
+  if (backend == "mpi") {
+    MpiOptions mpi;
+    mpi.timeout = timeout;
+    comm = makeMpiCommunicator(mpi);
+    if (comm->rank() != world.rank || comm->size() != world.worldSize) {
+      throw ConfigError(fmt::format("MPI says rank {} of {}, the environment says rank {} of {} ({}); start the "
+                                    "workers with mpirun (or `lockstep run --backend mpi`)",
+                                    comm->rank(), comm->size(), world.rank, world.worldSize, world.describe()));
+    }
+  } else {
+    GlooOptions gloo;
+    gloo.rank = world.rank;
+    gloo.worldSize = world.worldSize;
+    gloo.timeout = timeout;
+    gloo.interface = env.get("LOCKSTEP_IFACE").value_or("");
+    gloo.hostname = isLoopback(world.masterAddr) ? "127.0.0.1" : "";
+    comm = makeGlooCommunicator(store, gloo);
+  }
   log::debug(fmt::format("joined: {}; {} threads; backend {}", world.describe(), threads, backend));
   return Context{world, std::move(comm), store, at::get_num_threads()};
 }

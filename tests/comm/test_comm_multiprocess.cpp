@@ -4,9 +4,11 @@
 // within the timeout.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <future>
 #include <thread>
 
+#include "lockstep/comm/communicator.h"
 #include "lockstep/launch/launcher.h"
 #include "support/subprocess.h"
 
@@ -59,13 +61,56 @@ TEST_P(LaunchedWorlds, EveryCollectiveBetweenProcesses) {
 INSTANTIATE_TEST_SUITE_P(World, LaunchedWorlds, ::testing::Values(1, 2, 3, 4),
                          [](const auto& info) { return "np" + std::to_string(info.param); });
 
-TEST(LaunchedByOthers, MpirunWorkersFindEachOtherFromOpenMpiVariables) {
-  // No lockstep launcher and no MASTER_*: init() reads OMPI_COMM_WORLD_* and derives
-  // the rendezvous port from the OpenMPI job id. CI runs as root, hence the flags.
-  auto r = runProcess({"mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "3", "-x", "LOCKSTEP_COMM_TIMEOUT=60",
-                       test::helperBin("comm_worker"), "check"});
+class MpiWorlds : public ::testing::TestWithParam<int> {};
+
+TEST_P(MpiWorlds, EveryCollectiveOverTheMpiBackend) {
+  if (!mpiBackendBuilt()) GTEST_SKIP() << "built without libopenmpi-dev";
+  int world = GetParam();
+  auto r = runProcess({test::lockstepBin(), "run", "-np", std::to_string(world), "--backend", "mpi",
+                       "--comm-timeout", "60", "--", test::helperBin("comm_worker"), "check"});
   EXPECT_EQ(r.exitCode, 0) << r.out << r.err;
-  EXPECT_NE(r.out.find("all checks passed on 3 ranks"), std::string::npos) << r.out << r.err;
+  EXPECT_NE(r.out.find("[0] all checks passed on " + std::to_string(world) + " ranks (backend mpi)"),
+            std::string::npos) << r.out << r.err;
+}
+
+INSTANTIATE_TEST_SUITE_P(World, MpiWorlds, ::testing::Values(1, 2, 3),
+                         [](const auto& info) { return "np" + std::to_string(info.param); });
+
+TEST(LaunchedByOthers, MpirunWorkersUseMpiByDefaultAndGlooWhenAsked) {
+  // No lockstep launcher and no MASTER_*: init() reads OMPI_COMM_WORLD_* (and, for
+  // Gloo, derives the rendezvous port from the OpenMPI job id). CI runs as root, hence the flags.
+  for (std::string backend : {"auto", "gloo"}) {
+    auto r = runProcess({"mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "3", "-x", "LOCKSTEP_COMM_TIMEOUT=60",
+                         "-x", "LOCKSTEP_BACKEND=" + backend, test::helperBin("comm_worker"), "check"});
+    EXPECT_EQ(r.exitCode, 0) << r.out << r.err;
+    std::string used = backend == "gloo" || !mpiBackendBuilt() ? "gloo" : "mpi";
+    EXPECT_NE(r.out.find("all checks passed on 3 ranks (backend " + used + ")"), std::string::npos) << r.out << r.err;
+  }
+}
+
+TEST(MpiFailures, StalledPeerTimesOutAndTheLauncherStopsTheJob) {
+  if (!mpiBackendBuilt()) GTEST_SKIP() << "built without libopenmpi-dev";
+  // Rank 1 sleeps 30 s; rank 0's allreduce has a 2 s timeout, fails, exits 3; mpirun stops rank 1.
+  auto start = std::chrono::steady_clock::now();
+  auto r = runProcess({test::lockstepBin(), "run", "-np", "2", "--backend", "mpi", "--comm-timeout", "2", "--",
+                       test::helperBin("comm_worker"), "stall", "1", "30"});
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(r.exitCode, 3) << r.out << r.err;
+  EXPECT_NE(r.err.find("[0] CommError kind=timeout"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("peer: rank 1"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("mpirun reports rank 0 as the first worker to fail"), std::string::npos) << r.err;
+  EXPECT_LT(seconds, 20) << r.err;
+}
+
+TEST(MpiFailures, KilledWorkerIsNamedAndTheRunEndsQuickly) {
+  if (!mpiBackendBuilt()) GTEST_SKIP() << "built without libopenmpi-dev";
+  auto start = std::chrono::steady_clock::now();
+  auto r = runProcess({test::lockstepBin(), "run", "-np", "3", "--backend", "mpi", "--comm-timeout", "60", "--",
+                       test::helperBin("comm_worker"), "die", "1", "20"});
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_NE(r.exitCode, 0) << r.err;
+  EXPECT_NE(r.err.find("mpirun reports rank 1 as the first worker to fail"), std::string::npos) << r.err;
+  EXPECT_LT(seconds, 20) << r.err;
 }
 
 TEST(CommFailures, KilledPeerGivesTypedErrorOnEverySurvivor) {

@@ -53,6 +53,12 @@ void check(Communicator& comm) {
       std::vector<at::Tensor> avg{inputFor(rank, n, dtype)};
       comm.allreduce(avg, ReduceOp::kAvg)->wait();
       expect(close(avg[0], base + (world + 1) / 2.0), "allreduce avg " + tag);
+      std::vector<at::Tensor> mx{inputFor(rank, n, dtype)};
+      comm.allreduce(mx, ReduceOp::kMax)->wait();
+      expect(close(mx[0], base + world), "allreduce max " + tag);
+      std::vector<at::Tensor> mn{inputFor(rank, n, dtype)};
+      comm.allreduce(mn, ReduceOp::kMin)->wait();
+      expect(close(mn[0], base + 1), "allreduce min " + tag);
       std::vector<at::Tensor> b{inputFor(rank, n, dtype)};
       comm.broadcast(b, world - 1)->wait();
       expect(close(b[0], inputFor(world - 1, n, at::kDouble)), "broadcast " + tag);
@@ -75,6 +81,26 @@ void check(Communicator& comm) {
       }
     }
   }
+  // Lists: fused per dtype on the wire, every tensor gets its own result back.
+  std::vector<at::Tensor> mixed{inputFor(rank, 5, at::kFloat), inputFor(rank, 0, at::kFloat),
+                                inputFor(rank, 3, at::kDouble), inputFor(rank, 7, at::kFloat),
+                                inputFor(rank, 4, at::kInt), inputFor(rank, 2, at::kLong)};
+  comm.allreduce(mixed, ReduceOp::kSum)->wait();
+  for (size_t i = 0; i < mixed.size(); ++i) {
+    int64_t n = mixed[i].numel();
+    auto want = at::arange(n, at::kLong).remainder(7).to(at::kDouble) * world + world * (world + 1) / 2.0;
+    expect(close(mixed[i], want), "fused allreduce, tensor " + std::to_string(i));
+  }
+  std::vector<at::Tensor> many{inputFor(rank, 6, at::kFloat), inputFor(rank, 3, at::kLong),
+                               inputFor(rank, 2, at::kBFloat16)};
+  comm.broadcast(many, 0)->wait();
+  for (size_t i = 0; i < many.size(); ++i) {
+    expect(close(many[i], inputFor(0, many[i].numel(), at::kDouble)), "list broadcast, tensor " + std::to_string(i));
+  }
+  std::vector<at::Tensor> outs;
+  for (int r = 0; r < world; ++r) outs.push_back(at::empty({2, 3}, at::kDouble));
+  comm.allgather(inputFor(rank, 6, at::kDouble).view({2, 3}), outs)->wait();
+  for (int r = 0; r < world; ++r) expect(close(outs[r], inputFor(r, 6, at::kDouble)), "list allgather " + std::to_string(r));
   comm.barrier()->wait();
 }
 
@@ -109,7 +135,10 @@ int main(int argc, char** argv) {
         std::cerr << "rank " << comm.rank() << ": checks failed on some rank\n";
         return 1;
       }
-      if (comm.rank() == 0) std::cout << "all checks passed on " << comm.size() << " ranks" << std::endl;
+      if (comm.rank() == 0) {
+        std::cout << "all checks passed on " << comm.size() << " ranks (backend " << comm.backendName() << ")"
+                  << std::endl;
+      }
       return 0;
     }
     if (mode == "loop" || mode == "die") {

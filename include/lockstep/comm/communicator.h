@@ -95,4 +95,23 @@ struct GlooOptions {
 /// Blocks until every rank connected or options.timeout passed (CommError kTimeout).
 std::shared_ptr<Communicator> makeGlooCommunicator(const Store& store, const GlooOptions& options);
 
+struct MpiOptions {
+  /// Default timeout of every operation. MPI itself has none: lockstep enforces it.
+  std::chrono::milliseconds timeout{std::chrono::seconds(300)};
+  /// How often (microseconds) a background thread drives outstanding
+  /// operations while nobody waits on them (e.g. gradient buckets during
+  /// backward); 0 turns the thread off, so operations progress only inside
+  /// wait() and later submissions. Overridden by LOCKSTEP_MPI_PROGRESS_US.
+  int progressIntervalUs = 200;
+};
+
+/// True when this build of lockstep has the MPI backend (libopenmpi-dev was found).
+bool mpiBackendBuilt();
+
+/// A Communicator over MPI_COMM_WORLD (OpenMPI): the process must have been
+/// started by `mpirun` (or `srun --mpi=pmix`). Initialises MPI on first use
+/// (MPI_THREAD_SERIALIZED; lockstep serialises its own calls) and finalises it
+/// at exit. Throws ConfigError when the backend was not built.
+std::shared_ptr<Communicator> makeMpiCommunicator(const MpiOptions& options);
+
 }  // namespace lockstep

@@ -23,6 +23,11 @@ class Work {
   /// deadline; it returns the exception to throw and poisons the communicator.
   Work(std::string description, Clock::time_point deadline,
        std::function<std::exception_ptr()> onTimeout);
+  /// A backend that progresses only when polled (MPI) passes `poll`: wait()
+  /// calls it on the waiting thread, over and over, until the work completed
+  /// or the deadline passed. One call must return promptly.
+  Work(std::string description, Clock::time_point deadline,
+       std::function<std::exception_ptr()> onTimeout, std::function<void()> poll);
 
   /// Blocks until done; throws CommError on failure or timeout.
   void wait();
@@ -42,6 +47,7 @@ class Work {
   std::string description_;
   Clock::time_point deadline_;
   std::function<std::exception_ptr()> onTimeout_;
+  std::function<void()> poll_;
   mutable std::mutex mutex_;
   std::condition_variable cv_;
   bool done_ = false;

@@ -33,6 +33,12 @@ struct LaunchOptions {
   bool prefixOutput = true;
   std::optional<int> threadsPerWorker;      ///< default: max(1, cores / nprocPerNode)
   std::optional<double> commTimeoutSeconds; ///< exported as LOCKSTEP_COMM_TIMEOUT
+  /// "gloo": the launcher starts every worker itself. "mpi": it starts them
+  /// through `mpirun` (single node), sets LOCKSTEP_BACKEND=mpi, and turns
+  /// mpirun's tagged output back into "[rank] " lines. ("auto" is resolved by
+  /// the CLI before launch.)
+  std::string backend = "gloo";
+  std::vector<std::string> mpirunArgs;  ///< extra arguments for mpirun (backend "mpi")
 };
 
 struct RankResult {
@@ -56,6 +62,9 @@ struct LaunchResult {
 
 /// Validates `options` (throws ConfigError), runs the workers to the end.
 LaunchResult launch(const LaunchOptions& options);
+
+/// The mpirun command line launch() uses for backend "mpi" (for logs and tests).
+std::vector<std::string> mpirunCommand(const LaunchOptions& options, int usableCores, bool asRoot);
 
 /// Finds `program` the way execvp would; empty when it cannot be run.
 std::string resolveProgram(const std::string& program);

@@ -25,7 +25,8 @@ struct InitOptions {
   /// Timeout for joining and default per-operation timeout. Unset: LOCKSTEP_COMM_TIMEOUT
   /// (seconds) or 300 s.
   std::optional<std::chrono::milliseconds> timeout;
-  /// "gloo" (the only backend built so far). Empty: LOCKSTEP_BACKEND or "gloo".
+  /// "gloo", "mpi" or "auto". Empty: LOCKSTEP_BACKEND, else "auto" — MPI when
+  /// mpirun started the workers and the MPI backend was built, else Gloo.
   std::string backend;
   /// Set LibTorch's intra-op thread count (see above).
   bool setThreads = true;
@@ -40,6 +41,12 @@ struct Context {
 
 Context init(const InitOptions& options = {});
 Context init(const InitOptions& options, const Environment& env);
+
+/// The backend `requested` ("gloo", "mpi", "auto") resolves to for `world`;
+/// ConfigError naming `source` (the variable or option it came from) when it
+/// is unknown or cannot work (mpi without mpirun, or not built).
+std::string chooseBackend(const std::string& requested, const WorldInfo& world, const std::string& source,
+                          const Environment& env);
 
 /// Threads a worker should use: LOCKSTEP_NUM_THREADS, else OMP_NUM_THREADS, else
 /// max(1, cores / localWorldSize).

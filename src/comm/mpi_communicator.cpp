@@ -1,0 +1,568 @@
+// mpi_communicator.cpp — the Communicator over OpenMPI.
+//
+// Why it looks different from the Gloo backend: MPI moves data only while some
+// thread is inside an MPI call, and OpenMPI's shared-memory path between local
+// ranks answers in microseconds, so a hop through a queue thread (tens of µs
+// to wake) would cost more than the transfer. Operations are therefore issued
+// as non-blocking MPI calls (MPI_Iallreduce, ...) on the caller's thread, in
+// submission order, and then driven to completion by whoever gets there first:
+//   - the thread in Work::wait(), which polls MPI_Test until its work is done;
+//   - a background progress thread that polls every progressIntervalUs while
+//     operations are outstanding, so gradient buckets launched during backward
+//     move while the caller computes.
+// Every MPI call holds one process-wide mutex (MPI_THREAD_SERIALIZED).
+//
+// Types: float16 and bfloat16 reduce with user-defined MPI operations (the
+// arithmetic in float32, one rounding per pairwise step); AVG is SUM followed by
+// a division; lists are fused into one buffer per dtype. MPI has no timeouts:
+// a Work past its deadline fails with kTimeout and poisons the communicator
+// (MPI cannot cancel a collective); the process then must exit, and mpirun
+// stops the others.
+// The C API only: OpenMPI's deprecated C++ bindings would need libmpi_cxx.
+#define OMPI_SKIP_MPICXX 1
+#define MPICH_SKIP_MPICXX 1
+#include <mpi.h>
+
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+
+#include <fmt/format.h>
+
+#include <climits>
+#include <condition_variable>
+#include <cstdlib>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "comm/collective_args.h"
+#include "lockstep/comm/communicator.h"
+#include "lockstep/common/env.h"
+#include "lockstep/common/error.h"
+
+namespace lockstep {
+
+bool mpiBackendBuilt() { return true; }
+
+namespace {
+
+using detail::describe;
+using Clock = std::chrono::steady_clock;
+
+std::string mpiErrorText(int code) {
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  if (MPI_Error_string(code, text, &length) != MPI_SUCCESS) return fmt::format("MPI error {}", code);
+  return std::string(text, static_cast<size_t>(length));
+}
+
+// ---- user-defined reductions for the 16-bit float types ----------------------
+
+template <typename T, ReduceOp Op>
+void reduce16(void* in, void* inout, int* length, MPI_Datatype*) {
+  const T* a = static_cast<const T*>(in);
+  T* b = static_cast<T*>(inout);
+  for (int i = 0; i < *length; ++i) {
+    float x = static_cast<float>(a[i]);
+    float y = static_cast<float>(b[i]);
+    float r = Op == ReduceOp::kMax ? (x > y ? x : y) : Op == ReduceOp::kMin ? (x < y ? x : y) : x + y;
+    b[i] = static_cast<T>(r);
+  }
+}
+
+// ---- the process-wide MPI state ---------------------------------------------
+
+class MpiRuntime {
+ public:
+  static MpiRuntime& get() {
+    // Never destroyed: MPI is finalised from an atexit handler, after main.
+    static MpiRuntime* runtime = new MpiRuntime();
+    return *runtime;
+  }
+
+  /// Every MPI call holds this lock.
+  std::mutex& mutex() { return mutex_; }
+
+  /// Initialises MPI once. Caller holds mutex().
+  void ensureInitializedLocked() {
+    if (initialized_) return;
+    int already = 0;
+    MPI_Initialized(&already);
+    if (!already) {
+      int provided = 0;
+      int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
+      if (rc != MPI_SUCCESS) throw Error("MPI_Init_thread failed: " + mpiErrorText(rc));
+      if (provided < MPI_THREAD_SERIALIZED) {
+        throw Error(fmt::format("this MPI provides thread level {} but lockstep needs MPI_THREAD_SERIALIZED ({})",
+                                provided, MPI_THREAD_SERIALIZED));
+      }
+      std::atexit(&MpiRuntime::finalizeAtExit);
+      ownsInit_ = true;
+    }
+    makeOps();
+    initialized_ = true;
+  }
+
+  /// A communicator failed: MPI may hold operations that never finish, so the
+  /// process must not wait in MPI_Finalize.
+  void markFailed() { failed_ = true; }
+  bool finalized() const { return finalized_; }
+
+  MPI_Op op(at::ScalarType dtype, ReduceOp op) const {
+    bool half = dtype == at::kHalf;
+    bool bf16 = dtype == at::kBFloat16;
+    switch (op) {
+      case ReduceOp::kSum:
+      case ReduceOp::kAvg: return half ? halfOps_[0] : bf16 ? bf16Ops_[0] : MPI_SUM;
+      case ReduceOp::kMax: return half ? halfOps_[1] : bf16 ? bf16Ops_[1] : MPI_MAX;
+      case ReduceOp::kMin: return half ? halfOps_[2] : bf16 ? bf16Ops_[2] : MPI_MIN;
+    }
+    return MPI_SUM;
+  }
+
+ private:
+  void makeOps() {
+    MPI_Op_create(&reduce16<c10::Half, ReduceOp::kSum>, 1, &halfOps_[0]);
+    MPI_Op_create(&reduce16<c10::Half, ReduceOp::kMax>, 1, &halfOps_[1]);
+    MPI_Op_create(&reduce16<c10::Half, ReduceOp::kMin>, 1, &halfOps_[2]);
+    MPI_Op_create(&reduce16<c10::BFloat16, ReduceOp::kSum>, 1, &bf16Ops_[0]);
+    MPI_Op_create(&reduce16<c10::BFloat16, ReduceOp::kMax>, 1, &bf16Ops_[1]);
+    MPI_Op_create(&reduce16<c10::BFloat16, ReduceOp::kMin>, 1, &bf16Ops_[2]);
+  }
+
+  static void finalizeAtExit() {
+    MpiRuntime& r = get();
+    std::lock_guard<std::mutex> lock(r.mutex_);
+    r.finalized_ = true;
+    int done = 0;
+    MPI_Finalized(&done);
+    if (!r.ownsInit_ || done || r.failed_) return;
+    MPI_Finalize();
+  }
+
+  std::mutex mutex_;
+  bool initialized_ = false;
+  bool ownsInit_ = false;
+  bool failed_ = false;
+  bool finalized_ = false;
+  MPI_Op halfOps_[3]{};
+  MPI_Op bf16Ops_[3]{};
+};
+
+MPI_Datatype mpiType(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return MPI_FLOAT;
+    case at::kDouble: return MPI_DOUBLE;
+    case at::kHalf:
+    case at::kBFloat16: return MPI_UINT16_T;  // reduced by the user-defined ops above
+    case at::kChar: return MPI_INT8_T;
+    case at::kByte: return MPI_UINT8_T;
+    case at::kInt: return MPI_INT32_T;
+    case at::kLong: return MPI_INT64_T;
+    default: return MPI_DATATYPE_NULL;
+  }
+}
+
+// ---- the communicator -------------------------------------------------------
+
+/// One submitted operation: its MPI requests and what to do once they completed.
+struct Pending {
+  WorkHandle work;
+  CommErrorInfo info;
+  std::vector<MPI_Request> requests;
+  std::function<void()> finish;  ///< local work after the transfer (copy-out, division)
+  std::vector<at::Tensor> buffers;  ///< what MPI reads and writes: alive until the requests completed
+};
+
+/// Shared by the communicator, its progress thread and its Works (which hold it weakly).
+struct Engine {
+  MPI_Comm comm = MPI_COMM_NULL;
+  std::deque<std::shared_ptr<Pending>> pending;  // guarded by the runtime mutex
+  std::exception_ptr failure;                    // guarded by the runtime mutex
+  CommErrorInfo failureInfo;
+  // The progress thread's sleep/wake state.
+  std::mutex wakeMutex;
+  std::condition_variable wake;
+  bool stop = false;
+
+  std::exception_ptr abortedError(CommErrorInfo info) const {
+    info.kind = CommErrorKind::kAborted;
+    info.detail = fmt::format("the communicator is unusable since operation #{} ({}) failed: {}",
+                              failureInfo.sequence, failureInfo.op, toString(failureInfo.kind));
+    return std::make_exception_ptr(CommError(info));
+  }
+
+  /// Records the first failure and fails every outstanding operation. Caller holds the runtime mutex.
+  void poisonLocked(const CommErrorInfo& info, std::exception_ptr error) {
+    if (failure) return;
+    failure = std::move(error);
+    failureInfo = info;
+    MpiRuntime::get().markFailed();
+    for (auto& p : pending) {
+      if (p->info.sequence != info.sequence) p->work->complete(abortedError(p->info));
+    }
+    pending.clear();
+  }
+
+  /// Tests every outstanding operation once and completes those that finished.
+  /// Returns whether any is still outstanding.
+  bool poll() {
+    std::vector<std::shared_ptr<Pending>> finished;
+    bool outstanding = false;
+    {
+      std::lock_guard<std::mutex> lock(MpiRuntime::get().mutex());
+      if (MpiRuntime::get().finalized()) return false;
+      for (auto it = pending.begin(); it != pending.end();) {
+        int flag = 0;
+        int rc = MPI_Testall(static_cast<int>((*it)->requests.size()), (*it)->requests.data(), &flag,
+                             MPI_STATUSES_IGNORE);
+        if (rc != MPI_SUCCESS) {
+          auto failed = *it;
+          CommErrorInfo info = failed->info;
+          info.kind = CommErrorKind::kBackend;
+          info.detail = mpiErrorText(rc);
+          auto error = std::make_exception_ptr(CommError(info));
+          poisonLocked(info, error);
+          failed->work->complete(error);
+          return false;
+        }
+        if (flag) {
+          finished.push_back(*it);
+          it = pending.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      outstanding = !pending.empty();
+    }
+    for (auto& p : finished) {
+      try {
+        if (p->finish) {
+          c10::AutoGradMode noGrad(false);
+          p->finish();
+        }
+        p->work->complete(nullptr);
+      } catch (const std::exception& e) {
+        CommErrorInfo info = p->info;
+        info.kind = CommErrorKind::kBackend;
+        info.detail = e.what();
+        p->work->complete(std::make_exception_ptr(CommError(info)));
+      }
+    }
+    return outstanding;
+  }
+};
+
+class MpiCommunicator final : public Communicator {
+ public:
+  MpiCommunicator(std::shared_ptr<Engine> engine, int rank, int world, const MpiOptions& options)
+      : engine_(std::move(engine)),
+        rank_(rank),
+        world_(world),
+        timeout_(options.timeout),
+        args_(rank, world, "mpi") {
+    if (options.progressIntervalUs > 0) {
+      progress_ = std::thread(&MpiCommunicator::runProgress, engine_, options.progressIntervalUs);
+    }
+  }
+
+  ~MpiCommunicator() override {
+    {
+      std::lock_guard<std::mutex> lock(engine_->wakeMutex);
+      engine_->stop = true;
+    }
+    engine_->wake.notify_all();
+    if (progress_.joinable()) progress_.join();
+    auto& runtime = MpiRuntime::get();
+    std::lock_guard<std::mutex> lock(runtime.mutex());
+    // A failed communicator may hold requests that never finish; leave it to the process exit.
+    if (!engine_->failure && !runtime.finalized()) MPI_Comm_free(&engine_->comm);
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return world_; }
+  std::string backendName() const override { return "mpi"; }
+  std::chrono::milliseconds defaultTimeout() const override { return timeout_; }
+
+  WorkHandle allreduce(std::vector<at::Tensor>& tensors, ReduceOp op, const CollectiveOptions& options) override {
+    CommErrorInfo info = args_.allreduce(tensors, op);
+    // One buffer per dtype: a single tensor is reduced in place, a list is fused.
+    std::map<at::ScalarType, std::vector<at::Tensor>> groups;
+    for (const auto& t : tensors) {
+      if (t.numel() > 0) groups[t.scalar_type()].push_back(t);
+    }
+    std::vector<std::pair<at::Tensor, std::vector<at::Tensor>>> buffers;
+    for (auto& [dtype, group] : groups) {
+      at::Tensor buffer = group.size() == 1 ? group[0].view({-1}) : detail::flatten(group);
+      checkCount(buffer.numel(), info);
+      buffers.emplace_back(buffer, std::move(group));
+    }
+    int world = world_;
+    auto finish = [buffers, op, world]() mutable {
+      for (auto& [buffer, group] : buffers) {
+        if (op == ReduceOp::kAvg) buffer.div_(world);
+        if (group.size() > 1) detail::unflatten(buffer, group);
+      }
+    };
+    std::vector<at::Tensor> keep;
+    for (const auto& b : buffers) keep.push_back(b.first);
+    return start(std::move(info), options, std::move(keep), [this, buffers, op](std::vector<MPI_Request>& requests) {
+      for (const auto& [buffer, group] : buffers) {
+        MPI_Request r;
+        int rc = MPI_Iallreduce(MPI_IN_PLACE, buffer.data_ptr(), static_cast<int>(buffer.numel()),
+                                mpiType(buffer.scalar_type()), MpiRuntime::get().op(buffer.scalar_type(), op),
+                                engine_->comm, &r);
+        if (rc != MPI_SUCCESS) return rc;
+        requests.push_back(r);
+      }
+      return MPI_SUCCESS;
+    }, std::move(finish));
+  }
+
+  WorkHandle broadcast(std::vector<at::Tensor>& tensors, int root, const CollectiveOptions& options) override {
+    CommErrorInfo info = args_.broadcast(tensors, root);
+    // Every dtype travels as bytes, so a list is one message whatever it mixes.
+    std::vector<at::Tensor> parts;
+    for (const auto& t : tensors) {
+      if (t.numel() > 0) parts.push_back(asBytes(t));
+    }
+    if (parts.empty()) return start(std::move(info), options, {}, nullptr, nullptr);
+    at::Tensor buffer = parts.size() == 1 ? parts[0] : (rank_ == root ? detail::flatten(parts)
+                                                                       : at::empty({totalNumel(parts)}, at::kByte));
+    checkCount(buffer.numel(), info);
+    std::function<void()> finish;
+    if (parts.size() > 1 && rank_ != root) finish = [buffer, parts]() mutable { detail::unflatten(buffer, parts); };
+    return start(std::move(info), options, {buffer}, [this, buffer, root](std::vector<MPI_Request>& requests) {
+      MPI_Request r;
+      int rc = MPI_Ibcast(buffer.data_ptr(), static_cast<int>(buffer.numel()), MPI_BYTE, root, engine_->comm, &r);
+      if (rc == MPI_SUCCESS) requests.push_back(r);
+      return rc;
+    }, std::move(finish));
+  }
+
+  WorkHandle allgather(const at::Tensor& input, at::Tensor& output, const CollectiveOptions& options) override {
+    CommErrorInfo info = args_.allgather(input, output);
+    return gatherInto(std::move(info), options, input, output, nullptr);
+  }
+
+  WorkHandle allgather(const at::Tensor& input, std::vector<at::Tensor>& outputs,
+                       const CollectiveOptions& options) override {
+    CommErrorInfo info = args_.allgather(input, outputs);
+    at::Tensor gathered = at::empty({world_ * input.numel()}, input.options());
+    int64_t n = input.numel();
+    auto finish = [gathered, outputs, n]() mutable {
+      for (size_t r = 0; r < outputs.size(); ++r) {
+        outputs[r].view({-1}).copy_(gathered.narrow(0, static_cast<int64_t>(r) * n, n));
+      }
+    };
+    return gatherInto(std::move(info), options, input, gathered, std::move(finish));
+  }
+
+  WorkHandle reduceScatter(const at::Tensor& input, at::Tensor& output, ReduceOp op,
+                           const CollectiveOptions& options) override {
+    CommErrorInfo info = args_.reduceScatter(input, output, op);
+    if (output.numel() == 0) return start(std::move(info), options, {}, nullptr, nullptr);
+    checkCount(input.numel(), info);
+    int world = world_;
+    std::function<void()> finish;
+    if (op == ReduceOp::kAvg) finish = [output, world]() mutable { output.div_(world); };
+    return start(std::move(info), options, {input, output}, [this, input, output, op](std::vector<MPI_Request>& requests) {
+      MPI_Request r;
+      int rc = MPI_Ireduce_scatter_block(input.data_ptr(), output.data_ptr(), static_cast<int>(output.numel()),
+                                         mpiType(input.scalar_type()), MpiRuntime::get().op(input.scalar_type(), op),
+                                         engine_->comm, &r);
+      if (rc == MPI_SUCCESS) requests.push_back(r);
+      return rc;
+    }, std::move(finish));
+  }
+
+  WorkHandle barrier(const CollectiveOptions& options) override {
+    return start(args_.info("barrier", ""), options, {}, [this](std::vector<MPI_Request>& requests) {
+      MPI_Request r;
+      int rc = MPI_Ibarrier(engine_->comm, &r);
+      if (rc == MPI_SUCCESS) requests.push_back(r);
+      return rc;
+    }, nullptr);
+  }
+
+  WorkHandle send(const at::Tensor& tensor, int dst, int tag, const CollectiveOptions& options) override {
+    CommErrorInfo info = args_.send(tensor, dst, tag);
+    checkTag(tag, info);
+    if (tensor.numel() == 0) return start(std::move(info), options, {}, nullptr, nullptr);
+    at::Tensor bytes = asBytes(tensor);
+    checkCount(bytes.numel(), info);
+    return start(std::move(info), options, {bytes}, [this, bytes, dst, tag](std::vector<MPI_Request>& requests) {
+      MPI_Request r;
+      int rc = MPI_Isend(bytes.data_ptr(), static_cast<int>(bytes.numel()), MPI_BYTE, dst, tag, engine_->comm, &r);
+      if (rc == MPI_SUCCESS) requests.push_back(r);
+      return rc;
+    }, nullptr);
+  }
+
+  WorkHandle recv(at::Tensor& tensor, int src, int tag, const CollectiveOptions& options) override {
+    CommErrorInfo info = args_.recv(tensor, src, tag);
+    checkTag(tag, info);
+    if (tensor.numel() == 0) return start(std::move(info), options, {}, nullptr, nullptr);
+    at::Tensor bytes = asBytes(tensor);
+    checkCount(bytes.numel(), info);
+    return start(std::move(info), options, {bytes}, [this, bytes, src, tag](std::vector<MPI_Request>& requests) {
+      MPI_Request r;
+      int rc = MPI_Irecv(bytes.data_ptr(), static_cast<int>(bytes.numel()), MPI_BYTE, src, tag, engine_->comm, &r);
+      if (rc == MPI_SUCCESS) requests.push_back(r);
+      return rc;
+    }, nullptr);
+  }
+
+ private:
+  using Issue = std::function<int(std::vector<MPI_Request>&)>;
+
+  static at::Tensor asBytes(const at::Tensor& t) {
+    return at::from_blob(t.data_ptr(), {t.numel() * static_cast<int64_t>(t.element_size())},
+                         [keep = t](void*) {}, at::TensorOptions().dtype(at::kByte));
+  }
+
+  static int64_t totalNumel(const std::vector<at::Tensor>& ts) {
+    int64_t n = 0;
+    for (const auto& t : ts) n += t.numel();
+    return n;
+  }
+
+  void checkCount(int64_t count, const CommErrorInfo& info) const {
+    if (count > INT_MAX) {
+      args_.invalid(info, fmt::format("{} elements in one message exceed MPI's limit of {}; split the tensor",
+                                      count, INT_MAX));
+    }
+  }
+
+  void checkTag(int tag, const CommErrorInfo& info) const {
+    if (tag < 0 || tag > 32767) args_.invalid(info, fmt::format("tag {} must be in 0..32767 (MPI's guaranteed range)", tag));
+  }
+
+  WorkHandle gatherInto(CommErrorInfo info, const CollectiveOptions& options, const at::Tensor& input,
+                        const at::Tensor& output, std::function<void()> finish) {
+    if (input.numel() == 0) return start(std::move(info), options, {}, nullptr, nullptr);
+    at::Tensor in = asBytes(input);
+    at::Tensor out = asBytes(output);
+    checkCount(out.numel(), info);
+    return start(std::move(info), options, {in, out}, [this, in, out](std::vector<MPI_Request>& requests) {
+      MPI_Request r;
+      int rc = MPI_Iallgather(in.data_ptr(), static_cast<int>(in.numel()), MPI_BYTE, out.data_ptr(),
+                              static_cast<int>(in.numel()), MPI_BYTE, engine_->comm, &r);
+      if (rc == MPI_SUCCESS) requests.push_back(r);
+      return rc;
+    }, std::move(finish));
+  }
+
+  /// Numbers the operation, issues it (non-blocking MPI calls) and registers it
+  /// as outstanding. `issue` may be null for an operation with nothing to move.
+  WorkHandle start(CommErrorInfo info, const CollectiveOptions& options, std::vector<at::Tensor> buffers, Issue issue,
+                   std::function<void()> finish) {
+    auto timeout = options.timeout.count() > 0 ? std::min(options.timeout, timeout_) : timeout_;
+    info.sequence = nextSequence_++;
+    info.timeoutMs = timeout.count();
+    std::weak_ptr<Engine> weak = engine_;
+    auto onTimeout = [weak, info]() -> std::exception_ptr {
+      CommErrorInfo timedOut = info;
+      timedOut.kind = CommErrorKind::kTimeout;
+      timedOut.detail = "the operation did not complete in time; a peer may have died, hung, or called a "
+                        "different collective (MPI cannot cancel it: this process should exit)";
+      auto error = std::make_exception_ptr(CommError(timedOut));
+      if (auto engine = weak.lock()) {
+        std::lock_guard<std::mutex> lock(MpiRuntime::get().mutex());
+        engine->poisonLocked(timedOut, error);
+      }
+      return error;
+    };
+    auto poll = [weak]() {
+      if (auto engine = weak.lock()) engine->poll();
+    };
+    auto work = std::make_shared<Work>(fmt::format("{} #{}", info.op, info.sequence), Clock::now() + timeout,
+                                       std::move(onTimeout), std::move(poll));
+    auto pending = std::make_shared<Pending>();
+    pending->work = work;
+    pending->info = info;
+    pending->finish = std::move(finish);
+    pending->buffers = std::move(buffers);
+    {
+      std::lock_guard<std::mutex> lock(MpiRuntime::get().mutex());
+      if (engine_->failure) {
+        work->complete(engine_->abortedError(info));
+        return work;
+      }
+      if (issue) {
+        int rc = issue(pending->requests);
+        if (rc != MPI_SUCCESS) {
+          info.kind = CommErrorKind::kBackend;
+          info.detail = mpiErrorText(rc);
+          auto error = std::make_exception_ptr(CommError(info));
+          engine_->poisonLocked(info, error);
+          work->complete(error);
+          return work;
+        }
+      }
+      if (pending->requests.empty()) {
+        work->complete(nullptr);
+        return work;
+      }
+      engine_->pending.push_back(pending);
+    }
+    // Taking the progress thread's lock orders this wake-up after its last look at `pending`.
+    { std::lock_guard<std::mutex> wakeLock(engine_->wakeMutex); }
+    engine_->wake.notify_one();
+    return work;
+  }
+
+  static void runProgress(std::shared_ptr<Engine> engine, int intervalUs) {
+    c10::GradMode::set_enabled(false);
+    std::unique_lock<std::mutex> lock(engine->wakeMutex);
+    for (;;) {
+      engine->wake.wait(lock, [&] {
+        if (engine->stop) return true;
+        std::lock_guard<std::mutex> mpi(MpiRuntime::get().mutex());
+        return !engine->pending.empty();
+      });
+      if (engine->stop) return;
+      lock.unlock();
+      bool outstanding = engine->poll();
+      if (outstanding) std::this_thread::sleep_for(std::chrono::microseconds(intervalUs));
+      lock.lock();
+    }
+  }
+
+  std::shared_ptr<Engine> engine_;
+  int rank_;
+  int world_;
+  std::chrono::milliseconds timeout_;
+  detail::CollectiveArgs args_;
+  uint64_t nextSequence_ = 1;
+  std::thread progress_;
+};
+
+}  // namespace
+
+std::shared_ptr<Communicator> makeMpiCommunicator(const MpiOptions& input) {
+  MpiOptions options = input;
+  LOCKSTEP_CHECK(options.timeout.count() > 0, "the communicator timeout must be positive");
+  auto env = Environment::fromProcess();
+  if (auto us = env.getInt("LOCKSTEP_MPI_PROGRESS_US", 0, 1000000)) options.progressIntervalUs = static_cast<int>(*us);
+  auto engine = std::make_shared<Engine>();
+  int rank = 0;
+  int world = 1;
+  {
+    auto& runtime = MpiRuntime::get();
+    std::lock_guard<std::mutex> lock(runtime.mutex());
+    if (runtime.finalized()) throw Error("MPI was already finalised in this process");
+    runtime.ensureInitializedLocked();
+    int rc = MPI_Comm_dup(MPI_COMM_WORLD, &engine->comm);
+    if (rc != MPI_SUCCESS) throw Error("MPI_Comm_dup(MPI_COMM_WORLD) failed: " + mpiErrorText(rc));
+    MPI_Comm_set_errhandler(engine->comm, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(engine->comm, &rank);
+    MPI_Comm_size(engine->comm, &world);
+  }
+  return std::make_shared<MpiCommunicator>(std::move(engine), rank, world, options);
+}
+
+}  // namespace lockstep
