@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <future>
 #include <thread>
@@ -173,7 +174,35 @@ INSTANTIATE_TEST_SUITE_P(
                       BadArgs{{"-np", "2", "--nnodes", "2", "--", "true"}, "--master-port is required with --nnodes > 1"},
                       BadArgs{{"-np", "2", "--nnodes", "2", "--node-rank", "2", "--master-port", "1234", "--", "true"},
                               "--node-rank 2: must be in 0..1"},
-                      BadArgs{{"-np", "2", "--master-port", "70000", "--", "true"}, "--master-port 70000"}));
+                      BadArgs{{"-np", "2", "--master-port", "70000", "--", "true"}, "--master-port 70000"},
+                      BadArgs{{"-np", "2", "--backend", "nccl", "--", "true"}, "--backend nccl: expected gloo, mpi or auto"},
+                      BadArgs{{"-np", "2", "--backend", "mpi", "--nnodes", "2", "--master-port", "1234", "--", "true"},
+                              "--backend mpi starts workers on this node only"}));
+
+TEST(Launcher, MpiBackendCommandLine) {
+  LaunchOptions o;
+  o.nprocPerNode = 3;
+  o.command = {"./train", "--flag"};
+  o.mpirunArgs = {"--mca", "btl", "self,vader"};
+  auto argv = mpirunCommand(o, 2, true);
+  std::vector<std::string> want{"mpirun", "-np", "3", "--tag-output", "--bind-to", "none", "--allow-run-as-root",
+                                "--oversubscribe", "--mca", "btl", "self,vader", "./train", "--flag"};
+  EXPECT_EQ(argv, want);
+  argv = mpirunCommand(o, 4, false);
+  EXPECT_EQ(std::count(argv.begin(), argv.end(), "--oversubscribe"), 0);
+  EXPECT_EQ(std::count(argv.begin(), argv.end(), "--allow-run-as-root"), 0);
+}
+
+TEST(Launcher, MpiBackendPrefixesRanksAndReassemblesSplitLines) {
+  // A line written in pieces reaches mpirun as several chunks; each rank's lines must come out whole.
+  auto r = run({"-np", "2", "--backend", "mpi", "--", "sh", "-c",
+                "printf 'part-'; sleep 0.2; printf 'one\\n'; printf 'err-' >&2; sleep 0.1; echo 'two' >&2"});
+  EXPECT_EQ(r.exitCode, 0) << r.err;
+  for (int rank : {0, 1}) {
+    EXPECT_TRUE(contains(r.out, "[" + std::to_string(rank) + "] part-one\n")) << r.out;
+    EXPECT_TRUE(contains(r.err, "[" + std::to_string(rank) + "] err-two\n")) << r.err;
+  }
+}
 
 TEST(Launcher, PortInUseIsRejected) {
   int sock = ::socket(AF_INET, SOCK_STREAM, 0);

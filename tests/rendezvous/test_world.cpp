@@ -152,7 +152,40 @@ TEST(Init, SingleProcessGetsAWorkingCommunicator) {
 }
 
 TEST(Init, UnknownBackendIsRejected) {
-  EXPECT_THROW(init({}, Environment(Vars{{"LOCKSTEP_BACKEND", "carrier-pigeon"}})), ConfigError);
+  try {
+    init({}, Environment(Vars{{"LOCKSTEP_BACKEND", "carrier-pigeon"}}));
+    FAIL() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("LOCKSTEP_BACKEND='carrier-pigeon': unknown backend; expected gloo, mpi or auto"),
+              std::string::npos) << e.what();
+  }
+}
+
+TEST(Init, AutoPicksMpiOnlyForWorkersStartedByMpirun) {
+  Vars mpirun{{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"}, {"OMPI_MCA_ess_base_jobid", "42"}};
+  Vars ours{{"LOCKSTEP_RANK", "0"}, {"LOCKSTEP_WORLD_SIZE", "2"}, {"LOCKSTEP_MASTER_ADDR", "127.0.0.1"},
+            {"LOCKSTEP_MASTER_PORT", "29500"}};
+  Environment envMpirun(mpirun);
+  Environment envOurs(ours);
+  EXPECT_EQ(chooseBackend("auto", detectWorld(envMpirun), "LOCKSTEP_BACKEND", envMpirun),
+            mpiBackendBuilt() ? "mpi" : "gloo");
+  EXPECT_EQ(chooseBackend("auto", detectWorld(envOurs), "LOCKSTEP_BACKEND", envOurs), "gloo");
+  EXPECT_EQ(chooseBackend("gloo", detectWorld(envMpirun), "LOCKSTEP_BACKEND", envMpirun), "gloo");
+  EXPECT_EQ(chooseBackend("auto", WorldInfo{}, "LOCKSTEP_BACKEND", Environment(Vars{})), "gloo");
+}
+
+TEST(Init, MpiBackendNeedsMpirunWorkers) {
+  if (!mpiBackendBuilt()) GTEST_SKIP() << "built without libopenmpi-dev";
+  Vars ours{{"LOCKSTEP_RANK", "1"}, {"LOCKSTEP_WORLD_SIZE", "2"}, {"LOCKSTEP_MASTER_ADDR", "127.0.0.1"},
+            {"LOCKSTEP_MASTER_PORT", "29500"}};
+  Environment env(ours);
+  try {
+    chooseBackend("mpi", detectWorld(env), "LOCKSTEP_BACKEND", env);
+    FAIL() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("LOCKSTEP_BACKEND=mpi needs workers started by mpirun"), std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace
