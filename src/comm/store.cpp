@@ -80,6 +80,11 @@ void Store::set(const std::string& key, const std::vector<uint8_t>& value) {
 
 std::vector<uint8_t> Store::get(const std::string& key) { return impl_->store->get(key); }
 
+std::optional<std::vector<uint8_t>> Store::tryGet(const std::string& key) {
+  if (!impl_->store->check({key})) return std::nullopt;
+  return impl_->store->get(key);
+}
+
 int64_t Store::add(const std::string& key, int64_t delta) { return impl_->store->add(key, delta); }
 
 Store Store::withPrefix(const std::string& prefix) const {

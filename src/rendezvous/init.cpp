@@ -7,6 +7,7 @@
 
 #include <thread>
 
+#include "lockstep/comm/stall_inspector.h"
 #include "lockstep/common/error.h"
 #include "lockstep/common/logging.h"
 
@@ -94,6 +95,15 @@ Context init(const InitOptions& options, const Environment& env) {
     gloo.interface = env.get("LOCKSTEP_IFACE").value_or("");
     gloo.hostname = isLoopback(world.masterAddr) ? "127.0.0.1" : "";
     comm = makeGlooCommunicator(store, gloo);
+  }
+  if (world.worldSize > 1) {
+    std::chrono::milliseconds warn = env.getSeconds("LOCKSTEP_STALL_WARN_SECONDS").value_or(std::chrono::seconds(60));
+    if (warn.count() > 0) {
+      StallInspectorOptions stall;
+      stall.warnAfter = std::chrono::duration_cast<std::chrono::milliseconds>(warn);
+      stall.checkEvery = std::min<std::chrono::milliseconds>(std::chrono::seconds(1), stall.warnAfter / 2);
+      comm = withStallInspector(std::move(comm), store, stall);
+    }
   }
   log::debug(fmt::format("joined: {}; {} threads; backend {}", world.describe(), threads, backend));
   return Context{world, std::move(comm), store, at::get_num_threads()};

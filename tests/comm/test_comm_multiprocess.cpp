@@ -113,6 +113,29 @@ TEST(MpiFailures, KilledWorkerIsNamedAndTheRunEndsQuickly) {
   EXPECT_LT(seconds, 20) << r.err;
 }
 
+class StallInspector : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(StallInspector, RankZeroNamesTheRankThatHasNotArrivedBeforeTheTimeout) {
+  if (GetParam() == "mpi" && !mpiBackendBuilt()) GTEST_SKIP() << "built without libopenmpi-dev";
+  // Rank 1 of 3 sleeps 4 s before its allreduce; reports start after 1 s; the timeout is 8 s.
+  ProcessOptions o;
+  o.setEnv = {{"LOCKSTEP_STALL_WARN_SECONDS", "1"}};
+  o.timeout = std::chrono::seconds(60);
+  auto r = runProcess({test::lockstepBin(), "run", "-np", "3", "--backend", GetParam(), "--comm-timeout", "8", "--",
+                       test::helperBin("comm_worker"), "stall", "1", "4"}, o);
+  auto report = r.err.find("[0] [lockstep");
+  auto stall = r.err.find("stall: operation #1 has waited");
+  ASSERT_NE(stall, std::string::npos) << r.err;
+  EXPECT_NE(report, std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("s on ranks 0, 2; rank 1 has not submitted it yet; rank 1 has submitted nothing. "
+                       "Its timeout (8 s) will fail it."), std::string::npos) << r.err;
+  auto error = r.err.find("CommError kind=");
+  if (error != std::string::npos) EXPECT_LT(stall, error) << "the report must come before the failure: " << r.err;
+}
+
+INSTANTIATE_TEST_SUITE_P(Backend, StallInspector, ::testing::Values("gloo", "mpi"),
+                         [](const auto& info) { return info.param; });
+
 TEST(CommFailures, KilledPeerGivesTypedErrorOnEverySurvivor) {
   // Rank 1 of 3 dies by SIGKILL in its 20th allreduce; comm timeout 20 s.
   auto results = runWorld(3, {"die", "1", "20"}, 20);

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,7 +36,10 @@ class Store {
   static Store inMemory(std::chrono::milliseconds timeout = std::chrono::seconds(30));
 
   void set(const std::string& key, const std::vector<uint8_t>& value);
+  /// Waits (up to the store's timeout) until `key` exists.
   std::vector<uint8_t> get(const std::string& key);
+  /// The value of `key` if it exists now, without waiting.
+  std::optional<std::vector<uint8_t>> tryGet(const std::string& key);
   int64_t add(const std::string& key, int64_t delta);
   /// A view of this store where every key starts with `prefix` + "/".
   Store withPrefix(const std::string& prefix) const;
