@@ -14,6 +14,8 @@ PACKAGES=(
   libyaml-cpp-dev         # training configs (lockstep train CONFIG.yaml)
   zlib1g-dev              # gzip-compressed IDX files (Fashion-MNIST)
   libstb-dev              # stb_image: PNG/JPEG decoding for image folders
+  libcpp-httplib-dev      # HTTP server of `lockstep dashboard` (and the client in its tests)
+  chromium                # headless browser: the dashboard's end-to-end test renders the page
   libgtest-dev libgmock-dev googletest   # tests
   procps psmisc           # ps/pkill used by tests of the launcher
   openmpi-bin             # mpirun: workers started by OpenMPI find each other (tested)

@@ -67,7 +67,8 @@ int benchLoader(const std::vector<std::string>& args) {
 
   ImageShape shape = trainImages->shape();
   at::manual_seed(0);
-  auto model = makeImageModel(config.model.type, ImageModelOptions{shape.channels, shape.height, trainImages->numClasses()});
+  ImageModelOptions modelOptions{shape.channels, shape.height, trainImages->numClasses(), config.model.hiddenSizes};
+  auto model = makeImageModel(config.model.type, modelOptions);
   torch::optim::Adam optimizer(model->parameters(), torch::optim::AdamOptions(1e-3));
   int64_t steps = std::max<int64_t>(5, std::min<int64_t>(batches, 20));
   auto trainStep = [&](const Batch& batch) {

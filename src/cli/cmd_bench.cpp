@@ -30,7 +30,9 @@ constexpr const char* kBenchUsage =
     "                                [--dtype float32|float64|float16|bfloat16] [--op sum|avg|max|min]\n"
     "                                [--iters N] [--warmup N] [--no-check] [--json]\n"
     "run it under `lockstep run -np N -- lockstep bench allreduce` to measure N workers\n"
-    "       lockstep bench loader CONFIG.yaml [key=value ...] [--batches N]   (image loader vs trainer)";
+    "       lockstep bench loader CONFIG.yaml [key=value ...] [--batches N]   (image loader vs trainer)\n"
+    "       lockstep bench scaling CONFIG.yaml --np 1,2[,...] [--steps N] [--threads T] [--backend NAME] [--json]\n"
+    "                              [key=value ...]   (training throughput and step phases per world size)";
 }
 
 int benchCommand(const std::vector<std::string>& args) {
@@ -42,6 +44,17 @@ int benchCommand(const std::vector<std::string>& args) {
       return kExitUsage;
     } catch (const std::exception& e) {
       std::cerr << "lockstep bench loader: " << e.what() << "\n";
+      return kExitFailure;
+    }
+  }
+  if (!args.empty() && args[0] == "scaling") {
+    try {
+      return benchScaling(std::vector<std::string>(args.begin() + 1, args.end()));
+    } catch (const ConfigError& e) {
+      std::cerr << "lockstep bench scaling: error: " << e.what() << "\n";
+      return kExitUsage;
+    } catch (const std::exception& e) {
+      std::cerr << "lockstep bench scaling: " << e.what() << "\n";
       return kExitFailure;
     }
   }

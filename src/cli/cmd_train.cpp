@@ -23,6 +23,7 @@
 #include "lockstep/data/sampler.h"
 #include "lockstep/models/char_lstm.h"
 #include "lockstep/models/vision.h"
+#include "lockstep/monitor/monitor.h"
 #include "lockstep/rendezvous/init.h"
 #include "lockstep/train/checkpoint.h"
 #include "lockstep/train/config.h"
@@ -32,7 +33,8 @@ namespace lockstep::cli {
 
 namespace {
 
-constexpr const char* kTrainUsage = "usage: lockstep train CONFIG.yaml [key.path=value ...]   (docs/training.md)";
+constexpr const char* kTrainUsage =
+    "usage: lockstep train CONFIG.yaml [key.path=value ...] [--result-json PATH]   (docs/training.md)";
 constexpr const char* kGenerateUsage =
     "usage: lockstep generate --checkpoint FILE [-n COUNT] [--temperature T] [--seed S] [--max-length L]";
 
@@ -58,6 +60,7 @@ TrainerOptions trainerOptions(const TrainConfig& c) {
   o.lrScaling.baseBatch = c.lrScaling.baseBatch;
   o.lrScaling.warmupSteps = c.lrScaling.warmupSteps;
   o.bucketCapMb = c.ddp.bucketCapMb;
+  o.firstBucketCapMb = c.ddp.firstBucketCapMb;
   o.findUnusedParameters = c.ddp.findUnusedParameters;
   o.broadcastBuffers = c.ddp.broadcastBuffers;
   o.compression = parseGradCompression(c.ddp.compression, "ddp.compression");
@@ -66,6 +69,21 @@ TrainerOptions trainerOptions(const TrainConfig& c) {
   o.keepLast = c.checkpoint.keepLast;
   o.resume = c.checkpoint.resume;
   return o;
+}
+
+/// The run directory writers of this rank (docs/monitoring.md); config.monitor.dir is already resolved.
+MonitorOptions monitorOptions(const TrainConfig& c, const WorldInfo& world) {
+  MonitorOptions m;
+  m.dir = c.monitor.dir;
+  m.rank = world.rank;
+  m.worldSize = world.worldSize;
+  m.localRank = world.localRank;
+  m.configText = toYaml(c);
+  m.systemInterval = c.monitor.systemInterval;
+  m.traceSteps = c.monitor.traceSteps;
+  m.progress = parseProgressMode(c.monitor.progress, "monitor.progress");
+  m.progressInterval = c.monitor.progressInterval;
+  return m;
 }
 
 std::string extra(const CheckpointInfo& info, const std::string& key, const std::string& path) {
@@ -208,7 +226,8 @@ int trainImages(const TrainConfig& config, TrainerOptions options, Context& ctx)
   }
   at::manual_seed(options.seed);
   auto model = makeImageModel(config.model.type, ImageModelOptions{shape.channels, shape.height,
-                                                                   trainImages->numClasses()});
+                                                                   trainImages->numClasses(),
+                                                                   config.model.hiddenSizes});
   if (master) {
     log::info(fmt::format("model: {} with {} parameters", config.model.type, countParameters(*model)));
   }
@@ -235,10 +254,16 @@ int trainImages(const TrainConfig& config, TrainerOptions options, Context& ctx)
   return kExitOk;
 }
 
-int train(const std::string& configFile, const std::vector<std::string>& overrides) {
+int train(const std::string& configFile, const std::vector<std::string>& overrides, const std::string& resultJson) {
   TrainConfig config = loadTrainConfig(configFile, overrides);
   TrainerOptions options = trainerOptions(config);
   Context ctx = init();
+  if (config.monitor.dir.empty()) config.monitor.dir = defaultRunDir(configFile);
+  if (!monitorDisabled(config.monitor.dir)) {
+    auto monitors = makeMonitorCallbacks(monitorOptions(config, ctx.world));
+    options.callbacks.insert(options.callbacks.end(), monitors.begin(), monitors.end());
+  }
+  if (!resultJson.empty()) options.callbacks.push_back(makeResultJsonWriter(resultJson, ctx.numThreads));
   if (auto crash = Environment::fromProcess().getInt("LOCKSTEP_FAULT_CRASH_AFTER_STEP", 0)) {
     options.crashAfterStep = *crash;
   }
@@ -255,8 +280,22 @@ int trainCommand(const std::vector<std::string>& args) {
   }
   std::string file;
   std::vector<std::string> overrides;
-  for (const auto& a : args) {
-    if (a.find('=') != std::string::npos) {
+  std::string resultJson;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--result-json" || a.rfind("--result-json=", 0) == 0) {
+      if (a == "--result-json" && i + 1 == args.size()) {
+        std::cerr << "lockstep train: error: --result-json needs a file path\n" << kTrainUsage << "\n";
+        return kExitUsage;
+      }
+      resultJson = a == "--result-json" ? args[++i] : a.substr(std::string("--result-json=").size());
+      auto folder = std::filesystem::path(resultJson).parent_path();
+      if (resultJson.empty() || (!folder.empty() && !std::filesystem::is_directory(folder))) {
+        std::cerr << "lockstep train: error: --result-json '" << resultJson
+                  << "': expected a file path in an existing directory\n" << kTrainUsage << "\n";
+        return kExitUsage;
+      }
+    } else if (a.find('=') != std::string::npos) {
       overrides.push_back(a);
     } else if (file.empty() && !a.empty() && a[0] != '-') {
       file = a;
@@ -266,7 +305,7 @@ int trainCommand(const std::vector<std::string>& args) {
     }
   }
   try {
-    return train(file, overrides);
+    return train(file, overrides, resultJson);
   } catch (const ConfigError& e) {
     std::cerr << "lockstep train: error: " << e.what() << "\n" << kTrainUsage << "\n";
     return kExitUsage;

@@ -1,8 +1,14 @@
 // commands.h — the subcommands of the `lockstep` binary.
 #pragma once
 
+#include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
+
+namespace lockstep {
+class TrainerCallback;
+}
 
 namespace lockstep::cli {
 
@@ -15,6 +21,10 @@ int runCommand(const std::vector<std::string>& args);
 int benchCommand(const std::vector<std::string>& args);
 int trainCommand(const std::vector<std::string>& args);
 int generateCommand(const std::vector<std::string>& args);
+/// `lockstep dashboard --logdir DIR [--port P] [--host H]` (cmd_dashboard.cpp).
+int dashboardCommand(const std::vector<std::string>& args);
+/// `lockstep report RUN_DIR -o FILE.html` (cmd_report.cpp).
+int reportCommand(const std::vector<std::string>& args);
 
 struct AllreduceBenchOptions {
   std::vector<int64_t> sizes;  ///< bytes
@@ -29,6 +39,15 @@ int benchAllreduce(const AllreduceBenchOptions& options);
 
 /// `lockstep bench loader CONFIG [key=value ...] [--batches N]`.
 int benchLoader(const std::vector<std::string>& args);
+
+/// `lockstep bench scaling CONFIG --np 1,2 [--steps N] [--threads T] [--backend NAME] [--json] [key=value ...]`.
+int benchScaling(const std::vector<std::string>& args);
+
+/// The callback behind `lockstep train --result-json PATH`: at the end of fit(),
+/// rank 0 writes the FitResult (throughput, per-step phase breakdown,
+/// communication figures, world size, threads) to PATH as one JSON object,
+/// atomically. `lockstep bench scaling` reads these files.
+std::shared_ptr<TrainerCallback> makeResultJsonWriter(const std::string& path, int threadsPerWorker);
 
 /// "4", "4K", "1M", "64MiB", "2G" -> bytes. Throws ConfigError naming `what`.
 int64_t parseBytes(const std::string& text, const std::string& what);

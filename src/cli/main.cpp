@@ -14,6 +14,8 @@ constexpr const char* kUsage =
     "  train   train a built-in model: lockstep train CONFIG.yaml [key=value ...]\n"
     "  generate  sample pet names: lockstep generate --checkpoint FILE -n 20 --temperature 0.8\n"
     "  bench   measure: lockstep bench allreduce [--bytes 4K,1M,32M] [--json]\n"
+    "  dashboard  web page of training runs: lockstep dashboard --logdir runs/ [--port 8080]\n"
+    "  report  one self-contained HTML file of a run: lockstep report runs/NAME -o report.html\n"
     "  version print the version\n"
     "`lockstep <command> --help` describes each command.\n";
 }
@@ -32,6 +34,8 @@ int main(int argc, char** argv) {
   if (command == "bench") return lockstep::cli::benchCommand(rest);
   if (command == "train") return lockstep::cli::trainCommand(rest);
   if (command == "generate") return lockstep::cli::generateCommand(rest);
+  if (command == "dashboard") return lockstep::cli::dashboardCommand(rest);
+  if (command == "report") return lockstep::cli::reportCommand(rest);
   if (command == "version" || command == "--version") {
     std::cout << "lockstep " << LOCKSTEP_VERSION << "\n";
     return lockstep::cli::kExitOk;

@@ -88,6 +88,7 @@ struct DistributedDataParallel::Impl {
     int pending = 0;
     bool ready = false;
     WorkHandle work;
+    std::chrono::steady_clock::time_point launched;
   };
 
   std::shared_ptr<torch::nn::Module> module;
@@ -101,9 +102,11 @@ struct DistributedDataParallel::Impl {
   std::vector<Bucket> buckets;
   std::vector<unsigned> hookHandles;
   size_t nextToLaunch = 0;
+  bool alone = false;  ///< a world of one: no buckets are copied or communicated
   bool anyArrived = false;
   bool syncEnabled = true;
   DdpStats stats;
+  std::vector<BucketTiming> lastTimings;  // sized once, on the first sync
 
   void onGradient(size_t index, const at::Tensor& grad) {
     if (!syncEnabled) return;
@@ -111,6 +114,12 @@ struct DistributedDataParallel::Impl {
       throw Error(fmt::format("the gradient of '{}' arrived twice without finishGradientSync() in between; call "
                               "finishGradientSync() after every synchronised backward, or use noSync() to accumulate",
                               names[index]));
+    }
+    if (alone) {
+      // One rank: the average is the gradient itself; autograd accumulates it into .grad as usual.
+      arrived[index] = true;
+      anyArrived = true;
+      return;
     }
     auto [b, slot] = slotOf[index];
     Bucket& bucket = buckets[b];
@@ -132,6 +141,7 @@ struct DistributedDataParallel::Impl {
     while (nextToLaunch < buckets.size() && buckets[nextToLaunch].ready) {
       Bucket& bucket = buckets[nextToLaunch];
       GradBucket view{static_cast<int>(nextToLaunch), &bucket.buffer, &bucket.scratch};
+      bucket.launched = std::chrono::steady_clock::now();
       bucket.work = hook->start(*comm, view);
       ++stats.bucketsLaunched;
       if (duringBackward) ++stats.bucketsLaunchedDuringBackward;
@@ -158,6 +168,16 @@ struct DistributedDataParallel::Impl {
       reset();
       throw Error(message);
     }
+    if (alone) {
+      // Nothing to communicate; unused parameters get zeros, as they would with more ranks.
+      for (size_t i = 0; i < params.size(); ++i) {
+        if (!arrived[i] && !params[i].grad().defined()) params[i].mutable_grad() = at::zeros_like(params[i]);
+      }
+      lastTimings.clear();
+      ++stats.syncs;
+      reset();
+      return;
+    }
     // Unused parameters contribute what they accumulated locally (or zeros).
     for (size_t i = 0; i < params.size(); ++i) {
       if (arrived[i]) continue;
@@ -170,9 +190,13 @@ struct DistributedDataParallel::Impl {
     }
     launchReady(/*duringBackward=*/false);
     LOCKSTEP_ASSERT(nextToLaunch == buckets.size(), "not every bucket was launched");
+    lastTimings.resize(buckets.size());
     for (size_t b = 0; b < buckets.size(); ++b) {
       Bucket& bucket = buckets[b];
       bucket.work->wait();
+      auto completed = bucket.work->completedAt();
+      if (completed == std::chrono::steady_clock::time_point{}) completed = std::chrono::steady_clock::now();
+      lastTimings[b] = BucketTiming{static_cast<int>(b), bucket.buffer.numel() * 4, bucket.launched, completed};
       GradBucket view{static_cast<int>(b), &bucket.buffer, &bucket.scratch};
       hook->finish(*comm, view);
       for (size_t slot = 0; slot < bucket.params.size(); ++slot) {
@@ -212,6 +236,8 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
   LOCKSTEP_CHECK(module != nullptr, "DistributedDataParallel needs a module");
   LOCKSTEP_CHECK(comm != nullptr, "DistributedDataParallel needs a communicator");
   LOCKSTEP_CHECK(options.bucketCapMb > 0, "bucket cap must be positive, got ", options.bucketCapMb, " MB");
+  LOCKSTEP_CHECK(options.firstBucketCapMb > 0, "first bucket cap must be positive, got ", options.firstBucketCapMb,
+                 " MB");
   Impl& s = *impl_;
   s.module = std::move(module);
   s.comm = std::move(comm);
@@ -231,11 +257,14 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
 
   // Buckets in reverse registration order: backward produces the last layers' gradients first.
   const int64_t capBytes = std::max<int64_t>(4, static_cast<int64_t>(options.bucketCapMb * 1024 * 1024));
+  const int64_t firstCapBytes = std::min(
+      capBytes, std::max<int64_t>(4, static_cast<int64_t>(options.firstBucketCapMb * 1024 * 1024)));
   s.slotOf.resize(s.params.size());
   int64_t bucketBytes = 0;
   for (size_t k = s.params.size(); k-- > 0;) {
     int64_t bytes = s.params[k].numel() * 4;
-    if (s.buckets.empty() || (bucketBytes > 0 && bucketBytes + bytes > capBytes)) {
+    int64_t cap = s.buckets.size() <= 1 ? (s.buckets.empty() ? capBytes : firstCapBytes) : capBytes;
+    if (s.buckets.empty() || (bucketBytes > 0 && bucketBytes + bytes > cap)) {
       s.buckets.emplace_back();
       bucketBytes = 0;
     }
@@ -252,6 +281,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
     bucket.buffer = at::zeros({total}, at::kFloat);
   }
   s.arrived.assign(s.params.size(), false);
+  s.alone = s.comm->size() == 1;
   s.reset();
 
   std::weak_ptr<Impl> weak = impl_;
@@ -279,6 +309,7 @@ void DistributedDataParallel::setSyncEnabled(bool enabled) { impl_->syncEnabled 
 bool DistributedDataParallel::syncEnabled() const { return impl_->syncEnabled; }
 int DistributedDataParallel::numBuckets() const { return static_cast<int>(impl_->buckets.size()); }
 const DdpStats& DistributedDataParallel::stats() const { return impl_->stats; }
+const std::vector<BucketTiming>& DistributedDataParallel::lastSyncTimings() const { return impl_->lastTimings; }
 Communicator& DistributedDataParallel::comm() { return *impl_->comm; }
 torch::nn::Module& DistributedDataParallel::module() { return *impl_->module; }
 

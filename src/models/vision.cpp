@@ -72,22 +72,30 @@ class ConvNetImpl : public ImageClassifierImpl {
 
 class ImageMlpImpl : public ImageClassifierImpl {
  public:
+  /// Layers fc1..fc{n+1} (the default 512, 256 gives fc1, fc2, fc3, as before hidden sizes were configurable).
   explicit ImageMlpImpl(const ImageModelOptions& o) : options_(o) {
-    fc1_ = register_module("fc1", nn::Linear(o.inChannels * o.imageSize * o.imageSize, 512));
-    fc2_ = register_module("fc2", nn::Linear(512, 256));
-    fc3_ = register_module("fc3", nn::Linear(256, o.numClasses));
+    int64_t in = o.inChannels * o.imageSize * o.imageSize;
+    std::vector<int64_t> outs = o.hiddenSizes;
+    outs.push_back(o.numClasses);
+    for (size_t i = 0; i < outs.size(); ++i) {
+      layers_.push_back(register_module("fc" + std::to_string(i + 1), nn::Linear(in, outs[i])));
+      in = outs[i];
+    }
   }
 
   at::Tensor forward(const at::Tensor& images) override {
     checkImages(images, "mlp", options_.inChannels, options_.imageSize);
-    at::Tensor x = at::relu(fc1_->forward(images.flatten(1)));
-    x = at::relu(fc2_->forward(x));
-    return fc3_->forward(x);
+    at::Tensor x = images.flatten(1);
+    for (size_t i = 0; i < layers_.size(); ++i) {
+      x = layers_[i]->forward(x);
+      if (i + 1 < layers_.size()) x = at::relu(x);
+    }
+    return x;
   }
 
  private:
   ImageModelOptions options_;
-  nn::Linear fc1_{nullptr}, fc2_{nullptr}, fc3_{nullptr};
+  std::vector<nn::Linear> layers_;
 };
 
 // ---- alexnet, alexnet-cifar -------------------------------------------------
@@ -312,7 +320,13 @@ std::shared_ptr<ImageClassifierImpl> makeImageModel(const std::string& type, con
     require(o.imageSize >= 4, "needs images of at least 4x4 (two 2x2 max pools), got " + size);
     return std::make_shared<ConvNetImpl>(o);
   }
-  if (type == "mlp") return std::make_shared<ImageMlpImpl>(o);
+  if (type == "mlp") {
+    require(!o.hiddenSizes.empty(), "needs at least one hidden layer size (model.hidden_sizes)");
+    for (int64_t h : o.hiddenSizes) {
+      require(h >= 1, "hidden layer sizes (model.hidden_sizes) must be at least 1, got " + std::to_string(h));
+    }
+    return std::make_shared<ImageMlpImpl>(o);
+  }
   if (type == "alexnet") {
     require(alexNetFeatureSide(o.imageSize) >= 1,
             "needs images of at least 63x63 (it is laid out for 224x224), got " + size +

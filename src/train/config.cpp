@@ -3,7 +3,9 @@
 #include <yaml-cpp/yaml.h>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
 #include <functional>
 #include <variant>
 
@@ -13,7 +15,8 @@ namespace lockstep {
 
 namespace {
 
-using Target = std::variant<int64_t*, double*, bool*, std::string*, std::vector<std::string>*, std::vector<double>*>;
+using Target = std::variant<int64_t*, double*, bool*, std::string*, std::vector<std::string>*, std::vector<double>*,
+                            std::vector<int64_t>*>;
 
 struct Field {
   std::string path;
@@ -26,6 +29,7 @@ std::vector<Field> fieldsOf(TrainConfig& c) {
       {"model.hidden", &c.model.hidden},
       {"model.layers", &c.model.layers},
       {"model.window", &c.model.window},
+      {"model.hidden_sizes", &c.model.hiddenSizes},
       {"data.dataset", &c.data.dataset},
       {"data.sources", &c.data.sources},
       {"data.csv_column", &c.data.csvColumn},
@@ -58,6 +62,7 @@ std::vector<Field> fieldsOf(TrainConfig& c) {
       {"lr_scaling.base_batch", &c.lrScaling.baseBatch},
       {"lr_scaling.warmup_steps", &c.lrScaling.warmupSteps},
       {"ddp.bucket_cap_mb", &c.ddp.bucketCapMb},
+      {"ddp.first_bucket_cap_mb", &c.ddp.firstBucketCapMb},
       {"ddp.find_unused_parameters", &c.ddp.findUnusedParameters},
       {"ddp.broadcast_buffers", &c.ddp.broadcastBuffers},
       {"ddp.compression", &c.ddp.compression},
@@ -67,6 +72,11 @@ std::vector<Field> fieldsOf(TrainConfig& c) {
       {"checkpoint.resume", &c.checkpoint.resume},
       {"generate.samples", &c.generate.samples},
       {"generate.temperature", &c.generate.temperature},
+      {"monitor.dir", &c.monitor.dir},
+      {"monitor.system_interval", &c.monitor.systemInterval},
+      {"monitor.trace_steps", &c.monitor.traceSteps},
+      {"monitor.progress", &c.monitor.progress},
+      {"monitor.progress_interval", &c.monitor.progressInterval},
   };
 }
 
@@ -84,7 +94,22 @@ void assign(const Field& field, const YAML::Node& node, const std::string& where
   std::visit(
       [&](auto* target) {
         using T = std::remove_pointer_t<decltype(target)>;
-        if constexpr (std::is_same_v<T, std::vector<double>>) {
+        if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
+          std::vector<int64_t> values;
+          int64_t v = 0;
+          if (node.IsScalar()) {
+            if (!YAML::convert<int64_t>::decode(node, v)) fail("a list of integers");
+            values.push_back(v);
+          } else if (node.IsSequence()) {
+            for (const auto& item : node) {
+              if (!item.IsScalar() || !YAML::convert<int64_t>::decode(item, v)) fail("a list of integers");
+              values.push_back(v);
+            }
+          } else {
+            fail("a list of integers");
+          }
+          *target = values;
+        } else if constexpr (std::is_same_v<T, std::vector<double>>) {
           std::vector<double> values;
           if (node.IsScalar()) {
             double v = 0;
@@ -186,6 +211,10 @@ void validate(const TrainConfig& c) {
   check(c.data.badImages == "abort" || c.data.badImages == "skip", "data.bad_images must be abort or skip");
   check(c.model.hidden > 0 && c.model.layers > 0 && c.model.window > 0,
         "model.hidden, model.layers and model.window must be positive");
+  check(!c.model.hiddenSizes.empty() &&
+            std::all_of(c.model.hiddenSizes.begin(), c.model.hiddenSizes.end(), [](int64_t h) { return h > 0; }),
+        fmt::format("model.hidden_sizes must be a non-empty list of positive integers, got [{}]",
+                    fmt::join(c.model.hiddenSizes, ", ")));
   check(!c.data.sources.empty(), "data.sources must name at least one source");
   check(c.data.validationFraction >= 0 && c.data.validationFraction < 1, "data.validation_fraction must be in [0, 1)");
   check(c.trainer.epochs > 0 || c.trainer.maxSteps > 0, "trainer.epochs or trainer.max_steps must be positive");
@@ -200,9 +229,16 @@ void validate(const TrainConfig& c) {
   check(c.lrScaling.baseBatch >= 0 && c.lrScaling.warmupSteps >= 0,
         "lr_scaling.base_batch and lr_scaling.warmup_steps must not be negative");
   check(c.ddp.bucketCapMb > 0, "ddp.bucket_cap_mb must be positive");
+  check(c.ddp.firstBucketCapMb > 0, "ddp.first_bucket_cap_mb must be positive");
   check(c.checkpoint.every >= 0, "checkpoint.every must not be negative");
   check(c.checkpoint.keepLast >= 1, "checkpoint.keep_last must be at least 1");
   check(c.generate.temperature > 0, "generate.temperature must be positive");
+  check(c.monitor.systemInterval >= 0, "monitor.system_interval must not be negative (0 turns sampling off)");
+  check(c.monitor.traceSteps >= -1, "monitor.trace_steps must be -1 (every step), 0 (no trace) or a step count");
+  check(c.monitor.progress == "auto" || c.monitor.progress == "bar" || c.monitor.progress == "lines" ||
+            c.monitor.progress == "off",
+        "monitor.progress '" + c.monitor.progress + "' is unknown; expected auto, bar, lines or off");
+  check(c.monitor.progressInterval > 0, "monitor.progress_interval must be positive");
 }
 
 }  // namespace

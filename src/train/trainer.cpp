@@ -13,6 +13,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <sstream>
 
@@ -149,6 +150,17 @@ void loadArchive(const std::string& path, torch::serialize::InputArchive& archiv
 
 }  // namespace
 
+const char* toString(Phase phase) {
+  switch (phase) {
+    case Phase::kDataWait: return "data_wait";
+    case Phase::kForward: return "forward";
+    case Phase::kBackward: return "backward";
+    case Phase::kCommWait: return "comm_wait";
+    case Phase::kOptimizer: return "optimizer";
+  }
+  return "unknown";
+}
+
 CheckpointInfo readCheckpointInfo(const std::string& path) {
   torch::serialize::InputArchive archive;
   loadArchive(path, archive);
@@ -182,11 +194,23 @@ Trainer::Trainer(std::shared_ptr<Communicator> comm, TrainerOptions options)
   LOCKSTEP_CHECK(options_.batchSize > 0, "batch size must be positive, got ", options_.batchSize);
   LOCKSTEP_CHECK(options_.accumulation > 0, "accumulation must be positive, got ", options_.accumulation);
   LOCKSTEP_CHECK(options_.epochs > 0 || options_.maxSteps > 0, "epochs or maxSteps must be positive");
+  for (size_t i = 0; i < options_.callbacks.size(); ++i) {
+    LOCKSTEP_CHECK(options_.callbacks[i] != nullptr, "TrainerOptions::callbacks[", i, "] is null");
+  }
 }
 
 FitResult Trainer::fit(std::shared_ptr<torch::nn::Module> model, const LossFn& lossFn, const Dataset& train,
                        const Dataset* validation, const CorrectFn& correct) {
+  // Every time the callbacks see is microseconds since this clock read.
+  const auto origin = Clock::now();
+  const double unixTimeAtOrigin =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  auto sinceOrigin = [origin](Clock::time_point t) {
+    return std::chrono::duration<double, std::micro>(t - origin).count();
+  };
   const TrainerOptions& o = options_;
+  const auto& callbacks = o.callbacks;
+  const bool observed = !callbacks.empty();
   Communicator& comm = *comm_;
   const int rank = comm.rank();
   const int world = comm.size();
@@ -278,6 +302,7 @@ FitResult Trainer::fit(std::shared_ptr<torch::nn::Module> model, const LossFn& l
 
   DdpOptions ddpOptions;
   ddpOptions.bucketCapMb = o.bucketCapMb;
+  ddpOptions.firstBucketCapMb = o.firstBucketCapMb;
   ddpOptions.findUnusedParameters = o.findUnusedParameters;
   ddpOptions.compression = o.compression;
   ddpOptions.broadcastBuffersEachSync = o.broadcastBuffers;
@@ -291,6 +316,19 @@ FitResult Trainer::fit(std::shared_ptr<torch::nn::Module> model, const LossFn& l
         globalBatch, o.lr, scaledLearningRate(o.lr, globalBatch, scaling), toString(scaling.rule), scaling.baseBatch,
         scaling.warmupSteps > 0 ? fmt::format(", warmup {} steps", scaling.warmupSteps) : "", totalSteps,
         stepsPerEpoch, ddp.numBuckets(), toString(o.compression)));
+  }
+  if (observed) {
+    FitInfo info;
+    info.rank = rank;
+    info.worldSize = world;
+    info.totalSteps = totalSteps;
+    info.startStep = step;
+    info.stepsPerEpoch = stepsPerEpoch;
+    info.epochs = o.maxSteps > 0 ? (totalSteps + stepsPerEpoch - 1) / stepsPerEpoch : o.epochs;
+    info.globalBatch = globalBatch;
+    info.origin = origin;
+    info.unixTimeAtOrigin = unixTimeAtOrigin;
+    for (const auto& c : callbacks) c->onFitStart(info);
   }
 
   int64_t savedStep = -1;
@@ -327,6 +365,9 @@ FitResult Trainer::fit(std::shared_ptr<torch::nn::Module> model, const LossFn& l
       log::info(fmt::format("checkpoint {} written (step {})", result.lastCheckpoint, step));
     }
     if (o.crashAfterStep > 0 && step == o.crashAfterStep) {
+      // Every rank gets here; the barrier keeps the others alive until rank 0
+      // wrote the file (a rank killed first would make the launcher stop rank 0 mid-write).
+      comm.barrier()->wait();
       log::warn(fmt::format("fault injection: killing this worker after step {}", step));
       ::raise(SIGKILL);
     }
@@ -364,9 +405,14 @@ FitResult Trainer::fit(std::shared_ptr<torch::nn::Module> model, const LossFn& l
   };
 
   int64_t validatedStep = -1;
-  auto runValidation = [&](const std::string& when) {
+  auto runValidation = [&](const std::string& when, int64_t ofEpoch) {
     validate();
     validatedStep = step;
+    if (observed) {
+      ValidationRecord record{step, ofEpoch, result.lastValidationLoss, result.lastValidationAccuracy,
+                              sinceOrigin(Clock::now())};
+      for (const auto& c : callbacks) c->onValidation(record);
+    }
     if (master) {
       std::string accuracy = result.lastValidationAccuracy >= 0
                                  ? fmt::format(", accuracy {:.2f}%", 100 * result.lastValidationAccuracy)
@@ -381,7 +427,22 @@ FitResult Trainer::fit(std::shared_ptr<torch::nn::Module> model, const LossFn& l
   int64_t windowSteps = 0;
   auto windowStart = Clock::now();
   Clock::time_point timedStart;
+  Clock::time_point timedEnd;
   int64_t timedSteps = -1;  // the first step of the run warms up and is not timed
+  // Phase timing: consecutive clock reads, so the phases tile the step.
+  std::array<double, kPhaseCount> phaseUs{};       // this step
+  std::array<double, kPhaseCount> phaseTotalUs{};  // timed steps
+  double stepTotalUs = 0;
+  double commTotalUs = 0;
+  StepRecord record;  // reused: no allocation per step once its vectors have grown
+  Clock::time_point mark;
+  auto endPhase = [&](Phase phase) {
+    auto now = Clock::now();
+    double us = std::chrono::duration<double, std::micro>(now - mark).count();
+    phaseUs[static_cast<size_t>(phase)] += us;
+    if (observed) record.phases.push_back(PhaseSpan{phase, sinceOrigin(mark), us});
+    mark = now;
+  };
   auto runStart = Clock::now();
   while (step < totalSteps) {
     sampler.setEpoch(epoch);
@@ -395,30 +456,75 @@ FitResult Trainer::fit(std::shared_ptr<torch::nn::Module> model, const LossFn& l
       loader.start(std::move(plan), epoch);
     }
     while (batchInEpoch + o.accumulation <= microPerEpoch && step < totalSteps) {
-      setLearningRate(*optimizer, learningRateAt(step, o.lr, globalBatch, scaling));
+      const double lr = learningRateAt(step, o.lr, globalBatch, scaling);
+      setLearningRate(*optimizer, lr);
       optimizer->zero_grad();
       double stepLoss = 0;
+      phaseUs.fill(0);
+      if (observed) {
+        record.phases.clear();
+        record.buckets.clear();
+      }
+      mark = Clock::now();
+      const auto stepStart = mark;
       for (int64_t m = 0; m < o.accumulation; ++m) {
         Batch batch = loader.next();
+        endPhase(Phase::kDataWait);
         at::Tensor loss = lossFn(*model, batch) / static_cast<double>(o.accumulation);
         stepLoss += loss.item<double>();
+        endPhase(Phase::kForward);
         if (m + 1 < o.accumulation) {
           auto guard = ddp.noSync();
           loss.backward();
         } else {
           loss.backward();
         }
+        endPhase(Phase::kBackward);
       }
       ddp.finishGradientSync();
+      endPhase(Phase::kCommWait);
       if (o.clipGradNorm > 0) torch::nn::utils::clip_grad_norm_(model->parameters(), o.clipGradNorm);
       optimizer->step();
+      endPhase(Phase::kOptimizer);
+      const double stepUs = std::chrono::duration<double, std::micro>(mark - stepStart).count();
+      // Communication time: the union of the buckets' [launch, completion]
+      // intervals (they are launched in order, so one sweep merges them).
+      double commUs = 0;
+      if (world > 1) {
+        const auto& timings = ddp.lastSyncTimings();
+        Clock::time_point coveredUntil{};
+        int64_t bytes = 0;
+        for (const auto& t : timings) {
+          auto begin = std::max(t.launched, coveredUntil);
+          if (t.completed > begin) commUs += std::chrono::duration<double, std::micro>(t.completed - begin).count();
+          coveredUntil = std::max(coveredUntil, t.completed);
+          bytes += t.bytes;
+          if (observed) record.buckets.push_back(BucketSpan{t.bucket, t.bytes, sinceOrigin(t.launched),
+                                                            sinceOrigin(t.completed)});
+        }
+        result.breakdown.buckets = static_cast<int>(timings.size());
+        result.breakdown.bucketBytes = bytes;
+      }
       batchInEpoch += o.accumulation;
       ++step;
       if (timedSteps < 0) {
         timedStart = Clock::now();
         timedSteps = 0;
       } else {
+        timedEnd = Clock::now();
         ++timedSteps;
+        for (size_t p = 0; p < phaseUs.size(); ++p) phaseTotalUs[p] += phaseUs[p];
+        stepTotalUs += stepUs;
+        commTotalUs += commUs;
+      }
+      if (observed) {
+        record.step = step;
+        record.epoch = epoch;
+        record.startUs = sinceOrigin(stepStart);
+        record.durationUs = stepUs;
+        record.loss = stepLoss;
+        record.lr = lr;
+        for (const auto& c : callbacks) c->onStepEnd(record);
       }
       windowLoss += stepLoss;
       ++windowSteps;
@@ -426,11 +532,17 @@ FitResult Trainer::fit(std::shared_ptr<torch::nn::Module> model, const LossFn& l
         std::vector<at::Tensor> l{at::tensor({windowLoss / static_cast<double>(windowSteps)}, at::kDouble)};
         comm.allreduce(l, ReduceOp::kAvg)->wait();
         result.lastTrainLoss = l[0].item<double>();
-        double seconds = std::chrono::duration<double>(Clock::now() - windowStart).count();
+        auto now = Clock::now();
+        double seconds = std::chrono::duration<double>(now - windowStart).count();
+        double samplesPerSecond = static_cast<double>(windowSteps * globalBatch) / seconds;
         if (master) {
           log::info(fmt::format("step {}/{} epoch {} loss {:.4f} lr {:.3g} {:.0f} samples/s", step, totalSteps, epoch + 1,
-                                result.lastTrainLoss, learningRateAt(step - 1, o.lr, globalBatch, scaling),
-                                static_cast<double>(windowSteps * globalBatch) / seconds));
+                                result.lastTrainLoss, lr, samplesPerSecond));
+        }
+        if (observed) {
+          LogRecord logRecord{step, totalSteps, epoch, result.lastTrainLoss, lr, samplesPerSecond,
+                              seconds / static_cast<double>(windowSteps), sinceOrigin(now)};
+          for (const auto& c : callbacks) c->onLog(logRecord);
         }
         windowLoss = 0;
         windowSteps = 0;
@@ -442,26 +554,60 @@ FitResult Trainer::fit(std::shared_ptr<torch::nn::Module> model, const LossFn& l
       // The epoch is complete.
       epoch += 1;
       batchInEpoch = 0;
-      if (o.validate && validation) runValidation(fmt::format("epoch {}", epoch));
+      if (o.validate && validation) runValidation(fmt::format("epoch {}", epoch), epoch - 1);
       if (o.checkpointEvery == 0) saveCheckpoint();
     }
   }
   // A run that stops inside an epoch is still measured at its end.
   if (o.validate && validation && validatedStep != step && step > result.resumedFromStep) {
-    runValidation(fmt::format("step {}", step));
+    runValidation(fmt::format("step {}", step), epoch);
   }
   if (checkpoints && savedStep != step) saveCheckpoint();
   result.steps = step;
+  result.worldSize = world;
+  result.globalBatch = globalBatch;
   result.dataWaitSeconds = loader.waitSeconds();
   result.seconds = std::chrono::duration<double>(Clock::now() - runStart).count();
+  StepBreakdown& b = result.breakdown;
   if (timedSteps > 0) {
-    double timed = std::chrono::duration<double>(Clock::now() - timedStart).count();
+    // From the end of the first step to the end of the last: the final
+    // validation and checkpoint are not training throughput.
+    double timed = std::chrono::duration<double>(timedEnd - timedStart).count();
     result.samplesPerSecond = static_cast<double>(timedSteps * globalBatch) / timed;
+    const double perStep = 1e-6 / static_cast<double>(timedSteps);
+    b.steps = timedSteps;
+    for (size_t p = 0; p < phaseTotalUs.size(); ++p) b.phaseSeconds[p] = phaseTotalUs[p] * perStep;
+    b.stepSeconds = stepTotalUs * perStep;
+    b.commSeconds = commTotalUs * perStep;
+    b.commExposedSeconds = b.phase(Phase::kCommWait);
+    if (world > 1 && b.commSeconds > 0) {
+      b.commHiddenFraction = std::clamp(1.0 - b.commExposedSeconds / b.commSeconds, 0.0, 1.0);
+    }
+  }
+  b.stepSecondsMax = b.stepSeconds;
+  b.commExposedSecondsMax = b.commExposedSeconds;
+  if (world > 1) {
+    std::vector<at::Tensor> slowest{at::tensor({b.stepSeconds, b.commExposedSeconds}, at::kDouble)};
+    comm.allreduce(slowest, ReduceOp::kMax)->wait();
+    b.stepSecondsMax = slowest[0][0].item<double>();
+    b.commExposedSecondsMax = slowest[0][1].item<double>();
   }
   if (master) {
     log::info(fmt::format("done: {} steps in {:.1f} s, {:.0f} samples/s (global, after the first step), {:.1f} s "
                           "waiting for data", step, result.seconds, result.samplesPerSecond, result.dataWaitSeconds));
+    if (b.steps > 0) {
+      std::string commText = b.commHiddenFraction >= 0
+                             ? fmt::format("; allreduce {:.1f} ms per step, {:.0f}% hidden behind backward",
+                                           1e3 * b.commSeconds, 100 * b.commHiddenFraction)
+                             : "";
+      log::info(fmt::format("per step (rank 0, mean of {}): {:.1f} ms = data wait {:.1f} + forward {:.1f} + backward "
+                            "{:.1f} + comm wait {:.1f} + optimizer {:.1f}{}", b.steps, 1e3 * b.stepSeconds,
+                            1e3 * b.phase(Phase::kDataWait), 1e3 * b.phase(Phase::kForward),
+                            1e3 * b.phase(Phase::kBackward), 1e3 * b.phase(Phase::kCommWait),
+                            1e3 * b.phase(Phase::kOptimizer), commText));
+    }
   }
+  for (const auto& c : callbacks) c->onFitEnd(result);
   return result;
 }
 

@@ -272,5 +272,52 @@ TEST(DdpBuckets, ReverseRegistrationOrderAndCap) {
   });
 }
 
+TEST(DdpBuckets, FirstBucketIsSmallSoCommunicationStartsEarly) {
+  // Mlp 12 -> 24 -> 16 -> 5: fc2 (16x5+5 = 85 floats) is produced first by backward.
+  std::vector<Mlp> models{makeMlp(1), makeMlp(1)};
+  runRanks(2, [&](int rank, Communicator& comm) {
+    auto shared = std::shared_ptr<Communicator>(&comm, [](Communicator*) {});
+    DdpOptions options;                                 // the whole model fits in one 25 MB bucket ...
+    options.firstBucketCapMb = 400.0 / (1024 * 1024);   // ... but the first holds at most 100 floats
+    DistributedDataParallel ddp(models[rank].ptr(), shared, options);
+    auto layout = ddp.bucketLayout();
+    ASSERT_EQ(layout.size(), 2u);
+    EXPECT_EQ(layout[0], (std::vector<std::string>{"fc2.bias", "fc2.weight"}));
+    EXPECT_EQ(layout[1].back(), "fc0.weight");
+  });
+}
+
+TEST(DdpWorldOfOne, CommunicatesNothingAndLeavesAutogradsGradients) {
+  Mlp reference = makeMlp(3);
+  Mlp wrapped = makeMlp(3);
+  auto comm = makeGlooCommunicator(Store::inMemory(), GlooOptions{});
+  DdpOptions options;
+  options.bucketCapMb = 0.0001;  // many buckets, none of which may be launched
+  DistributedDataParallel ddp(wrapped.ptr(), comm, options);
+  Data data = makeData(8, 2);
+  for (int step = 0; step < 2; ++step) {
+    for (auto* m : {&reference, &wrapped}) {
+      (*m)->zero_grad();
+      torch::nn::functional::mse_loss((*m)->forward(data.x[step]), data.y[step]).backward();
+    }
+    ddp.finishGradientSync();
+    auto pr = reference->named_parameters();
+    auto pw = wrapped->named_parameters();
+    for (size_t i = 0; i < pr.size(); ++i) {
+      EXPECT_TRUE(at::equal(pr[i].value().grad(), pw[i].value().grad())) << pr[i].key();
+    }
+  }
+  EXPECT_EQ(ddp.stats().syncs, 2);
+  EXPECT_EQ(ddp.stats().bucketsLaunched, 0);
+  // The same misuse is caught as with more ranks.
+  torch::nn::functional::mse_loss(wrapped->forward(data.x[0]), data.y[0]).backward();
+  try {
+    torch::nn::functional::mse_loss(wrapped->forward(data.x[0]), data.y[0]).backward();
+    FAIL() << "a second backward without finishGradientSync() was accepted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("arrived twice"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace lockstep

@@ -69,6 +69,25 @@ TEST(VisionModels, MlpParameterCount) {
             dense(3 * 32 * 32, 512) + dense(512, 256) + dense(256, 100));
 }
 
+TEST(VisionModels, MlpHiddenSizesAreConfigurable) {
+  // configs/mlp-bench.yaml: 784 -> 4096 -> 4096 -> 10 = 20,037,642 parameters.
+  ImageModelOptions o = opts(1, 28, 10);
+  o.hiddenSizes = {4096, 4096};
+  ASSERT_EQ(dense(784, 4096) + dense(4096, 4096) + dense(4096, 10), 20037642);
+  auto big = makeImageModel("mlp", o);
+  EXPECT_EQ(countParameters(*big), 20037642);
+  EXPECT_EQ(parameterNames(*big), (std::set<std::string>{"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias",
+                                                         "fc3.weight", "fc3.bias"}));
+  o.hiddenSizes = {7};
+  auto one = makeImageModel("mlp", o);
+  EXPECT_EQ(countParameters(*one), dense(784, 7) + dense(7, 10));
+  EXPECT_EQ(one->forward(at::zeros({2, 1, 28, 28})).sizes(), (std::vector<int64_t>{2, 10}));
+  o.hiddenSizes = {};
+  EXPECT_NE(configErrorOf("mlp", o).find("model.hidden_sizes"), std::string::npos);
+  o.hiddenSizes = {64, 0};
+  EXPECT_NE(configErrorOf("mlp", o).find("got 0"), std::string::npos);
+}
+
 TEST(VisionModels, AlexNetMatchesTorchvision) {
   auto model = makeImageModel("alexnet", opts(3, 224, 1000));
   EXPECT_EQ(countParameters(*model), 61100840);  // torchvision.models.alexnet()

@@ -26,6 +26,7 @@
 // Not thread-safe; one backward at a time. Parameters must be float32 CPU tensors.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -42,6 +43,10 @@ namespace lockstep {
 
 struct DdpOptions {
   double bucketCapMb = 25.0;
+  /// The first bucket (the last layers, whose gradients backward produces
+  /// first) is capped at min(this, bucketCapMb), so communication starts early
+  /// in backward even when the whole model would fit in one bucket.
+  double firstBucketCapMb = 1.0;
   bool findUnusedParameters = false;
   bool broadcastBuffersEachSync = false;  ///< re-broadcast rank 0's buffers after each sync (BatchNorm stats)
   bool checkConsistency = true;           ///< exchange the parameter fingerprint at construction
@@ -55,6 +60,15 @@ struct DdpStats {
   int64_t bucketsLaunched = 0;  ///< allreduce launches, all steps
   int64_t bucketsLaunchedDuringBackward = 0;  ///< of which from the autograd hooks (overlapped)
   int64_t bytesReduced = 0;     ///< float32 bytes of gradients averaged
+};
+
+/// One bucket's allreduce in the last synchronised step (timelines, the
+/// Trainer's step breakdown).
+struct BucketTiming {
+  int bucket = 0;      ///< index, in launch order
+  int64_t bytes = 0;   ///< float32 gradient bytes of the bucket (before any compression)
+  std::chrono::steady_clock::time_point launched;   ///< handed to the comm hook
+  std::chrono::steady_clock::time_point completed;  ///< the backend finished it (Work::completedAt())
 };
 
 class DistributedDataParallel {
@@ -88,6 +102,9 @@ class DistributedDataParallel {
   /// Parameter names of each bucket, in bucket order (tests, logs).
   std::vector<std::vector<std::string>> bucketLayout() const;
   const DdpStats& stats() const;
+  /// Per bucket, in launch order, the timing of the last finishGradientSync()
+  /// that communicated; empty before the first one. Valid until the next one.
+  const std::vector<BucketTiming>& lastSyncTimings() const;
   Communicator& comm();
   torch::nn::Module& module();
 

@@ -41,6 +41,9 @@ struct ImageModelOptions {
   int64_t inChannels = 3;
   int64_t imageSize = 32;  ///< square input side
   int64_t numClasses = 10;
+  /// "mlp" only: the widths of its hidden layers (Linear-ReLU each), then a Linear to numClasses.
+  /// Empty or a non-positive width -> lockstep::ConfigError. Other models ignore it.
+  std::vector<int64_t> hiddenSizes = {512, 256};
 };
 
 /// type: "convnet", "mlp", "alexnet" (the paper's/torchvision's 224x224 layout), "alexnet-cifar" (a 32x32 variant),

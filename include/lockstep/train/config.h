@@ -1,7 +1,7 @@
 // lockstep/train/config.h — `lockstep train CONFIG.yaml [key=value ...]`.
 //
 // A YAML file of sections (model, data, trainer, optimizer, lr_scaling, ddp,
-// checkpoint, generate) whose keys are listed, with their defaults, in
+// checkpoint, generate, monitor) whose keys are listed, with their defaults, in
 // docs/training.md. Any key may be overridden on the command line with its
 // dotted path (trainer.batch_size=256, data.sources=[dog-names,cat-names]).
 // Unknown keys and values of the wrong type are ConfigErrors naming the
@@ -20,6 +20,7 @@ struct TrainConfig {
     int64_t hidden = 128;
     int64_t layers = 4;
     int64_t window = 16;
+    std::vector<int64_t> hiddenSizes = {512, 256};  ///< model.type mlp: hidden layer widths
   } model;
   struct Data {
     std::string dataset = "names";  ///< names, fashion-mnist, mnist, cifar10, imagefolder
@@ -62,6 +63,7 @@ struct TrainConfig {
   } lrScaling;
   struct Ddp {
     double bucketCapMb = 25;
+    double firstBucketCapMb = 1;
     bool findUnusedParameters = false;
     bool broadcastBuffers = true;  ///< keep BatchNorm statistics equal on every rank
     std::string compression = "none";  ///< none, fp16, bf16
@@ -76,6 +78,13 @@ struct TrainConfig {
     int64_t samples = 20;   ///< names printed after training (0: none)
     double temperature = 0.8;
   } generate;
+  struct Monitor {
+    std::string dir;              ///< run directory (docs/monitoring.md); empty: runs/<config file stem>; off: none
+    double systemInterval = 1.0;  ///< seconds between CPU/memory samples per worker; 0: none
+    int64_t traceSteps = 50;      ///< steps in the Chrome trace per worker; 0: none; -1: all
+    std::string progress = "auto";  ///< auto, bar, lines, off
+    double progressInterval = 10;   ///< seconds between plain progress lines
+  } monitor;
 };
 
 /// Defaults, then `file` (may be empty: defaults only), then `overrides` ("a.b=value").

@@ -12,10 +12,16 @@
 // (model, optimizer, step, sampler position, RNG state) atomically, keeping
 // the last K. A run resumes from a checkpoint bit-identically on CPU.
 // Every rank must call fit() with the same options and a dataset of the same size.
+//
+// Each step is timed in phases (callbacks.h: data wait, forward, backward,
+// communication wait, optimizer) at the cost of a few clock reads; callbacks
+// in TrainerOptions::callbacks receive every step, log window, validation and
+// the result, and FitResult holds the per-step breakdown.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -28,6 +34,7 @@
 #include "lockstep/data/loader.h"
 #include "lockstep/ddp/comm_hook.h"
 #include "lockstep/optim/lr_scaling.h"
+#include "lockstep/train/callbacks.h"
 
 namespace torch::nn {
 class Module;
@@ -60,6 +67,7 @@ struct TrainerOptions {
   LrScalingOptions lrScaling;
 
   double bucketCapMb = 25;
+  double firstBucketCapMb = 1;  ///< DdpOptions::firstBucketCapMb
   bool findUnusedParameters = false;
   bool broadcastBuffers = true;  ///< rank 0's buffers (BatchNorm statistics) to every rank after each sync
   GradCompression compression = GradCompression::kNone;
@@ -73,6 +81,33 @@ struct TrainerOptions {
   /// Fault injection for tests: SIGKILL this process right after the
   /// checkpoint of this optimizer step was written (0: never).
   int64_t crashAfterStep = 0;
+
+  /// Called in order, on every rank, from the training thread (callbacks.h).
+  std::vector<std::shared_ptr<TrainerCallback>> callbacks;
+};
+
+/// Where an optimizer step's time went, averaged over the run's timed steps
+/// (the first step of the run is excluded, like FitResult::samplesPerSecond).
+/// Values are this rank's, except the *Max fields (the maximum over ranks).
+struct StepBreakdown {
+  int64_t steps = 0;            ///< timed steps averaged; 0: nothing was measured
+  /// Mean seconds per step in each Phase (indexed by the enum). The phases
+  /// tile the step: they sum to stepSeconds.
+  std::array<double, kPhaseCount> phaseSeconds{};
+  double stepSeconds = 0;       ///< mean span from the first data wait to the end of the optimizer step
+  double stepSecondsMax = 0;    ///< max over ranks of stepSeconds
+  /// Communication of the gradient buckets: per step, the union of the
+  /// intervals from a bucket's launch to the backend completing it.
+  double commSeconds = 0;
+  double commExposedSeconds = 0;     ///< = phaseSeconds[kCommWait]: what the step waited for after backward
+  double commExposedSecondsMax = 0;  ///< max over ranks of commExposedSeconds
+  /// 1 - exposed / total, clamped to [0, 1]: the share of communication
+  /// overlapped with backward. -1 without communication (one worker).
+  double commHiddenFraction = -1;
+  int buckets = 0;              ///< gradient buckets per step (0 with one worker)
+  int64_t bucketBytes = 0;      ///< float32 gradient bytes allreduced per step
+
+  double phase(Phase p) const { return phaseSeconds[static_cast<size_t>(p)]; }
 };
 
 struct FitResult {
@@ -82,9 +117,12 @@ struct FitResult {
   double lastValidationLoss = -1;
   double lastValidationAccuracy = -1;  ///< when a CorrectFn was given
   double dataWaitSeconds = 0;    ///< time the loop waited for the loader (rank 0)
-  double samplesPerSecond = 0;   ///< global, over this run's steps
+  double samplesPerSecond = 0;   ///< global, over this run's steps after the first, to the end of the last one
   double seconds = 0;
   std::string lastCheckpoint;
+  int worldSize = 1;
+  int64_t globalBatch = 0;       ///< samples per optimizer step over all ranks
+  StepBreakdown breakdown;
 };
 
 class Trainer {

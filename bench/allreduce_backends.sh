@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Allreduce latency and bandwidth of the Gloo and MPI backends, 2 workers on
+# this machine, measured alternately (gloo, mpi, gloo, mpi, ...) so machine
+# noise hits both; prints the median per size and the ratio.
+#   bench/allreduce_backends.sh [ROUNDS] [SIZES]
+# ROUNDS defaults to 5, SIZES to 4K,64K,1M,32M.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN="${LOCKSTEP_BUILD_DIR:-build}/lockstep"
+ROUNDS="${1:-5}"
+SIZES="${2:-4K,64K,1M,32M}"
+NP="${NP:-2}"
+OUT="$(mktemp -d)"
+trap 'rm -rf "$OUT"' EXIT
+for round in $(seq 1 "$ROUNDS"); do
+  for backend in gloo mpi; do
+    "$BIN" run -np "$NP" --threads 1 --backend "$backend" --no-prefix -- \
+        "$BIN" bench allreduce --bytes "$SIZES" 2>&1 | awk -v b="$backend" '$1 ~ /^[0-9]+$/ { print b, $1, $4, $6 }' >> "$OUT/all"
+  done
+done
+echo "allreduce, $NP workers x 1 thread, float32 sum, $ROUNDS alternating rounds per backend (median)"
+printf '%12s %14s %14s %12s %12s %10s\n' "bytes" "gloo us" "mpi us" "gloo busbw" "mpi busbw" "mpi/gloo"
+for size in $(awk '{ print $2 }' "$OUT/all" | sort -n | uniq); do
+  median() { awk -v b="$1" -v s="$size" -v col="$2" '$1 == b && $2 == s { print $col }' "$OUT/all" | sort -g |
+             awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+  gt=$(median gloo 3); mt=$(median mpi 3); gb=$(median gloo 4); mb=$(median mpi 4)
+  awk -v s="$size" -v gt="$gt" -v mt="$mt" -v gb="$gb" -v mb="$mb" \
+      'BEGIN { printf "%12d %14.1f %14.1f %9.3f GB/s %7.3f GB/s %9.2fx\n", s, gt, mt, gb, mb, gt / mt }'
+done

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# What the DDP knobs are worth on this machine: 2 workers training CONFIG for
+# STEPS steps under each variant, the variants interleaved round by round (so
+# noise hits all alike), median samples/s per variant and its ratio to the
+# first one.
+#   bench/tuning.sh [CONFIG] [STEPS] [ROUNDS]
+# Defaults: configs/mlp-bench.yaml (the comm-heavy MLP), 40 steps, 3 rounds.
+# VARIANTS (optional) selects variants by name, e.g. VARIANTS="base bf16".
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN="${LOCKSTEP_BUILD_DIR:-build}/lockstep"
+CONFIG="${1:-configs/mlp-bench.yaml}"
+STEPS="${2:-40}"
+ROUNDS="${3:-3}"
+OUT="$(mktemp -d)"
+trap 'rm -rf "$OUT"' EXIT
+
+# name | lockstep run flags | config overrides
+ALL_VARIANTS=(
+  "base|--backend gloo --threads 1|"
+  "mpi|--backend mpi --threads 1|"
+  "mpi-noprogress|--backend mpi --threads 1|LOCKSTEP_MPI_PROGRESS_US=0"
+  "bucket-1MB|--backend gloo --threads 1|ddp.bucket_cap_mb=1"
+  "bucket-5MB|--backend gloo --threads 1|ddp.bucket_cap_mb=5"
+  "bucket-100MB|--backend gloo --threads 1|ddp.bucket_cap_mb=100"
+  "bf16|--backend gloo --threads 1|ddp.compression=bf16"
+  "mpi-bf16|--backend mpi --threads 1|ddp.compression=bf16"
+  "2-threads|--backend gloo --threads 2|"
+)
+selected=()
+for v in "${ALL_VARIANTS[@]}"; do
+  name="${v%%|*}"
+  if [[ -z "${VARIANTS:-}" || " $VARIANTS " == *" $name "* ]]; then selected+=("$v"); fi
+done
+
+run_variant() {  # name, run flags, overrides (LOCKSTEP_* words become environment)
+  local name="$1" flags="$2" overrides="$3" envs=() args=()
+  for word in $overrides; do
+    if [[ "$word" == LOCKSTEP_* ]]; then envs+=("$word"); else args+=("$word"); fi
+  done
+  # shellcheck disable=SC2086
+  env "${envs[@]}" "$BIN" run -np 2 $flags -- "$BIN" train "$CONFIG" trainer.max_steps="$STEPS" \
+      trainer.validate=false trainer.log_every=1000 checkpoint.dir="$OUT/ckpt-$name" checkpoint.resume=none \
+      monitor.dir=off "${args[@]}" > "$OUT/$name.log" 2>&1 || { echo "variant $name failed:" >&2; tail -5 "$OUT/$name.log" >&2; return 1; }
+  grep -o 'done: .*' "$OUT/$name.log" | sed -n 's/.* \([0-9]*\) samples\/s.*/\1/p'
+}
+
+for round in $(seq 1 "$ROUNDS"); do
+  for v in "${selected[@]}"; do
+    IFS='|' read -r name flags overrides <<< "$v"
+    echo "$name $(run_variant "$name" "$flags" "$overrides")" >> "$OUT/results"
+  done
+done
+
+echo "$CONFIG, 2 workers, $STEPS steps per run, $ROUNDS interleaved rounds (median samples/s, global)"
+first=""
+for v in "${selected[@]}"; do
+  IFS='|' read -r name flags overrides <<< "$v"
+  med=$(awk -v n="$name" '$1 == n { print $2 }' "$OUT/results" | sort -g |
+        awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
+  [[ -z "$first" ]] && first="$med"
+  all=$(awk -v n="$name" '$1 == n { printf "%s ", $2 }' "$OUT/results")
+  awk -v n="$name" -v m="$med" -v f="$first" -v f2="$flags $overrides" -v all="$all" \
+      'BEGIN { printf "  %-15s %8.0f  %5.2fx   (%s; runs: %s)\n", n, m, m / f, f2, all }'
+done

@@ -1,0 +1,54 @@
+// lockstep/monitor/metrics_writer.h — rank 0's run-level files.
+//
+// run.json (status, progress; rewritten atomically at fit start, every log
+// and fit end), config.yaml, metrics.jsonl and metrics.csv (one row per log
+// window and per validation, appended and flushed row by row) and the
+// TensorBoard event file. Field names: docs/monitoring.md.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "lockstep/train/callbacks.h"
+
+namespace lockstep {
+
+namespace detail {
+class AppendFile;
+}
+class TensorBoardWriter;
+
+class MetricsWriter : public TrainerCallback {
+ public:
+  /// Creates `dir`, writes config.yaml and opens the metrics files (appending).
+  /// Throws Error naming the path that cannot be written.
+  MetricsWriter(const std::string& dir, const std::string& runName, const std::string& configText,
+                bool tensorboard = true);
+  /// Marks run.json "failed" when fit started but never ended (an exception unwound it).
+  ~MetricsWriter() override;
+
+  void onFitStart(const FitInfo& info) override;
+  void onStepEnd(const StepRecord& record) override;
+  void onLog(const LogRecord& record) override;
+  void onValidation(const ValidationRecord& record) override;
+  void onFitEnd(const FitResult& result) override;
+
+ private:
+  void writeRunJson(const char* status);
+  double unixTime(double timeUs) const { return info_.unixTimeAtOrigin + timeUs * 1e-6; }
+
+  std::string dir_;
+  std::string runName_;
+  std::string hostname_;
+  FitInfo info_;
+  double startTime_ = 0;
+  int64_t step_ = 0;
+  bool started_ = false;
+  bool ended_ = false;
+  bool warned_ = false;
+  std::unique_ptr<detail::AppendFile> jsonl_;
+  std::unique_ptr<detail::AppendFile> csv_;
+  std::unique_ptr<TensorBoardWriter> events_;
+};
+
+}  // namespace lockstep

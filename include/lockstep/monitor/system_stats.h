@@ -1,0 +1,62 @@
+// lockstep/monitor/system_stats.h — per-worker CPU, memory and thread samples.
+//
+// A background thread appends one line per interval to system/rank<R>.jsonl:
+// {"time","rank","pid","cpu_percent","rss_bytes","threads"}, plus "gpu_util"
+// and "gpu_mem_bytes" in builds where CMake found NVML (nvml.h) and the
+// driver's libnvidia-ml loads at run time. cpu_percent is process CPU time
+// over wall time, so two busy threads read 200.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "lockstep/train/callbacks.h"
+
+namespace lockstep {
+
+namespace detail {
+class AppendFile;
+class GpuProbe;
+}
+
+struct ProcessStats {
+  double cpuSeconds = 0;  ///< user + system CPU time of the whole process
+  int64_t rssBytes = 0;   ///< resident set (VmRSS of /proc/self/status)
+  int64_t threads = 0;    ///< Threads of /proc/self/status
+};
+/// This process's figures now (Linux /proc; zeros where unavailable).
+ProcessStats readProcessStats();
+
+class SystemMonitor : public TrainerCallback {
+ public:
+  /// Opens dir/system/rank<R>.jsonl (appending; throws Error naming it) and
+  /// starts sampling every `intervalSeconds` (> 0).
+  SystemMonitor(const std::string& dir, int rank, double intervalSeconds, int localRank = 0);
+  /// Stops the thread (after one last sample).
+  ~SystemMonitor() override;
+
+  /// Stops sampling: the run is over.
+  void onFitEnd(const FitResult& result) override;
+  void stop();
+
+ private:
+  void run();
+  void sample();
+
+  int rank_;
+  double interval_;
+  std::unique_ptr<detail::AppendFile> file_;
+  std::unique_ptr<detail::GpuProbe> gpu_;
+  double lastWall_ = 0;
+  double lastCpu_ = 0;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace lockstep

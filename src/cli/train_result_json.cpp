@@ -1,0 +1,91 @@
+// train_result_json.cpp — `lockstep train --result-json PATH`: the FitResult as
+// JSON, the file `lockstep bench scaling` reads back.
+//
+// Schema (seconds are per optimizer step, means over the timed steps — the
+// first step of the run is excluded — on rank 0; *_max is the max over ranks):
+//   {"rank":0, "world_size":2, "threads_per_worker":1, "steps":100, "timed_steps":99,
+//    "resumed_from_step":0, "global_batch":256, "seconds":..., "samples_per_second":...,
+//    "data_wait_seconds":..., "last_train_loss":..., "last_validation_loss":...,
+//    "last_validation_accuracy":..., "step_seconds":..., "step_seconds_max":...,
+//    "phases_seconds":{"data_wait":..., "forward":..., "backward":..., "comm_wait":..., "optimizer":...},
+//    "comm":{"seconds":..., "exposed_seconds":..., "exposed_seconds_max":...,
+//            "hidden_fraction":0.8 or null, "buckets":1, "bucket_bytes":1686568}}
+#include <nlohmann/json.hpp>
+
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "cli/commands.h"
+#include "lockstep/common/error.h"
+#include "lockstep/train/trainer.h"
+
+namespace lockstep::cli {
+
+namespace {
+
+nlohmann::json toJson(const FitResult& r, int rank, int threads) {
+  const StepBreakdown& b = r.breakdown;
+  nlohmann::json phases = nlohmann::json::object();
+  for (int p = 0; p < kPhaseCount; ++p) phases[toString(static_cast<Phase>(p))] = b.phaseSeconds[static_cast<size_t>(p)];
+  nlohmann::json comm = {{"seconds", b.commSeconds},
+                         {"exposed_seconds", b.commExposedSeconds},
+                         {"exposed_seconds_max", b.commExposedSecondsMax},
+                         {"hidden_fraction", nullptr},
+                         {"buckets", b.buckets},
+                         {"bucket_bytes", b.bucketBytes}};
+  if (b.commHiddenFraction >= 0) comm["hidden_fraction"] = b.commHiddenFraction;
+  return {{"rank", rank},
+          {"world_size", r.worldSize},
+          {"threads_per_worker", threads},
+          {"steps", r.steps},
+          {"timed_steps", b.steps},
+          {"resumed_from_step", r.resumedFromStep},
+          {"global_batch", r.globalBatch},
+          {"seconds", r.seconds},
+          {"samples_per_second", r.samplesPerSecond},
+          {"data_wait_seconds", r.dataWaitSeconds},
+          {"last_train_loss", r.lastTrainLoss},
+          {"last_validation_loss", r.lastValidationLoss},
+          {"last_validation_accuracy", r.lastValidationAccuracy},
+          {"step_seconds", b.stepSeconds},
+          {"step_seconds_max", b.stepSecondsMax},
+          {"phases_seconds", phases},
+          {"comm", comm}};
+}
+
+class ResultJsonWriter : public TrainerCallback {
+ public:
+  ResultJsonWriter(std::string path, int threads) : path_(std::move(path)), threads_(threads) {}
+
+  void onFitStart(const FitInfo& info) override { rank_ = info.rank; }
+
+  void onFitEnd(const FitResult& result) override {
+    if (rank_ != 0) return;
+    // Temporary file and rename: a reader never sees half a document.
+    std::string temporary = path_ + ".tmp";
+    {
+      std::ofstream out(temporary, std::ios::trunc);
+      out << toJson(result, rank_, threads_).dump(2) << "\n";
+      out.close();
+      if (!out) throw Error(fmt::format("--result-json: cannot write {}", temporary));
+    }
+    if (std::rename(temporary.c_str(), path_.c_str()) != 0) {
+      throw Error(fmt::format("--result-json: cannot rename {} to {}", temporary, path_));
+    }
+  }
+
+ private:
+  std::string path_;
+  int threads_;
+  int rank_ = 0;
+};
+
+}  // namespace
+
+std::shared_ptr<TrainerCallback> makeResultJsonWriter(const std::string& path, int threadsPerWorker) {
+  return std::make_shared<ResultJsonWriter>(path, threadsPerWorker);
+}
+
+}  // namespace lockstep::cli

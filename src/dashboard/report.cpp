@@ -1,0 +1,134 @@
+#include "dashboard/report.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+
+#include "dashboard/assets.h"
+#include "dashboard/run_reader.h"
+
+namespace lockstep::dashboard {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// index.html loads its CSS and JS with exactly these tags; the report inlines them.
+constexpr std::string_view kStyleTag = R"(<link rel="stylesheet" href="style.css">)";
+constexpr std::string_view kScriptTag = R"(<script src="app.js"></script>)";
+
+std::string assetBody(std::string_view name) {
+  const Asset* asset = findAsset(name);
+  LOCKSTEP_ASSERT(asset != nullptr, "asset ", name, " is not embedded");
+  return std::string(asset->body);
+}
+
+void replaceOnce(std::string& text, std::string_view what, const std::string& with) {
+  size_t at = text.find(what);
+  LOCKSTEP_ASSERT(at != std::string::npos, "index.html lacks ", what);
+  text.replace(at, what.size(), with);
+}
+
+/// JSON that can sit inside a <script> element: "</" only occurs inside JSON
+/// strings, where "<\/" means the same.
+std::string scriptSafeJson(const nlohmann::json& value) {
+  std::string text = value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  std::string out;
+  out.reserve(text.size() + 16);
+  for (size_t i = 0; i < text.size(); ++i) {
+    out += text[i];
+    if (text[i] == '<' && i + 1 < text.size() && text[i + 1] == '/') out += '\\';
+  }
+  return out;
+}
+
+std::string runNameOf(const std::string& runDir) {
+  fs::path path = fs::absolute(runDir).lexically_normal();
+  if (!path.has_filename()) path = path.parent_path();  // "runs/tiny/"
+  return path.filename().string();
+}
+
+void writeAll(int fd, const std::string& data, const std::string& path) {
+  size_t done = 0;
+  while (done < data.size()) {
+    ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw Error(fmt::format("cannot write '{}': {}", path, std::strerror(errno)));
+    done += static_cast<size_t>(n);
+  }
+}
+
+}  // namespace
+
+std::string buildReport(const std::string& runDir) {
+  std::error_code ec;
+  if (!fs::exists(runDir, ec)) throw RunNotFound(fmt::format("run directory '{}' does not exist", runDir));
+  if (!fs::is_directory(runDir, ec)) throw RunNotFound(fmt::format("'{}' is not a directory", runDir));
+  if (!fs::is_regular_file(runDir + "/run.json", ec)) {
+    std::string hint;
+    try {
+      auto names = LogDir(runDir).runNames();
+      if (!names.empty()) hint = fmt::format("; it is a log directory holding the runs {} — pass one of them",
+                                             fmt::join(names, ", "));
+    } catch (const Error&) {
+    }
+    throw RunNotFound(fmt::format("'{}' is not a run directory: it has no run.json{}", runDir, hint));
+  }
+  RunReader reader(runDir, runNameOf(runDir));
+  reader.refresh();
+
+  double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  nlohmann::json data;
+  data["report"] = {{"generated_time", now}, {"run_dir", fs::absolute(runDir).lexically_normal().string()}};
+  data["runs"] = nlohmann::json::array({{{"name", reader.name()}, {"run", reader.info()}}});
+  data["details"] = {{reader.name(), reader.toJson()}};
+
+  std::string page = assetBody("index.html");
+  std::string css = assetBody("style.css");
+  std::string js = assetBody("app.js");
+  LOCKSTEP_ASSERT(css.find("</style") == std::string::npos, "style.css cannot be inlined");
+  LOCKSTEP_ASSERT(js.find("</script") == std::string::npos, "app.js cannot be inlined");
+  replaceOnce(page, kStyleTag, "<style>\n" + css + "</style>");
+  replaceOnce(page, kScriptTag,
+              "<script type=\"application/json\" id=\"lockstep-data\">" + scriptSafeJson(data) +
+                  "</script>\n<script>\n" + js + "</script>");
+  return page;
+}
+
+void writeReport(const std::string& runDir, const std::string& output) {
+  std::string page = buildReport(runDir);
+  fs::path target(output);
+  fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  std::string tmpTemplate = (dir / ("." + target.filename().string() + ".tmp-XXXXXX")).string();
+  std::vector<char> tmpName(tmpTemplate.begin(), tmpTemplate.end());
+  tmpName.push_back('\0');
+  int fd = ::mkstemp(tmpName.data());
+  if (fd < 0) throw Error(fmt::format("cannot create a temporary file in '{}': {}", dir.string(), std::strerror(errno)));
+  std::string tmp(tmpName.data());
+  try {
+    writeAll(fd, page, tmp);
+    // mkstemp makes 0600; give the report the mode any new file would get.
+    mode_t mask = ::umask(0);
+    ::umask(mask);
+    ::fchmod(fd, 0666 & ~mask);
+    if (::fsync(fd) != 0) throw Error(fmt::format("cannot fsync '{}': {}", tmp, std::strerror(errno)));
+    ::close(fd);
+    fd = -1;
+    if (::rename(tmp.c_str(), output.c_str()) != 0) {
+      throw Error(fmt::format("cannot rename '{}' to '{}': {}", tmp, output, std::strerror(errno)));
+    }
+  } catch (...) {
+    if (fd >= 0) ::close(fd);
+    ::unlink(tmp.c_str());
+    throw;
+  }
+}
+
+}  // namespace lockstep::dashboard

@@ -1,0 +1,68 @@
+#include "lockstep/monitor/monitor.h"
+
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "lockstep/common/error.h"
+#include "lockstep/monitor/metrics_writer.h"
+#include "lockstep/monitor/progress.h"
+#include "lockstep/monitor/step_timeline.h"
+#include "lockstep/monitor/system_stats.h"
+#include "monitor/run_files.h"
+
+namespace lockstep {
+
+namespace {
+
+std::string lower(std::string text) {
+  std::transform(text.begin(), text.end(), text.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return text;
+}
+
+}  // namespace
+
+ProgressMode parseProgressMode(const std::string& text, const std::string& what) {
+  auto t = lower(text);
+  if (t == "auto") return ProgressMode::kAuto;
+  if (t == "bar") return ProgressMode::kBar;
+  if (t == "lines") return ProgressMode::kLines;
+  if (t == "off" || t == "none" || t == "false") return ProgressMode::kOff;
+  throw ConfigError(fmt::format("{} '{}' is unknown; expected auto, bar, lines or off", what, text));
+}
+
+std::string defaultRunDir(const std::string& configFile) {
+  std::string stem = configFile.empty() ? "" : std::filesystem::path(configFile).stem().string();
+  return "runs/" + (stem.empty() ? std::string("default") : stem);
+}
+
+bool monitorDisabled(const std::string& dir) {
+  auto d = lower(dir);
+  return d == "off" || d == "none" || d == "false";
+}
+
+std::vector<std::shared_ptr<TrainerCallback>> makeMonitorCallbacks(const MonitorOptions& o) {
+  LOCKSTEP_CHECK(!o.dir.empty(), "MonitorOptions::dir is empty; name the run directory");
+  LOCKSTEP_CHECK(o.rank >= 0 && o.rank < o.worldSize, "MonitorOptions: rank ", o.rank, " is outside world size ",
+                 o.worldSize);
+  LOCKSTEP_CHECK_GE(o.systemInterval, 0.0, "(MonitorOptions::systemInterval, seconds; 0 turns sampling off)");
+  LOCKSTEP_CHECK_GE(o.traceSteps, int64_t{-1}, "(MonitorOptions::traceSteps: -1 every step, 0 none)");
+  detail::createDirectories(o.dir);
+  std::vector<std::shared_ptr<TrainerCallback>> callbacks;
+  if (o.rank == 0) {
+    callbacks.push_back(std::make_shared<MetricsWriter>(o.dir, o.runName, o.configText, o.tensorboard));
+  }
+  callbacks.push_back(std::make_shared<StepTimeline>(o.dir, o.rank, o.traceSteps));
+  if (o.systemInterval > 0) {
+    callbacks.push_back(std::make_shared<SystemMonitor>(o.dir, o.rank, o.systemInterval, o.localRank));
+  }
+  if (o.rank == 0 && o.progress != ProgressMode::kOff) {
+    callbacks.push_back(std::make_shared<ProgressReporter>(o.progress, o.progressInterval));
+  }
+  return callbacks;
+}
+
+}  // namespace lockstep

@@ -1,0 +1,135 @@
+#include "monitor/run_files.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <system_error>
+
+#include <fmt/format.h>
+
+#include "lockstep/common/error.h"
+#include "lockstep/common/logging.h"
+
+namespace lockstep::detail {
+
+namespace fs = std::filesystem;
+
+void createDirectories(const std::string& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  // Another rank may create it at the same moment: only a missing directory is an error.
+  if (ec && !fs::is_directory(dir)) {
+    throw Error(fmt::format("monitor: cannot create the run directory {}: {} (set monitor.dir to a writable "
+                            "directory, or monitor.dir=off)", dir, ec.message()));
+  }
+  if (!fs::is_directory(dir)) {
+    throw Error(fmt::format("monitor: {} exists and is not a directory (monitor.dir must name a directory)", dir));
+  }
+}
+
+namespace {
+
+bool writeAll(int fd, const char* data, size_t size) {
+  while (size > 0) {
+    ssize_t n = ::write(fd, data, size);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    data += n;
+    size -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+}  // namespace
+
+void writeFileAtomically(const std::string& path, std::string_view text) {
+  std::string tmp = path + ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw Error(fmt::format("monitor: cannot write {}: {}", tmp, std::strerror(errno)));
+  bool written = writeAll(fd, text.data(), text.size());
+  int saved = errno;
+  if (::close(fd) != 0 && written) {
+    written = false;
+    saved = errno;
+  }
+  if (!written) {
+    ::unlink(tmp.c_str());
+    throw Error(fmt::format("monitor: cannot write {}: {}", tmp, std::strerror(saved)));
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    saved = errno;
+    ::unlink(tmp.c_str());
+    throw Error(fmt::format("monitor: cannot rename {} to {}: {}", tmp, path, std::strerror(saved)));
+  }
+}
+
+std::string runNameOf(const std::string& dir) {
+  auto path = fs::absolute(dir).lexically_normal();
+  if (!path.has_filename()) path = path.parent_path();
+  return path.filename().string();
+}
+
+std::string hostName() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof(name) - 1) != 0 || name[0] == '\0') return "unknown";
+  return name;
+}
+
+double unixNow() {
+  using namespace std::chrono;
+  return duration<double>(system_clock::now().time_since_epoch()).count();
+}
+
+AppendFile::~AppendFile() {
+  flush();
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void AppendFile::open(const std::string& path) {
+  path_ = path;
+  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd_ < 0) {
+    throw Error(fmt::format("monitor: cannot open {} for writing: {} (set monitor.dir to a writable directory, "
+                            "or monitor.dir=off)", path, std::strerror(errno)));
+  }
+  struct stat st {};
+  wasEmpty_ = ::fstat(fd_, &st) != 0 || st.st_size == 0;
+}
+
+void AppendFile::append(std::string_view text) {
+  if (fd_ >= 0) buffer_.append(text);
+}
+
+void AppendFile::flush() {
+  if (fd_ < 0 || buffer_.empty()) return;
+  if (!writeAll(fd_, buffer_.data(), buffer_.size())) {
+    fail("write", errno);
+    return;
+  }
+  buffer_.clear();
+}
+
+void AppendFile::fail(const std::string& what, int error) {
+  log::warn(fmt::format("monitor: {} of {} failed: {}; this file is no longer written, training goes on", what,
+                        path_, std::strerror(error)));
+  ::close(fd_);
+  fd_ = -1;
+  buffer_.clear();
+  buffer_.shrink_to_fit();
+}
+
+void warnOnce(bool& flag, const std::string& what, const std::string& reason) {
+  if (flag) return;
+  flag = true;
+  log::warn(fmt::format("monitor: {} failed: {}; training goes on (further failures are not reported)", what,
+                        reason));
+}
+
+}  // namespace lockstep::detail

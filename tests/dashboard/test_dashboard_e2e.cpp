@@ -1,0 +1,163 @@
+// End to end: the files of a real 2-worker training, `lockstep dashboard` as a real
+// process, and Debian's headless chromium loading the page; the DOM it dumps
+// after running the page's JS must show the loss and throughput charts and the
+// per-worker panel drawn with data (the data-* attributes app.js sets after
+// drawing). The same for the file `lockstep report` writes, opened from disk.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <map>
+#include <regex>
+
+#include "dashboard/dashboard_process.h"
+#include "dashboard/run_fixture.h"
+#include "support/subprocess.h"
+
+namespace lockstep::dashboard {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kChromium = "/usr/bin/chromium";
+
+/// The DOM of `url` after its scripts ran (virtual time: the page's timers fire without waiting).
+std::string dumpDom(const std::string& url) {
+  if (!fs::exists(kChromium)) {
+    ADD_FAILURE() << kChromium << " is missing: scripts/setup.sh installs Debian's chromium package";
+    return {};
+  }
+  std::string profile = test::makeTempDir();
+  test::ProcessOptions options;
+  options.timeout = std::chrono::seconds(90);
+  auto result = test::runProcess({kChromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                                  "--no-first-run", "--disable-background-networking", "--disable-component-update",
+                                  "--disable-sync", "--user-data-dir=" + profile, "--window-size=1280,1600",
+                                  "--virtual-time-budget=10000", "--dump-dom", url},
+                                 options);
+  std::error_code ec;
+  fs::remove_all(profile, ec);
+  EXPECT_EQ(result.exitCode, 0) << "chromium failed on " << url << ":\n" << result.err;
+  return result.out;
+}
+
+/// The attributes of the first element whose opening tag contains `marker`.
+std::map<std::string, std::string> tagAttributes(const std::string& dom, const std::string& marker) {
+  std::map<std::string, std::string> attributes;
+  size_t at = dom.find(marker);
+  if (at == std::string::npos) return attributes;
+  size_t open = dom.rfind('<', at);
+  size_t close = dom.find('>', at);
+  std::string tag = dom.substr(open, close - open);
+  static const std::regex kAttribute(R"re(([a-zA-Z-]+)="([^"]*)")re");
+  for (std::sregex_iterator it(tag.begin(), tag.end(), kAttribute), end; it != end; ++it) {
+    attributes[(*it)[1].str()] = (*it)[2].str();
+  }
+  return attributes;
+}
+
+int intAttribute(const std::map<std::string, std::string>& attributes, const std::string& name) {
+  auto it = attributes.find(name);
+  return it == attributes.end() || it->second.empty() ? -1 : std::stoi(it->second);
+}
+
+/// The page drew the loss, throughput and per-worker charts of a 2-rank run with data.
+void expectChartsDrawn(const std::string& dom, const std::string& where) {
+  SCOPED_TRACE(where);
+  ASSERT_FALSE(dom.empty());
+  auto loss = tagAttributes(dom, "id=\"loss-chart\"");
+  EXPECT_GT(intAttribute(loss, "data-point-count"), 0) << dom.substr(0, 4000);
+  EXPECT_GE(intAttribute(loss, "data-series-count"), 1);
+  auto throughput = tagAttributes(dom, "id=\"throughput-chart\"");
+  EXPECT_GT(intAttribute(throughput, "data-point-count"), 0);
+  EXPECT_EQ(intAttribute(throughput, "data-series-count"), 1);
+  auto workers = tagAttributes(dom, "class=\"workers");
+  EXPECT_EQ(intAttribute(workers, "data-ranks"), 2);
+  auto cpu = tagAttributes(dom, "data-chart=\"cpu\"");
+  EXPECT_EQ(intAttribute(cpu, "data-series-count"), 2);
+  EXPECT_GT(intAttribute(cpu, "data-point-count"), 0);
+  auto rss = tagAttributes(dom, "data-chart=\"rss\"");
+  EXPECT_EQ(intAttribute(rss, "data-series-count"), 2);
+  auto phases = tagAttributes(dom, "class=\"chart phases");
+  EXPECT_EQ(intAttribute(phases, "data-ranks"), 2);
+  EXPECT_GT(intAttribute(phases, "data-series-count"), 0);
+  EXPECT_NE(dom.find("<svg"), std::string::npos);
+}
+
+const char* kTinyConfig = R"(model:
+  hidden: 16
+  layers: 2
+  window: 8
+data:
+  sources: [faker-pets]
+  validation_fraction: 0.1
+trainer:
+  max_steps: 120
+  batch_size: 16
+  log_every: 2
+  seed: 7
+optimizer:
+  type: adam
+  lr: 0.01
+checkpoint:
+  dir: ckpt
+generate:
+  samples: 0
+)";
+
+/// The run directory of a real 2-worker training:
+/// `lockstep run -np 2 -- lockstep train tiny.yaml monitor.dir=LOGDIR/tiny`.
+std::string trainTinyRun(const std::string& workDir, const std::string& logdir) {
+  test::writeText(workDir + "/tiny.yaml", kTinyConfig);
+  std::string bin = test::lockstepBin();
+  std::string dir = logdir + "/tiny";
+  test::ProcessOptions options;
+  options.timeout = std::chrono::seconds(180);
+  auto result = test::runProcess({"sh", "-c",
+                                  "cd '" + workDir + "' && exec '" + bin + "' run -np 2 --comm-timeout 60 -- '" + bin +
+                                      "' train tiny.yaml monitor.dir='" + dir +
+                                      "' monitor.system_interval=0.05 monitor.progress=off"},
+                                 options);
+  EXPECT_EQ(result.exitCode, 0) << result.out << result.err;
+  return dir;
+}
+
+TEST(DashboardEndToEnd, ChromiumRendersTheDashboardAndTheReport) {
+  std::string tmp = test::makeTempDir();
+  std::string logdir = tmp + "/runs";
+  std::string run = trainTinyRun(tmp, logdir);
+  ASSERT_TRUE(fs::exists(run + "/run.json"));
+  ASSERT_TRUE(fs::exists(run + "/system/rank1.jsonl"));
+  // A second run with a malformed line: the page shows the error, not a blank panel.
+  test::writeRunFixture(logdir + "/broken");
+  test::writeText(logdir + "/broken/metrics.jsonl", test::trainLine(1, 1) + "{\"kind\":\"train\",\"step\":2,\n");
+
+  // A resumed run: steps 31..40 were logged twice; the later lines count.
+  test::writeRunFixture(logdir + "/resumed");
+  std::string resumedLines;
+  for (int step = 31; step <= 50; ++step) resumedLines += test::trainLine(step, test::fixtureNow());
+  for (int step : {40, 50}) {
+    resumedLines += nlohmann::json{{"kind", "val"}, {"step", step}, {"val_loss", 0.5}}.dump() + "\n";
+  }
+  test::appendText(logdir + "/resumed/metrics.jsonl", resumedLines);
+
+  {
+    test::DashboardProcess dashboard(logdir);
+    expectChartsDrawn(dumpDom(dashboard.url() + "#runs=tiny"), "dashboard");
+    std::string broken = dumpDom(dashboard.url() + "#runs=broken");
+    EXPECT_NE(broken.find("cannot read run broken: broken/metrics.jsonl:2: not valid JSON"), std::string::npos)
+        << broken;
+    auto resumed = tagAttributes(dumpDom(dashboard.url() + "#runs=resumed"), "id=\"loss-chart\"");
+    EXPECT_EQ(intAttribute(resumed, "data-point-count"), 50 + 5) << "train steps 1..50, validation 10..50";
+    EXPECT_EQ(dashboard.stop(), 0) << dashboard.err();
+  }
+
+  std::string report = tmp + "/report.html";
+  auto written = test::runProcess({test::lockstepBin(), "report", run, "-o", report});
+  ASSERT_EQ(written.exitCode, 0) << written.err;
+  std::string dom = dumpDom("file://" + report);
+  expectChartsDrawn(dom, "report");
+  EXPECT_NE(dom.find("static report"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace lockstep::dashboard

@@ -1,0 +1,67 @@
+// The per-worker system sampler against this very process: plausible memory
+// and thread counts, and a thread spinning on the CPU shows in cpu_percent.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include "lockstep/monitor/system_stats.h"
+#include "monitor/run_dir.h"
+#include "support/subprocess.h"
+
+namespace lockstep {
+namespace {
+
+void spin(std::chrono::milliseconds howLong) {
+  auto until = std::chrono::steady_clock::now() + howLong;
+  volatile uint64_t sink = 0;
+  while (std::chrono::steady_clock::now() < until) sink = sink + 1;
+}
+
+TEST(SystemStats, ProcessFiguresArePlausible) {
+  auto before = readProcessStats();
+  EXPECT_GT(before.rssBytes, 1 << 20);
+  EXPECT_GE(before.threads, 1);
+  std::thread extra([] { std::this_thread::sleep_for(std::chrono::milliseconds(200)); });
+  EXPECT_GE(readProcessStats().threads, before.threads + 1);
+  extra.join();
+  spin(std::chrono::milliseconds(50));
+  EXPECT_GT(readProcessStats().cpuSeconds, before.cpuSeconds + 0.02);
+}
+
+TEST(SystemStats, SamplerLinesShowABusyThread) {
+  std::string dir = test::makeTempDir();
+  {
+    SystemMonitor monitor(dir, 2, 0.1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(350));  // idle
+    std::thread busy([] { spin(std::chrono::milliseconds(700)); });
+    busy.join();
+    monitor.stop();
+  }
+  auto lines = test::readJsonLines(dir + "/system/rank2.jsonl");
+  ASSERT_GE(lines.size(), 6u);
+  double idleMax = 0, busyMax = 0;
+  double previousTime = 0;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const auto& l = lines[i];
+    EXPECT_EQ(l["rank"], 2);
+    EXPECT_EQ(l["pid"], ::getpid());
+    EXPECT_GT(l["rss_bytes"].get<int64_t>(), 1 << 20);
+    EXPECT_GE(l["threads"].get<int>(), 2);  // the test and the sampler
+    EXPECT_GT(l["time"].get<double>(), previousTime);
+    previousTime = l["time"];
+    EXPECT_FALSE(l.contains("gpu_util"));  // no NVML in this build or no GPU here
+    double cpu = l["cpu_percent"];
+    EXPECT_GE(cpu, 0);
+    EXPECT_LE(cpu, 100.0 * std::thread::hardware_concurrency() + 20);
+    (i < 2 ? idleMax : busyMax) = std::max(i < 2 ? idleMax : busyMax, cpu);
+  }
+  EXPECT_LT(idleMax, 50) << "an idle process";
+  EXPECT_GT(busyMax, 50) << "one spinning thread should read near 100%";
+}
+
+}  // namespace
+}  // namespace lockstep
