@@ -30,6 +30,7 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
 #include <climits>
 #include <condition_variable>
 #include <cstdlib>
@@ -187,6 +188,7 @@ struct Engine {
   std::mutex wakeMutex;
   std::condition_variable wake;
   bool stop = false;
+  std::atomic<uint64_t> submitted{0};  ///< operations handed to MPI or the queue so far
 
   std::exception_ptr abortedError(CommErrorInfo info) const {
     info.kind = CommErrorKind::kAborted;
@@ -213,7 +215,13 @@ struct Engine {
     std::vector<std::shared_ptr<Pending>> finished;
     bool outstanding = false;
     {
-      std::lock_guard<std::mutex> lock(MpiRuntime::get().mutex());
+      // A blocking call on the communication thread may hold the lock for long:
+      // never wait for it here, so waiters keep checking their deadlines.
+      std::unique_lock<std::mutex> lock(MpiRuntime::get().mutex(), std::try_to_lock);
+      if (!lock.owns_lock()) {
+        std::this_thread::yield();
+        return true;
+      }
       if (MpiRuntime::get().finalized()) return false;
       for (auto it = pending.begin(); it != pending.end();) {
         int flag = 0;
@@ -238,21 +246,75 @@ struct Engine {
       }
       outstanding = !pending.empty();
     }
-    for (auto& p : finished) {
-      try {
-        if (p->finish) {
-          c10::AutoGradMode noGrad(false);
-          p->finish();
-        }
-        p->work->complete(nullptr);
-      } catch (const std::exception& e) {
-        CommErrorInfo info = p->info;
-        info.kind = CommErrorKind::kBackend;
-        info.detail = e.what();
-        p->work->complete(std::make_exception_ptr(CommError(info)));
-      }
-    }
+    for (auto& p : finished) complete(*p);
     return outstanding;
+  }
+
+  /// Runs the operation's local finishing work and completes its Work.
+  static void complete(Pending& p) {
+    try {
+      if (p.finish) {
+        c10::AutoGradMode noGrad(false);
+        p.finish();
+      }
+      p.work->complete(nullptr);
+    } catch (const std::exception& e) {
+      CommErrorInfo info = p.info;
+      info.kind = CommErrorKind::kBackend;
+      info.detail = e.what();
+      p.work->complete(std::make_exception_ptr(CommError(info)));
+    }
+  }
+
+  // ---- the communication thread (blocking calls and what queues behind them) ----
+  struct Queued {
+    std::shared_ptr<Pending> pending;
+    std::function<int(std::vector<MPI_Request>&)> issue;  ///< non-blocking issue, or
+    std::function<int()> blocking;                         ///< a blocking call
+  };
+  std::mutex queueMutex;
+  std::condition_variable queueCv;
+  std::deque<Queued> queued;
+  bool commBusy = false;  ///< the thread is working through `queued`; new operations must queue too
+  bool queueStop = false;
+
+  void runQueue() {
+    c10::GradMode::set_enabled(false);
+    std::unique_lock<std::mutex> qlock(queueMutex);
+    for (;;) {
+      queueCv.wait(qlock, [&] { return queueStop || !queued.empty(); });
+      if (queued.empty()) return;
+      Queued item = std::move(queued.front());
+      queued.pop_front();
+      commBusy = true;
+      qlock.unlock();
+      bool done = false;
+      {
+        std::lock_guard<std::mutex> lock(MpiRuntime::get().mutex());
+        Pending& p = *item.pending;
+        int rc = MPI_SUCCESS;
+        if (failure) {
+          p.work->complete(abortedError(p.info));
+        } else {
+          rc = item.blocking ? item.blocking() : item.issue(p.requests);
+          if (rc != MPI_SUCCESS) {
+            CommErrorInfo info = p.info;
+            info.kind = CommErrorKind::kBackend;
+            info.detail = mpiErrorText(rc);
+            auto error = std::make_exception_ptr(CommError(info));
+            poisonLocked(info, error);
+            p.work->complete(error);
+          } else if (item.blocking || p.requests.empty()) {
+            done = true;
+          } else {
+            pending.push_back(item.pending);
+          }
+        }
+      }
+      if (done) complete(*item.pending);
+      qlock.lock();
+      if (queued.empty()) commBusy = false;
+    }
   }
 };
 
@@ -263,7 +325,9 @@ class MpiCommunicator final : public Communicator {
         rank_(rank),
         world_(world),
         timeout_(options.timeout),
+        blockingBytes_(options.blockingBytes),
         args_(rank, world, "mpi") {
+    commThread_ = std::thread([engine = engine_] { engine->runQueue(); });
     if (options.progressIntervalUs > 0) {
       progress_ = std::thread(&MpiCommunicator::runProgress, engine_, options.progressIntervalUs);
     }
@@ -276,6 +340,14 @@ class MpiCommunicator final : public Communicator {
     }
     engine_->wake.notify_all();
     if (progress_.joinable()) progress_.join();
+    {
+      std::lock_guard<std::mutex> lock(engine_->queueMutex);
+      engine_->queueStop = true;
+    }
+    engine_->queueCv.notify_all();
+    // A thread stuck in a blocking call of a failed communicator is left to the process exit.
+    if (engine_->failure) commThread_.detach();
+    else commThread_.join();
     auto& runtime = MpiRuntime::get();
     std::lock_guard<std::mutex> lock(runtime.mutex());
     // A failed communicator may hold requests that never finish; leave it to the process exit.
@@ -308,7 +380,23 @@ class MpiCommunicator final : public Communicator {
       }
     };
     std::vector<at::Tensor> keep;
-    for (const auto& b : buffers) keep.push_back(b.first);
+    int64_t bytes = 0;
+    for (const auto& b : buffers) {
+      keep.push_back(b.first);
+      bytes += b.first.numel() * static_cast<int64_t>(b.first.element_size());
+    }
+    std::function<int()> blocking;
+    if (blockingBytes_ >= 0 && bytes >= blockingBytes_ && !buffers.empty()) {
+      blocking = [this, buffers, op]() {
+        for (const auto& [buffer, group] : buffers) {
+          int rc = MPI_Allreduce(MPI_IN_PLACE, buffer.data_ptr(), static_cast<int>(buffer.numel()),
+                                 mpiType(buffer.scalar_type()), MpiRuntime::get().op(buffer.scalar_type(), op),
+                                 engine_->comm);
+          if (rc != MPI_SUCCESS) return rc;
+        }
+        return MPI_SUCCESS;
+      };
+    }
     return start(std::move(info), options, std::move(keep), [this, buffers, op](std::vector<MPI_Request>& requests) {
       for (const auto& [buffer, group] : buffers) {
         MPI_Request r;
@@ -319,7 +407,7 @@ class MpiCommunicator final : public Communicator {
         requests.push_back(r);
       }
       return MPI_SUCCESS;
-    }, std::move(finish));
+    }, std::move(finish), std::move(blocking));
   }
 
   WorkHandle broadcast(std::vector<at::Tensor>& tensors, int root, const CollectiveOptions& options) override {
@@ -459,7 +547,7 @@ class MpiCommunicator final : public Communicator {
   /// Numbers the operation, issues it (non-blocking MPI calls) and registers it
   /// as outstanding. `issue` may be null for an operation with nothing to move.
   WorkHandle start(CommErrorInfo info, const CollectiveOptions& options, std::vector<at::Tensor> buffers, Issue issue,
-                   std::function<void()> finish) {
+                   std::function<void()> finish, std::function<int()> blocking = nullptr) {
     auto timeout = options.timeout.count() > 0 ? std::min(options.timeout, timeout_) : timeout_;
     info.sequence = nextSequence_++;
     info.timeoutMs = timeout.count();
@@ -486,6 +574,17 @@ class MpiCommunicator final : public Communicator {
     pending->info = info;
     pending->finish = std::move(finish);
     pending->buffers = std::move(buffers);
+    if (issue || blocking) {
+      // Behind a blocking call, or one itself: the communication thread issues it, in order.
+      std::lock_guard<std::mutex> qlock(engine_->queueMutex);
+      if (blocking || engine_->commBusy || !engine_->queued.empty()) {
+        engine_->queued.push_back(Engine::Queued{pending, blocking ? nullptr : std::move(issue), std::move(blocking)});
+        engine_->commBusy = true;
+        engine_->queueCv.notify_one();
+        wakeProgress();
+        return work;
+      }
+    }
     {
       std::lock_guard<std::mutex> lock(MpiRuntime::get().mutex());
       if (engine_->failure) {
@@ -509,26 +608,34 @@ class MpiCommunicator final : public Communicator {
       }
       engine_->pending.push_back(pending);
     }
-    // Taking the progress thread's lock orders this wake-up after its last look at `pending`.
-    { std::lock_guard<std::mutex> wakeLock(engine_->wakeMutex); }
-    engine_->wake.notify_one();
+    wakeProgress();
     return work;
+  }
+
+  void wakeProgress() {
+    {
+      std::lock_guard<std::mutex> lock(engine_->wakeMutex);  // orders this after the thread's last check
+      engine_->submitted.fetch_add(1);
+    }
+    engine_->wake.notify_one();
   }
 
   static void runProgress(std::shared_ptr<Engine> engine, int intervalUs) {
     c10::GradMode::set_enabled(false);
-    std::unique_lock<std::mutex> lock(engine->wakeMutex);
+    uint64_t seen = 0;
     for (;;) {
-      engine->wake.wait(lock, [&] {
-        if (engine->stop) return true;
-        std::lock_guard<std::mutex> mpi(MpiRuntime::get().mutex());
-        return !engine->pending.empty();
-      });
-      if (engine->stop) return;
-      lock.unlock();
-      bool outstanding = engine->poll();
-      if (outstanding) std::this_thread::sleep_for(std::chrono::microseconds(intervalUs));
-      lock.lock();
+      {
+        std::unique_lock<std::mutex> lock(engine->wakeMutex);
+        engine->wake.wait(lock, [&] { return engine->stop || engine->submitted.load() != seen; });
+        if (engine->stop) return;
+      }
+      seen = engine->submitted.load();
+      // Drive what is outstanding until nothing is; new submissions wake us again.
+      while (engine->poll()) {
+        std::this_thread::sleep_for(std::chrono::microseconds(intervalUs));
+        std::lock_guard<std::mutex> lock(engine->wakeMutex);
+        if (engine->stop) return;
+      }
     }
   }
 
@@ -536,8 +643,10 @@ class MpiCommunicator final : public Communicator {
   int rank_;
   int world_;
   std::chrono::milliseconds timeout_;
+  int64_t blockingBytes_;
   detail::CollectiveArgs args_;
   uint64_t nextSequence_ = 1;
+  std::thread commThread_;
   std::thread progress_;
 };
 
@@ -548,6 +657,7 @@ std::shared_ptr<Communicator> makeMpiCommunicator(const MpiOptions& input) {
   LOCKSTEP_CHECK(options.timeout.count() > 0, "the communicator timeout must be positive");
   auto env = Environment::fromProcess();
   if (auto us = env.getInt("LOCKSTEP_MPI_PROGRESS_US", 0, 1000000)) options.progressIntervalUs = static_cast<int>(*us);
+  if (auto b = env.getInt("LOCKSTEP_MPI_BLOCKING_BYTES", -1, int64_t(1) << 40)) options.blockingBytes = *b;
   auto engine = std::make_shared<Engine>();
   int rank = 0;
   int world = 1;

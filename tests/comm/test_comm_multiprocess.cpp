@@ -73,6 +73,18 @@ TEST_P(MpiWorlds, EveryCollectiveOverTheMpiBackend) {
             std::string::npos) << r.out << r.err;
 }
 
+TEST(MpiBlockingPath, EveryCollectiveWithAllreducesOnTheCommunicationThread) {
+  if (!mpiBackendBuilt()) GTEST_SKIP() << "built without libopenmpi-dev";
+  // Threshold 0: every allreduce is a blocking MPI_Allreduce on the communication
+  // thread, and every other operation queues behind it in order.
+  ProcessOptions o;
+  o.setEnv = {{"LOCKSTEP_MPI_BLOCKING_BYTES", "0"}};
+  auto r = runProcess({test::lockstepBin(), "run", "-np", "3", "--backend", "mpi", "--comm-timeout", "60", "--",
+                       test::helperBin("comm_worker"), "check"}, o);
+  EXPECT_EQ(r.exitCode, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("[0] all checks passed on 3 ranks (backend mpi)"), std::string::npos) << r.out << r.err;
+}
+
 INSTANTIATE_TEST_SUITE_P(World, MpiWorlds, ::testing::Values(1, 2, 3),
                          [](const auto& info) { return "np" + std::to_string(info.param); });
 

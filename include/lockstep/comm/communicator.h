@@ -103,6 +103,12 @@ struct MpiOptions {
   /// backward); 0 turns the thread off, so operations progress only inside
   /// wait() and later submissions. Overridden by LOCKSTEP_MPI_PROGRESS_US.
   int progressIntervalUs = 200;
+  /// Allreduces of at least this many bytes run as blocking MPI_Allreduce on
+  /// a communication thread (OpenMPI's tuned, pipelined algorithms) instead of
+  /// MPI_Iallreduce (libnbc, which moves large buffers in fewer, bigger steps).
+  /// Later operations queue behind such a call. 0: every allreduce blocking;
+  /// -1: never. Overridden by LOCKSTEP_MPI_BLOCKING_BYTES.
+  int64_t blockingBytes = int64_t(16) << 20;
 };
 
 /// True when this build of lockstep has the MPI backend (libopenmpi-dev was found).
