@@ -1,0 +1,194 @@
+#!/usr/bin/env bash
+# lockstep against PyTorch's own Python DistributedDataParallel on the same
+# workloads, on this machine, in one run (docs/performance.md, "Against PyTorch DDP").
+#
+#   bench/compare_pytorch.sh [STEPS]        (default 30 optimizer steps per run)
+#
+# Workloads (DESIGN.md "Workloads"; both sides: 2 workers on loopback, Gloo,
+# 1 intra-op thread each, the same model, batch, optimizer and step count):
+#   charlstm  configs/charlstm-bench.yaml  (Python side: synthetic windows of the same shape)
+#   convnet   configs/fashion_convnet.yaml (both: Fashion-MNIST)
+#   mlp       configs/mlp-bench.yaml       (both: Fashion-MNIST; 20 M parameters, batch 32)
+# Rows: PyTorch DDP (bench/pytorch/ddp_bench.py, torch.multiprocessing.spawn),
+# `lockstep run -np 2 --threads 1`, and `lockstep run --backend mpi ...` when the
+# lockstep binary has that option. Runs are interleaved (python, lockstep, ... then
+# the reverse order in the next round) so that machine noise hits every side; the
+# table gives the median of each side and the ratio lockstep / PyTorch.
+#
+# Trainer overhead: bench/bare_loop (the convnet in a minimal LibTorch loop, one
+# process, 1 thread) against `lockstep run -np 1 --threads 1 -- lockstep train
+# configs/fashion_convnet.yaml`, interleaved, for OVERHEAD_STEPS steps (default 2 x STEPS).
+#
+# Samples/s are global and exclude the first step, as lockstep's Trainer reports them
+# ("done: ... samples/s"); lockstep runs write no checkpoint (checkpoint.dir empty).
+#
+# Environment: LOCKSTEP_BUILD_DIR (default build: uses $LOCKSTEP_BUILD_DIR/lockstep and,
+# if built with -DLOCKSTEP_BUILD_BENCHMARKS=ON, $LOCKSTEP_BUILD_DIR/bench/bare_loop),
+# ROUNDS (default 2), OVERHEAD_ROUNDS (default 3), WORKLOADS (default
+# "charlstm convnet mlp overhead"), KEEP_LOGS=1 to keep the run logs.
+# Nothing is built here. python3-torch (Debian) is installed when missing: it is a
+# benchmark-only dependency (docs/dependencies.md).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD="${LOCKSTEP_BUILD_DIR:-build}"
+BIN="$BUILD/lockstep"
+BARE="$BUILD/bench/bare_loop"
+PY=/usr/bin/python3  # Debian's interpreter, the one python3-torch installs into
+STEPS="${1:-30}"
+ROUNDS="${ROUNDS:-2}"
+OVERHEAD_ROUNDS="${OVERHEAD_ROUNDS:-3}"
+OVERHEAD_STEPS="${OVERHEAD_STEPS:-$((2 * STEPS))}"
+WORKLOADS="${WORKLOADS:-charlstm convnet mlp overhead}"
+
+[ -x "$BIN" ] || { echo "compare_pytorch.sh: $BIN not found; build lockstep first (scripts/build.sh)" >&2; exit 1; }
+if ! "$PY" -c 'import torch.distributed, numpy' >/dev/null 2>&1; then
+  # shellcheck source=scripts/lib/apt.sh
+  source scripts/lib/apt.sh
+  lockstep_sudo_setup compare_pytorch.sh
+  lockstep_apt_install compare_pytorch.sh python3-torch python3-numpy
+fi
+
+BACKENDS=(gloo)
+if "$BIN" run --help 2>&1 | grep -q -- '--backend'; then
+  BACKENDS+=(mpi)
+else
+  echo "(lockstep run has no --backend option: the lockstep-mpi rows are skipped)"
+fi
+
+OUT="$(mktemp -d)"
+if [ "${KEEP_LOGS:-0}" = 1 ]; then echo "logs: $OUT"; else trap 'rm -rf "$OUT"' EXIT; fi
+declare -A RESULTS  # "workload/side" -> space-separated samples/s of every run
+SEQ=0
+
+rate_of() { grep -o 'done: .*' "$1" | tail -1 | sed -n 's/.* \([0-9][0-9]*\) samples\/s.*/\1/p'; }
+
+# measure WORKLOAD SIDE COMMAND...: runs it, appends its samples/s to RESULTS.
+measure() {
+  local workload="$1" side="$2"; shift 2
+  SEQ=$((SEQ + 1))
+  local log="$OUT/$SEQ-$workload-$side.log" rate=""
+  if "$@" > "$log" 2>&1; then rate="$(rate_of "$log")"; fi
+  if [ -z "$rate" ]; then
+    echo "  $workload/$side FAILED (log: $log):" >&2
+    tail -5 "$log" | sed 's/^/    /' >&2
+    rate="fail"
+  fi
+  printf '  %-9s %-14s %8s samples/s\n' "$workload" "$side" "$rate"
+  RESULTS["$workload/$side"]="${RESULTS["$workload/$side"]:-} $rate"
+}
+
+config_of() {
+  case "$1" in
+    charlstm) echo configs/charlstm-bench.yaml ;;
+    convnet) echo configs/fashion_convnet.yaml ;;
+    mlp) echo configs/mlp-bench.yaml ;;
+  esac
+}
+
+lockstep_train() {  # backend np steps config
+  local backend="$1" np="$2" steps="$3" config="$4" flags=()
+  [ "$backend" = gloo ] || flags=(--backend "$backend")
+  "$BIN" run -np "$np" --threads 1 "${flags[@]}" -- "$BIN" train "$config" trainer.max_steps="$steps" \
+    trainer.validate=false checkpoint.dir= checkpoint.resume=none generate.samples=0
+}
+
+bare_loop() {  # steps; the thread variables as `lockstep run --threads 1` sets them
+  OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 "$BARE" "$1"
+}
+
+pytorch_ddp() {  # workload steps
+  OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 \
+    "$PY" bench/pytorch/ddp_bench.py "$1" --steps "$2" --nproc 2 --threads 1
+}
+
+median() {  # numbers... ("fail" entries are left out) -> median, or "-"
+  printf '%s\n' "$@" | grep -E '^[0-9]+$' | sort -n |
+    awk '{ v[NR] = $1 } END { if (NR == 0) print "-"; else if (NR % 2) print v[(NR + 1) / 2];
+                              else printf "%.0f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+
+ratio() {  # a b -> a / b with 2 decimals, or "-"
+  awk -v a="$1" -v b="$2" 'BEGIN { if (a ~ /^[0-9]+$/ && b ~ /^[0-9]+$/ && b > 0) printf "%.2f", a / b; else print "-" }'
+}
+
+echo "lockstep ($BIN) vs PyTorch DDP (torch $("$PY" -c 'import torch; print(torch.__version__)')):" \
+     "$STEPS steps per run, $ROUNDS interleaved rounds, $(nproc) cores"
+for workload in $WORKLOADS; do
+  [ "$workload" = overhead ] && continue
+  config="$(config_of "$workload")"
+  [ -n "$config" ] || { echo "compare_pytorch.sh: unknown workload '$workload'" >&2; exit 2; }
+  for ((round = 1; round <= ROUNDS; round++)); do
+    sides=(pytorch "${BACKENDS[@]}")
+    if ((round % 2 == 0)); then sides=("${BACKENDS[@]}" pytorch); fi  # alternate who goes first
+    for side in "${sides[@]}"; do
+      if [ "$side" = pytorch ]; then
+        measure "$workload" "pytorch-ddp" pytorch_ddp "$workload" "$STEPS"
+      else
+        measure "$workload" "lockstep-$side" lockstep_train "$side" 2 "$STEPS" "$config"
+      fi
+    done
+  done
+done
+
+overhead_done=0
+if [[ " $WORKLOADS " == *" overhead "* ]]; then
+  if [ -x "$BARE" ]; then
+    for ((round = 1; round <= OVERHEAD_ROUNDS; round++)); do
+      if ((round % 2)); then
+        measure overhead bare-loop bare_loop "$OVERHEAD_STEPS"
+        measure overhead lockstep-np1 lockstep_train gloo 1 "$OVERHEAD_STEPS" configs/fashion_convnet.yaml
+      else
+        measure overhead lockstep-np1 lockstep_train gloo 1 "$OVERHEAD_STEPS" configs/fashion_convnet.yaml
+        measure overhead bare-loop bare_loop "$OVERHEAD_STEPS"
+      fi
+    done
+    overhead_done=1
+  else
+    echo "(no $BARE: configure with -DLOCKSTEP_BUILD_BENCHMARKS=ON and build bare_loop for the overhead row)"
+  fi
+fi
+
+if [ "${WORKLOADS// /}" != overhead ]; then
+echo
+echo "Samples/s (global, first step excluded), median of the interleaved runs; ratio = lockstep / PyTorch DDP"
+header="$(printf '%-9s %12s %14s %6s' workload "PyTorch DDP" "lockstep gloo" ratio)"
+for b in "${BACKENDS[@]}"; do [ "$b" = gloo ] || header+="$(printf ' %14s %6s' "lockstep $b" ratio)"; done
+echo "$header"
+for workload in $WORKLOADS; do
+  [ "$workload" = overhead ] && continue
+  # shellcheck disable=SC2086  # the runs are a space-separated list
+  py="$(median ${RESULTS["$workload/pytorch-ddp"]})"
+  line="$(printf '%-9s %12s' "$workload" "$py")"
+  for b in "${BACKENDS[@]}"; do
+    # shellcheck disable=SC2086
+    ls="$(median ${RESULTS["$workload/lockstep-$b"]})"
+    line+="$(printf ' %14s %6s' "$ls" "$(ratio "$ls" "$py")")"
+  done
+  echo "$line"
+done
+echo "every run:"
+for key in "${!RESULTS[@]}"; do printf '  %-24s%s\n' "$key" "${RESULTS[$key]}"; done | sort
+fi
+
+if ((overhead_done)); then
+  # shellcheck disable=SC2086
+  bare="$(median ${RESULTS[overhead/bare-loop]})"
+  # shellcheck disable=SC2086
+  trained="$(median ${RESULTS[overhead/lockstep-np1]})"
+  echo
+  echo "Trainer overhead (convnet, 1 process x 1 thread, $OVERHEAD_STEPS steps, median of $OVERHEAD_ROUNDS):"
+  awk -v a="$bare" -v b="$trained" 'BEGIN {
+    printf "  bare LibTorch loop %s samples/s, lockstep train %s samples/s", a, b
+    if (a ~ /^[0-9]+$/ && b ~ /^[0-9]+$/ && b > 0)
+      printf ": overhead %+.1f%% (time per step, lockstep / bare - 1)\n", 100 * (a / b - 1)
+    else printf "\n" }'
+  # The same from each round's pair (the two runs next to each other), which cancels slow drifts in the load.
+  awk -v a="${RESULTS[overhead/bare-loop]}" -v b="${RESULTS[overhead/lockstep-np1]}" 'BEGIN {
+    n = split(a, x, " "); split(b, y, " "); k = 0
+    for (i = 1; i <= n; i++) if (x[i] ~ /^[0-9]+$/ && y[i] ~ /^[0-9]+$/ && y[i] > 0) r[++k] = 100 * (x[i] / y[i] - 1)
+    if (k == 0) exit
+    for (i = 2; i <= k; i++) for (j = i; j > 1 && r[j - 1] > r[j]; j--) { t = r[j]; r[j] = r[j - 1]; r[j - 1] = t }
+    m = (k % 2) ? r[(k + 1) / 2] : (r[k / 2] + r[k / 2 + 1]) / 2
+    printf "  per round:"; for (i = 1; i <= k; i++) printf " %+.1f%%", r[i]
+    printf " (sorted); median %+.1f%%\n", m }'
+fi

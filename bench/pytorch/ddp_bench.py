@@ -1,0 +1,226 @@
+#!/usr/bin/python3
+"""PyTorch's own Python DistributedDataParallel on lockstep's benchmark workloads.
+
+    /usr/bin/python3 bench/pytorch/ddp_bench.py WORKLOAD [--steps 30] [--nproc 2] [--threads 1]
+
+WORKLOAD is one of (DESIGN.md "Workloads", the same shapes as lockstep's configs):
+  charlstm  configs/charlstm-bench.yaml: one-hot characters (vocabulary --vocab, 29 for
+            lockstep's pet-name data), window 16, 4 LSTM layers of 128, a dense layer to
+            the vocabulary, cross entropy summed over every position and divided by
+            batch*window (lockstep's charLstmLoss), batch 1024 per worker, Adam 1e-3.
+            Data: SYNTHETIC random windows of that shape (lockstep trains on real names).
+  convnet   configs/fashion_convnet.yaml: lockstep's convnet, batch 128 per worker,
+            Adam 1e-3, random horizontal flips, Fashion-MNIST (Debian's IDX files).
+  mlp       configs/mlp-bench.yaml: 784 -> 4096 -> 4096 -> 10 (20,037,642 parameters),
+            batch 32 per worker, SGD momentum 0.9, Fashion-MNIST.
+
+Workers are started with torch.multiprocessing.spawn, join a Gloo process group over
+TCP on 127.0.0.1 and wrap the model in torch.nn.parallel.DistributedDataParallel with its
+defaults (25 MB buckets, as lockstep's ddp.bucket_cap_mb). Each sets
+torch.set_num_threads(--threads); the caller should also export OMP_NUM_THREADS and
+OPENBLAS_NUM_THREADS (bench/compare_pytorch.sh does, as `lockstep run --threads` does).
+The learning rate is scaled by the world size as lockstep's default lr_scaling (linear;
+sqrt for the convnet config), which does not change the speed.
+
+Timing follows lockstep's Trainer: rank 0 starts the clock after the first optimizer
+step and stops it after the last; the last line has the Trainer's format:
+    done: N steps in X s, Y samples/s (global, after the first step), 0.0 s waiting for data
+"""
+import argparse
+import gzip
+import math
+import os
+import socket
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel
+
+FASHION_MNIST = "/usr/share/datasets/fashion-mnist"
+FASHION_MEAN, FASHION_STD = 0.2860, 0.3530  # lockstep's standardNormalisation("fashion-mnist")
+
+
+class CharLstm(nn.Module):
+    """lockstep::CharLstmImpl (src/models/char_lstm.cpp)."""
+
+    def __init__(self, vocab, hidden=128, layers=4):
+        super().__init__()
+        self.vocab = vocab
+        self.lstm = nn.LSTM(vocab, hidden, num_layers=layers, batch_first=True)
+        self.head = nn.Linear(hidden, vocab)
+
+    def forward(self, indices):
+        x = F.one_hot(indices, self.vocab).float()
+        return self.head(self.lstm(x)[0])
+
+
+def char_lstm_loss(logits, targets):
+    """lockstep::charLstmLoss: summed cross entropy / batch*window, -100 ignored."""
+    summed = F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1), reduction="sum",
+                             ignore_index=-100)
+    return summed / targets.numel()
+
+
+class ConvNet(nn.Module):
+    """lockstep's "convnet" (src/models/vision.cpp, ConvNetImpl) on 1x28x28."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 32, 3, padding=1)
+        self.conv2 = nn.Conv2d(32, 64, 3, padding=1)
+        self.fc1 = nn.Linear(64 * 7 * 7, 128)
+        self.fc2 = nn.Linear(128, 10)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        return self.fc2(F.relu(self.fc1(x.flatten(1))))
+
+
+class ImageMlp(nn.Module):
+    """lockstep's "mlp" (src/models/vision.cpp, ImageMlpImpl) with model.hidden_sizes."""
+
+    def __init__(self, hidden_sizes, inputs=784, classes=10):
+        super().__init__()
+        sizes = [inputs] + list(hidden_sizes) + [classes]
+        self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(sizes, sizes[1:]))
+
+    def forward(self, x):
+        x = x.flatten(1)
+        for i, layer in enumerate(self.layers):
+            x = layer(x)
+            if i + 1 < len(self.layers):
+                x = F.relu(x)
+        return x
+
+
+def read_idx(path):
+    with gzip.open(path, "rb") as f:
+        data = f.read()
+    dims = data[3]
+    shape = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(dims)]
+    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * dims).reshape(shape)
+
+
+def fashion_mnist(root):
+    """The 60k training images, normalised as lockstep does, [N, 1, 28, 28] float, and labels."""
+    images = read_idx(os.path.join(root, "train-images-idx3-ubyte.gz"))
+    labels = read_idx(os.path.join(root, "train-labels-idx1-ubyte.gz"))
+    x = torch.from_numpy(images.astype(np.float32)).div_(255).sub_(FASHION_MEAN).div_(FASHION_STD)
+    return x.unsqueeze(1).contiguous(), torch.from_numpy(labels.astype(np.int64))
+
+
+WORKLOADS = {
+    # name: batch per worker, optimizer, base lr, lr scaling with the world size
+    "charlstm": dict(batch=1024, optimizer="adam", lr=1e-3, scaling="linear"),
+    "convnet": dict(batch=128, optimizer="adam", lr=1e-3, scaling="sqrt"),
+    "mlp": dict(batch=32, optimizer="sgd", lr=0.01, scaling="linear"),
+}
+
+
+def build(args, rank, world):
+    """Model, loss function, and the (inputs, targets) tensors this rank samples from."""
+    torch.manual_seed(0)
+    if args.workload == "charlstm":
+        model = CharLstm(args.vocab)
+        gen = torch.Generator().manual_seed(1 + rank)
+        inputs = torch.randint(0, args.vocab, (args.samples, 16), generator=gen)
+        targets = torch.randint(1, args.vocab, (args.samples, 16), generator=gen)
+        return model, char_lstm_loss, inputs, targets
+    inputs, targets = fashion_mnist(args.data)
+    model = ConvNet() if args.workload == "convnet" else ImageMlp(args.hidden_sizes)
+    return model, F.cross_entropy, inputs, targets
+
+
+def worker(rank, args, port):
+    world = args.nproc
+    torch.set_num_threads(args.threads)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    spec = WORKLOADS[args.workload]
+    batch = spec["batch"]
+    model, loss_fn, inputs, targets = build(args, rank, world)
+    ddp = DistributedDataParallel(model)
+    factor = world if spec["scaling"] == "linear" else math.sqrt(world)
+    lr = spec["lr"] * factor
+    if spec["optimizer"] == "adam":
+        optimizer = torch.optim.Adam(ddp.parameters(), lr=lr)
+    else:
+        optimizer = torch.optim.SGD(ddp.parameters(), lr=lr, momentum=0.9)
+
+    # DistributedSampler's order: one permutation of the whole set, rank r takes r, r+world, ...
+    order = torch.randperm(inputs.size(0), generator=torch.Generator().manual_seed(0))[rank::world]
+    flip = args.workload == "convnet"
+    flips = torch.Generator().manual_seed(100 + rank)
+    ddp.train()
+    phases = [0.0, 0.0, 0.0, 0.0]  # data, forward, backward (with DDP's allreduce wait), optimizer; timed steps
+    start = run_start = time.perf_counter()
+    for step in range(args.steps):
+        t0 = time.perf_counter()
+        idx = order[(step * batch) % (order.numel() - batch):][:batch]
+        x = inputs.index_select(0, idx)
+        y = targets.index_select(0, idx)
+        if flip:  # random horizontal flips, as configs/fashion_convnet.yaml's data.random_flip
+            mask = torch.rand(batch, generator=flips) < 0.5
+            x[mask] = x[mask].flip(3)
+        t1 = time.perf_counter()
+        optimizer.zero_grad()
+        loss = loss_fn(ddp(x), y)
+        loss.item()  # lockstep's Trainer reads the loss every step
+        t2 = time.perf_counter()
+        loss.backward()
+        t3 = time.perf_counter()
+        optimizer.step()
+        t4 = time.perf_counter()
+        if step == 0:
+            start = t4
+        else:
+            for i, d in enumerate((t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
+                phases[i] += d
+    end = time.perf_counter()
+    if rank == 0:
+        rate = (args.steps - 1) * batch * world / (end - start)
+        params = sum(p.numel() for p in model.parameters())
+        print(f"pytorch ddp: {args.workload}, {params} parameters, {world} workers x {torch.get_num_threads()} "
+              f"thread(s), batch {batch} per worker, torch {torch.__version__}", flush=True)
+        ms = [1000 * p / (args.steps - 1) for p in phases]
+        print(f"per step (rank 0, mean of {args.steps - 1}): {1000 * (end - start) / (args.steps - 1):.1f} ms = "
+              f"data {ms[0]:.1f} + forward {ms[1]:.1f} + backward and allreduce wait {ms[2]:.1f} + "
+              f"optimizer {ms[3]:.1f}", flush=True)
+        print(f"done: {args.steps} steps in {end - run_start:.1f} s, {rate:.0f} samples/s (global, after the first "
+              f"step), 0.0 s waiting for data", flush=True)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("workload", choices=sorted(WORKLOADS))
+    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--nproc", type=int, default=2)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--vocab", type=int, default=29, help="charlstm vocabulary (lockstep's pet-name data: 29)")
+    p.add_argument("--samples", type=int, default=65536, help="charlstm: synthetic windows per worker")
+    p.add_argument("--hidden-sizes", type=int, nargs="+", default=[4096, 4096], help="mlp hidden layers")
+    p.add_argument("--data", default=FASHION_MNIST, help="folder with Fashion-MNIST's IDX .gz files")
+    args = p.parse_args()
+    if args.steps < 2:
+        p.error("--steps must be at least 2 (the first step is not timed)")
+    if not dist.is_available() or not dist.is_gloo_available():
+        sys.exit("ddp_bench.py: this torch has no Gloo process group (torch.distributed)")
+    mp.spawn(worker, args=(args, free_port()), nprocs=args.nproc, join=True)
+
+
+if __name__ == "__main__":
+    main()
