@@ -6,6 +6,8 @@
 #   bench/tuning.sh [CONFIG] [STEPS] [ROUNDS]
 # Defaults: configs/mlp-bench.yaml (the comm-heavy MLP), 40 steps, 3 rounds.
 # VARIANTS (optional) selects variants by name, e.g. VARIANTS="base bf16".
+# Every variant but monitor-on runs with monitoring off (monitor.dir=off);
+# VARIANTS="base monitor-on" measures what monitoring costs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN="${LOCKSTEP_BUILD_DIR:-build}/lockstep"
@@ -23,9 +25,12 @@ ALL_VARIANTS=(
   "bucket-1MB|--backend gloo --threads 1|ddp.bucket_cap_mb=1"
   "bucket-5MB|--backend gloo --threads 1|ddp.bucket_cap_mb=5"
   "bucket-100MB|--backend gloo --threads 1|ddp.bucket_cap_mb=100"
+  "mpi-bucket-100MB|--backend mpi --threads 1|ddp.bucket_cap_mb=100"
+  "mpi-bucket-1MB|--backend mpi --threads 1|ddp.bucket_cap_mb=1"
   "bf16|--backend gloo --threads 1|ddp.compression=bf16"
   "mpi-bf16|--backend mpi --threads 1|ddp.compression=bf16"
   "2-threads|--backend gloo --threads 2|"
+  "monitor-on|--backend gloo --threads 1|monitor.dir=@OUT@/monitor"
 )
 selected=()
 for v in "${ALL_VARIANTS[@]}"; do
@@ -35,6 +40,7 @@ done
 
 run_variant() {  # name, run flags, overrides (LOCKSTEP_* words become environment)
   local name="$1" flags="$2" overrides="$3" envs=() args=()
+  overrides="${overrides//@OUT@/$OUT}"
   for word in $overrides; do
     if [[ "$word" == LOCKSTEP_* ]]; then envs+=("$word"); else args+=("$word"); fi
   done

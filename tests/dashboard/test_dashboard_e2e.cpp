@@ -12,6 +12,7 @@
 #include "dashboard/dashboard_process.h"
 #include "dashboard/run_fixture.h"
 #include "support/subprocess.h"
+#include "support/tiny_config.h"
 
 namespace lockstep::dashboard {
 namespace {
@@ -83,26 +84,7 @@ void expectChartsDrawn(const std::string& dom, const std::string& where) {
   EXPECT_NE(dom.find("<svg"), std::string::npos);
 }
 
-const char* kTinyConfig = R"(model:
-  hidden: 16
-  layers: 2
-  window: 8
-data:
-  sources: [faker-pets]
-  validation_fraction: 0.1
-trainer:
-  max_steps: 120
-  batch_size: 16
-  log_every: 2
-  seed: 7
-optimizer:
-  type: adam
-  lr: 0.01
-checkpoint:
-  dir: ckpt
-generate:
-  samples: 0
-)";
+const std::string kTinyConfig = test::tinyNamesConfig("  max_steps: 120\n  log_every: 2\n", "checkpoint:\n  dir: ckpt\n");
 
 /// The run directory of a real 2-worker training:
 /// `lockstep run -np 2 -- lockstep train tiny.yaml monitor.dir=LOGDIR/tiny`.

@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "support/subprocess.h"
+#include "support/tiny_config.h"
 
 namespace lockstep {
 namespace {
@@ -16,23 +17,7 @@ namespace {
 using test::ProcessOptions;
 using test::ProcessResult;
 
-const char* kTinyConfig = R"(model:
-  hidden: 16
-  layers: 2
-  window: 8
-data:
-  sources: [faker-pets]
-  validation_fraction: 0.1
-trainer:
-  batch_size: 16
-  log_every: 4
-  seed: 7
-optimizer:
-  type: adam
-  lr: 0.01
-generate:
-  samples: 0
-)";
+const std::string kTinyConfig = test::tinyNamesConfig("  log_every: 4\n");
 
 ProcessResult lockstep(const std::string& dir, const std::vector<std::string>& args) {
   std::vector<std::string> argv{"sh", "-c", "cd \"$0\" && exec \"$@\"", dir, test::lockstepBin()};

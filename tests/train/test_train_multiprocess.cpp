@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "support/subprocess.h"
+#include "support/tiny_config.h"
 
 namespace lockstep {
 namespace {
@@ -23,28 +24,8 @@ namespace fs = std::filesystem;
 using test::ProcessOptions;
 using test::ProcessResult;
 
-const char* kTinyConfig = R"(model:
-  hidden: 16
-  layers: 2
-  window: 8
-data:
-  sources: [faker-pets]
-  validation_fraction: 0.1
-trainer:
-  max_steps: 26
-  batch_size: 16
-  log_every: 2
-  seed: 7
-optimizer:
-  type: adam
-  lr: 0.01
-checkpoint:
-  dir: ckpt
-  every: 6
-  keep_last: 3
-generate:
-  samples: 0
-)";
+const std::string kTinyConfig = test::tinyNamesConfig("  max_steps: 26\n  log_every: 2\n",
+                                                      "checkpoint:\n  dir: ckpt\n  every: 6\n  keep_last: 3\n");
 
 std::string makeRunDir() {
   std::string dir = test::makeTempDir();
