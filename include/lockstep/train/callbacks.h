@@ -40,7 +40,7 @@ struct BucketSpan {
   int bucket = 0;        ///< bucket index in launch order
   int64_t bytes = 0;
   double launchUs = 0;   ///< when the bucket was handed to the communicator
-  double doneUs = 0;     ///< when its wait returned (in finishGradientSync)
+  double doneUs = 0;     ///< when the backend completed it (Work::completedAt())
 };
 
 struct FitInfo {
