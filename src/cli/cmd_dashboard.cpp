@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "cli/parse_args.h"
 #include "dashboard/server.h"
 #include "lockstep/common/error.h"
 #include "lockstep/common/logging.h"
@@ -42,15 +43,7 @@ int dashboardCommand(const std::vector<std::string>& args) {
   app.add_option("--host", o.host,
                  "address to listen on (default 127.0.0.1: this machine only; 0.0.0.0 exposes every run "
                  "to the network, without authentication)");
-  try {
-    app.parse(std::vector<std::string>(args.rbegin(), args.rend()));
-  } catch (const CLI::CallForHelp&) {
-    std::cout << app.help() << "\n";
-    return kExitOk;
-  } catch (const CLI::ParseError& e) {
-    std::cerr << "lockstep dashboard: error: " << e.what() << "\n" << kDashboardUsage << "\n";
-    return kExitUsage;
-  }
+  if (auto exit = parseArgs(app, args, "dashboard", kDashboardUsage)) return *exit;
 
   std::unique_ptr<dashboard::DashboardServer> server;
   try {

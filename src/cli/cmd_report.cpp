@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "cli/parse_args.h"
 #include "dashboard/report.h"
 #include "dashboard/run_reader.h"
 #include "lockstep/common/error.h"
@@ -21,15 +22,7 @@ int reportCommand(const std::vector<std::string>& args) {
                "lockstep report"};
   app.add_option("run_dir", runDir, "the run's directory (it holds run.json)")->required();
   app.add_option("-o,--output", output, "the HTML file to write (replaced atomically)")->required();
-  try {
-    app.parse(std::vector<std::string>(args.rbegin(), args.rend()));
-  } catch (const CLI::CallForHelp&) {
-    std::cout << app.help() << "\n";
-    return kExitOk;
-  } catch (const CLI::ParseError& e) {
-    std::cerr << "lockstep report: error: " << e.what() << "\n" << kReportUsage << "\n";
-    return kExitUsage;
-  }
+  if (auto exit = parseArgs(app, args, "report", kReportUsage)) return *exit;
   try {
     dashboard::writeReport(runDir, output);
   } catch (const dashboard::RunNotFound& e) {

@@ -13,6 +13,7 @@
 #include <random>
 
 #include "cli/commands.h"
+#include "cli/parse_args.h"
 #include "cli/image_task.h"
 #include "lockstep/common/error.h"
 #include "lockstep/common/logging.h"
@@ -328,15 +329,7 @@ int generateCommand(const std::vector<std::string>& args) {
       ->check(CLI::Range(1e-3, 100.0));
   app.add_option("--max-length", maxLength, "longest name")->check(CLI::Range(int64_t(1), int64_t(1000)));
   app.add_option("--seed", seed, "random seed (default: a random one)");
-  try {
-    app.parse(std::vector<std::string>(args.rbegin(), args.rend()));
-  } catch (const CLI::CallForHelp&) {
-    std::cout << app.help();
-    return kExitOk;
-  } catch (const CLI::ParseError& e) {
-    std::cerr << "lockstep generate: error: " << e.what() << "\n" << kGenerateUsage << "\n";
-    return kExitUsage;
-  }
+  if (auto exit = parseArgs(app, args, "generate", kGenerateUsage)) return *exit;
   try {
     CheckpointInfo info = readCheckpointInfo(checkpoint);
     for (const auto& [k, v] : info.extras) {

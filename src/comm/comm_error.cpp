@@ -1,5 +1,7 @@
 #include "lockstep/comm/comm_error.h"
 
+#include "comm/failure.h"
+
 #include <fmt/format.h>
 
 namespace lockstep {
@@ -37,3 +39,21 @@ std::string formatMessage(const CommErrorInfo& i) {
 CommError::CommError(CommErrorInfo info) : Error(formatMessage(info)), info_(std::move(info)) {}
 
 }  // namespace lockstep
+
+namespace lockstep::detail {
+
+CommError timeoutError(CommErrorInfo info, const std::string& extra) {
+  info.kind = CommErrorKind::kTimeout;
+  info.detail = "the operation did not complete in time; a peer may have died, hung, or called a different "
+                "collective" + extra;
+  return CommError(info);
+}
+
+std::exception_ptr abortedError(CommErrorInfo info, const CommErrorInfo& first) {
+  info.kind = CommErrorKind::kAborted;
+  info.detail = fmt::format("the communicator is unusable since operation #{} ({}) failed: {}", first.sequence,
+                            first.op, toString(first.kind));
+  return std::make_exception_ptr(CommError(info));
+}
+
+}  // namespace lockstep::detail

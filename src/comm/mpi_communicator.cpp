@@ -40,6 +40,7 @@
 #include <thread>
 
 #include "comm/collective_args.h"
+#include "comm/failure.h"
 #include "lockstep/comm/communicator.h"
 #include "lockstep/common/env.h"
 #include "lockstep/common/error.h"
@@ -195,12 +196,7 @@ struct Engine {
   bool stop = false;
   std::atomic<uint64_t> submitted{0};  ///< operations handed to MPI or the queue so far
 
-  std::exception_ptr abortedError(CommErrorInfo info) const {
-    info.kind = CommErrorKind::kAborted;
-    info.detail = fmt::format("the communicator is unusable since operation #{} ({}) failed: {}",
-                              failureInfo.sequence, failureInfo.op, toString(failureInfo.kind));
-    return std::make_exception_ptr(CommError(info));
-  }
+  std::exception_ptr abortedError(CommErrorInfo info) const { return detail::abortedError(std::move(info), failureInfo); }
 
   /// Records the first failure and fails every outstanding operation. Caller holds the runtime mutex.
   void poisonLocked(const CommErrorInfo& info, std::exception_ptr error) {
@@ -558,14 +554,11 @@ class MpiCommunicator final : public Communicator {
     info.timeoutMs = timeout.count();
     std::weak_ptr<Engine> weak = engine_;
     auto onTimeout = [weak, info]() -> std::exception_ptr {
-      CommErrorInfo timedOut = info;
-      timedOut.kind = CommErrorKind::kTimeout;
-      timedOut.detail = "the operation did not complete in time; a peer may have died, hung, or called a "
-                        "different collective (MPI cannot cancel it: this process should exit)";
-      auto error = std::make_exception_ptr(CommError(timedOut));
+      CommError timedOut = detail::timeoutError(info, " (MPI cannot cancel it: this process should exit)");
+      auto error = std::make_exception_ptr(timedOut);
       if (auto engine = weak.lock()) {
         std::lock_guard<std::mutex> lock(MpiRuntime::get().mutex());
-        engine->poisonLocked(timedOut, error);
+        engine->poisonLocked(timedOut.info(), error);
       }
       return error;
     };

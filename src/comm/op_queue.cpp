@@ -1,5 +1,7 @@
 #include "comm/op_queue.h"
 
+#include "comm/failure.h"
+
 #include <c10/core/GradMode.h>
 
 #include <fmt/format.h>
@@ -29,10 +31,7 @@ OpQueue::~OpQueue() {
 }
 
 std::exception_ptr OpQueue::abortedError(const State& state, CommErrorInfo info) {
-  info.kind = CommErrorKind::kAborted;
-  info.detail = fmt::format("the communicator is unusable since operation #{} ({}) failed: {}",
-                            state.failureInfo.sequence, state.failureInfo.op, toString(state.failureInfo.kind));
-  return std::make_exception_ptr(CommError(info));
+  return detail::abortedError(std::move(info), state.failureInfo);
 }
 
 void OpQueue::poisonLocked(State& state, const CommErrorInfo& info, std::exception_ptr error) {
@@ -57,14 +56,11 @@ WorkHandle OpQueue::submitIssued(CommErrorInfo info, std::chrono::milliseconds t
   info.timeoutMs = timeout.count();
   std::weak_ptr<State> weakState = state_;
   auto onTimeout = [weakState, info]() -> std::exception_ptr {
-    CommErrorInfo timedOut = info;
-    timedOut.kind = CommErrorKind::kTimeout;
-    timedOut.detail = "the operation did not complete in time; a peer may have died, hung, or "
-                      "called a different collective";
-    auto error = std::make_exception_ptr(CommError(timedOut));
+    CommError timedOut = timeoutError(info);
+    auto error = std::make_exception_ptr(timedOut);
     if (auto state = weakState.lock()) {
       std::lock_guard<std::mutex> lock(state->mutex);
-      poisonLocked(*state, timedOut, error);
+      poisonLocked(*state, timedOut.info(), error);
     }
     return error;
   };

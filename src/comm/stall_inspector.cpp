@@ -9,6 +9,7 @@
 #include <map>
 #include <mutex>
 #include <sstream>
+#include <string_view>
 #include <thread>
 
 #include "lockstep/common/logging.h"
@@ -22,11 +23,13 @@ int64_t nowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(SystemClock::now().time_since_epoch()).count();
 }
 
+int64_t bytesOf(const at::Tensor& t) {
+  return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0;
+}
+
 int64_t bytesOf(const std::vector<at::Tensor>& ts) {
   int64_t n = 0;
-  for (const auto& t : ts) {
-    if (t.defined()) n += t.numel() * static_cast<int64_t>(t.element_size());
-  }
+  for (const auto& t : ts) n += bytesOf(t);
   return n;
 }
 
@@ -90,29 +93,25 @@ class StallInspectingCommunicator final : public Communicator {
   std::chrono::milliseconds defaultTimeout() const override { return inner_->defaultTimeout(); }
 
   WorkHandle allreduce(std::vector<at::Tensor>& tensors, ReduceOp op, const CollectiveOptions& options) override {
-    return track(fmt::format("allreduce({}) {}", toString(op), formatBytes(bytesOf(tensors))),
-                 [&] { return inner_->allreduce(tensors, op, options); });
+    return track(reduceLabel("allreduce", op), bytesOf(tensors), [&] { return inner_->allreduce(tensors, op, options); });
   }
   WorkHandle broadcast(std::vector<at::Tensor>& tensors, int root, const CollectiveOptions& options) override {
-    return track(fmt::format("broadcast(root={}) {}", root, formatBytes(bytesOf(tensors))),
-                 [&] { return inner_->broadcast(tensors, root, options); });
+    return track("broadcast", bytesOf(tensors), [&] { return inner_->broadcast(tensors, root, options); });
   }
   WorkHandle allgather(const at::Tensor& input, at::Tensor& output, const CollectiveOptions& options) override {
-    return track(fmt::format("allgather {}", formatBytes(bytesOf({input}))),
-                 [&] { return inner_->allgather(input, output, options); });
+    return track("allgather", bytesOf(input), [&] { return inner_->allgather(input, output, options); });
   }
   WorkHandle allgather(const at::Tensor& input, std::vector<at::Tensor>& outputs,
                        const CollectiveOptions& options) override {
-    return track(fmt::format("allgather {}", formatBytes(bytesOf({input}))),
-                 [&] { return inner_->allgather(input, outputs, options); });
+    return track("allgather", bytesOf(input), [&] { return inner_->allgather(input, outputs, options); });
   }
   WorkHandle reduceScatter(const at::Tensor& input, at::Tensor& output, ReduceOp op,
                            const CollectiveOptions& options) override {
-    return track(fmt::format("reduce_scatter({}) {}", toString(op), formatBytes(bytesOf({input}))),
+    return track(reduceLabel("reduce_scatter", op), bytesOf(input),
                  [&] { return inner_->reduceScatter(input, output, op, options); });
   }
   WorkHandle barrier(const CollectiveOptions& options) override {
-    return track("barrier", [&] { return inner_->barrier(options); });
+    return track("barrier", 0, [&] { return inner_->barrier(options); });
   }
   // Point-to-point operations are not collective: ranks legitimately differ, so they are not tracked.
   WorkHandle send(const at::Tensor& tensor, int dst, int tag, const CollectiveOptions& options) override {
@@ -123,21 +122,34 @@ class StallInspectingCommunicator final : public Communicator {
   }
 
  private:
+  /// What an operation is, kept unformatted: formatting happens once per check, not per collective.
+  struct Label {
+    const char* name = "";  ///< a string literal
+    int64_t bytes = 0;
+    std::string text() const { return bytes > 0 ? fmt::format("{} {}", name, formatBytes(bytes)) : name; }
+  };
   struct Tracked {
     uint64_t sequence;
-    std::string op;
+    Label label;
     int64_t submittedMs;
     WorkHandle work;
   };
 
+  static const char* reduceLabel(const char* collective, ReduceOp op) {
+    static const char* const kAllreduce[] = {"allreduce(sum)", "allreduce(avg)", "allreduce(max)", "allreduce(min)"};
+    static const char* const kReduceScatter[] = {"reduce_scatter(sum)", "reduce_scatter(avg)", "reduce_scatter(max)",
+                                                 "reduce_scatter(min)"};
+    return (std::string_view(collective) == "allreduce" ? kAllreduce : kReduceScatter)[static_cast<int>(op)];
+  }
+
   template <typename Submit>
-  WorkHandle track(std::string op, Submit submit) {
+  WorkHandle track(const char* name, int64_t bytes, Submit submit) {
     WorkHandle work = submit();  // invalid arguments throw here and are not counted
     std::lock_guard<std::mutex> lock(mutex_);
     ++submitted_;
-    lastOp_ = op;
+    last_ = Label{name, bytes};
     lastSubmittedMs_ = nowMs();
-    if (!work->isCompleted()) tracked_.push_back(Tracked{submitted_, std::move(op), lastSubmittedMs_, work});
+    if (!work->isCompleted()) tracked_.push_back(Tracked{submitted_, last_, lastSubmittedMs_, work});
     return work;
   }
 
@@ -147,11 +159,11 @@ class StallInspectingCommunicator final : public Communicator {
     Progress p;
     p.submitted = submitted_;
     p.submittedAtMs = lastSubmittedMs_;
-    p.lastOp = lastOp_;
+    p.lastOp = last_.text();
     if (!tracked_.empty()) {
       p.waiting = tracked_.front().sequence;
       p.waitingSinceMs = tracked_.front().submittedMs;
-      p.waitingOp = tracked_.front().op;
+      p.waitingOp = tracked_.front().label.text();
     }
     return p;
   }
@@ -253,7 +265,7 @@ class StallInspectingCommunicator final : public Communicator {
   bool stop_ = false;
   uint64_t submitted_ = 0;
   int64_t lastSubmittedMs_ = 0;
-  std::string lastOp_;
+  Label last_;
   std::deque<Tracked> tracked_;
   uint64_t lastReported_ = 0;
   int64_t lastReportMs_ = 0;
