@@ -5,7 +5,11 @@
 
 #include "cli/commands.h"
 #include "lockstep/comm/communicator.h"
+#include <fmt/format.h>
+
+#include "lockstep/common/env.h"
 #include "lockstep/common/error.h"
+#include "lockstep/common/token.h"
 #include "lockstep/launch/launcher.h"
 
 namespace lockstep::cli {
@@ -13,9 +17,23 @@ namespace lockstep::cli {
 namespace {
 constexpr const char* kRunUsage =
     "usage: lockstep run -np N [--nnodes M --node-rank K] [--master-addr A] [--master-port P]\n"
-    "                    [--threads T] [--comm-timeout S] [--stop-grace S] [--no-prefix]\n"
+    "                    [-H host1:slots,host2:slots [--rsh CMD]] [--iface IF] [--token-file F]\n"
+    "                    [--max-restarts R] [--threads T] [--comm-timeout S] [--stop-grace S] [--no-prefix]\n"
     "                    [--backend gloo|mpi|auto] [--mpirun-args ARGS] -- PROGRAM [ARGS...]";
+
+
+/// "a b  c" -> {"a", "b", "c"} (options that carry a command line in one string).
+std::vector<std::string> splitWords(const std::string& text) {
+  std::vector<std::string> words;
+  for (size_t start = 0; start < text.size();) {
+    size_t end = text.find(' ', start);
+    if (end == std::string::npos) end = text.size();
+    if (end > start) words.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  return words;
 }
+}  // namespace
 
 int runCommand(const std::vector<std::string>& rawArgs) {
   // Split at the first "--": what follows is the program, never parsed here.
@@ -38,7 +56,18 @@ int runCommand(const std::vector<std::string>& rawArgs) {
   std::string mpirunArgs;
   std::vector<std::string> positional;
   CLI::App app{"Start N workers of PROGRAM with the rendezvous environment set", "lockstep run"};
-  app.add_option("-n,--np,--nproc-per-node", o.nprocPerNode, "workers on this node (-np N)")->required();
+  auto* np = app.add_option("-n,--np,--nproc-per-node", o.nprocPerNode,
+                            "workers on this node (-np N); with -H the total, or left out");
+  std::string hosts;
+  std::string rsh;
+  std::string tokenFile;
+  app.add_option("-H,--hosts", hosts, "start workers on these hosts over ssh: host1:slots,host2:slots");
+  app.add_option("--rsh", rsh, "remote shell for -H (default \"ssh -o BatchMode=yes\"; env LOCKSTEP_RSH)");
+  app.add_option("--iface", o.iface, "network interface Gloo uses (default: the one that reaches the master)");
+  app.add_option("--token-file", tokenFile, "file whose first line is the job token (default: random per job)");
+  app.add_flag("--token-stdin", o.tokenFromStdin, "(used by -H) read the token from stdin, stop when stdin closes");
+  app.add_option("--max-restarts", o.maxRestarts,
+                 "restart the whole group up to R times after a worker fails; it resumes from its checkpoint");
   app.add_option("--nnodes", o.nnodes, "number of nodes (default 1)");
   app.add_option("--node-rank", o.nodeRank, "this node's index, 0..nnodes-1 (default 0)");
   app.add_option("--master-addr", o.masterAddr, "address of node 0 (default 127.0.0.1)");
@@ -63,6 +92,24 @@ int runCommand(const std::vector<std::string>& rawArgs) {
     return kExitUsage;
   }
   positional = app.remaining();
+  try {
+    if (!hosts.empty()) {
+      o.hosts = parseHosts(hosts);
+      int total = 0;
+      for (const auto& h : o.hosts) total += h.slots;
+      if (np->count() > 0 && o.nprocPerNode != total && o.nprocPerNode != o.hosts.front().slots) {
+        throw ConfigError(fmt::format("-np {} does not match -H {} ({} slots in all)", o.nprocPerNode, hosts, total));
+      }
+    } else if (np->count() == 0) {
+      throw ConfigError("-np N is required (the number of workers on this node)");
+    }
+    if (rsh.empty()) rsh = Environment::fromProcess().get("LOCKSTEP_RSH").value_or("");
+    if (!rsh.empty()) o.rsh = splitWords(rsh);
+    if (!tokenFile.empty()) o.token = readTokenFile(tokenFile, "--token-file");
+  } catch (const ConfigError& e) {
+    std::cerr << "lockstep run: error: " << e.what() << "\n" << kRunUsage << "\n";
+    return kExitUsage;
+  }
   if (!positional.empty() && positional[0].size() > 1 && positional[0][0] == '-') {
     std::cerr << "lockstep run: error: unknown option '" << positional[0] << "'\n" << kRunUsage << "\n";
     return kExitUsage;
@@ -81,12 +128,7 @@ int runCommand(const std::vector<std::string>& rawArgs) {
     backend = mpiBackendBuilt() && o.nnodes == 1 && !resolveProgram("mpirun").empty() ? "mpi" : "gloo";
   }
   o.backend = backend;
-  for (size_t start = 0; start < mpirunArgs.size();) {
-    size_t end = mpirunArgs.find(' ', start);
-    if (end == std::string::npos) end = mpirunArgs.size();
-    if (end > start) o.mpirunArgs.push_back(mpirunArgs.substr(start, end - start));
-    start = end + 1;
-  }
+  o.mpirunArgs = splitWords(mpirunArgs);
   try {
     LaunchResult result = launch(o);
     std::cerr << result.summary;

@@ -3,6 +3,8 @@
 // pet-name generator end to end (names -> windows -> CharLstm -> Trainer).
 #include <ATen/ATen.h>
 #include <CLI/CLI.hpp>
+
+#include <csignal>
 #include <torch/nn/module.h>
 
 #include <fmt/format.h>
@@ -255,6 +257,30 @@ int trainImages(const TrainConfig& config, TrainerOptions options, Context& ctx)
   return kExitOk;
 }
 
+/// Fault injection for the restart tests: LOCKSTEP_FAULT_KILL_AT_STEP=N makes rank
+/// LOCKSTEP_FAULT_KILL_RANK (default 0) SIGKILL itself when step N ends, before
+/// that step's checkpoint, in the first attempt only (LOCKSTEP_RESTART_COUNT 0).
+class FaultKiller : public TrainerCallback {
+ public:
+  explicit FaultKiller(int64_t step) : step_(step) {}
+  void onStepEnd(const StepRecord& record) override {
+    if (record.step != step_) return;
+    log::warn(fmt::format("fault injection: SIGKILL at the end of step {}", step_));
+    ::raise(SIGKILL);
+  }
+
+ private:
+  int64_t step_;
+};
+
+std::shared_ptr<TrainerCallback> makeFaultKiller(const Environment& env, int rank) {
+  auto step = env.getInt("LOCKSTEP_FAULT_KILL_AT_STEP", 1);
+  if (!step) return nullptr;
+  if (env.getInt("LOCKSTEP_FAULT_KILL_RANK", 0).value_or(0) != rank) return nullptr;
+  if (env.getInt(env::kRestartCount, 0).value_or(0) != 0) return nullptr;
+  return std::make_shared<FaultKiller>(*step);
+}
+
 int train(const std::string& configFile, const std::vector<std::string>& overrides, const std::string& resultJson) {
   TrainConfig config = loadTrainConfig(configFile, overrides);
   TrainerOptions options = trainerOptions(config);
@@ -268,6 +294,7 @@ int train(const std::string& configFile, const std::vector<std::string>& overrid
   if (auto crash = Environment::fromProcess().getInt("LOCKSTEP_FAULT_CRASH_AFTER_STEP", 0)) {
     options.crashAfterStep = *crash;
   }
+  if (auto killer = makeFaultKiller(Environment::fromProcess(), ctx.world.rank)) options.callbacks.push_back(killer);
   if (config.data.dataset == "names") return trainNames(config, options, ctx);
   return trainImages(config, options, ctx);
 }

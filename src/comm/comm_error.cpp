@@ -13,6 +13,7 @@ const char* toString(CommErrorKind kind) {
     case CommErrorKind::kInvalidArgument: return "invalid argument";
     case CommErrorKind::kBackend: return "backend error";
     case CommErrorKind::kAborted: return "aborted";
+    case CommErrorKind::kDesync: return "desync";
   }
   return "unknown";
 }

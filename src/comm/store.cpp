@@ -3,12 +3,12 @@
 #include <c10/util/Exception.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <fmt/format.h>
 
 #include "comm/c10d_errors.h"
 #include "comm/store_impl.h"
+#include "comm/tcp_store.h"
 #include "lockstep/common/error.h"
 
 namespace lockstep {
@@ -40,31 +40,32 @@ CommErrorKind classifyBackendMessage(const std::string& m) {
 }  // namespace detail
 
 Store Store::tcp(const TcpStoreOptions& o) {
-  LOCKSTEP_CHECK(o.port > 0 && o.port < 65536, "master port ", o.port, " is out of range 1..65535");
-  LOCKSTEP_CHECK(o.worldSize >= 1, "world size ", o.worldSize, " must be at least 1");
-  c10d::TCPStoreOptions opts;
-  opts.port = static_cast<std::uint16_t>(o.port);
-  opts.isServer = o.isServer;
-  opts.numWorkers = static_cast<std::size_t>(o.worldSize);
-  opts.waitWorkers = false;
-  opts.timeout = o.timeout;
+  LOCKSTEP_CHECK(o.port >= 0 && o.port < 65536, "master port ", o.port, " is out of range 1..65535");
+  LOCKSTEP_CHECK(o.port > 0 || o.isServer, "master port 0 (any free port) only works for the server");
+  LOCKSTEP_CHECK(!o.token.empty(), "the rendezvous store needs a job token (TcpStoreOptions::token)");
   auto impl = std::make_shared<detail::StoreImpl>();
-  impl->description = fmt::format("tcp://{}:{}", o.host, o.port);
-  try {
-    impl->store = c10::make_intrusive<c10d::TCPStore>(o.host, opts);
-  } catch (const std::exception& e) {
-    CommErrorInfo info;
-    info.op = o.isServer ? "serve rendezvous store" : "connect to rendezvous store";
-    std::string message = detail::backendMessage(e);
-    info.kind = detail::classifyBackendMessage(message);
-    if (info.kind == CommErrorKind::kPeerFailure) info.kind = CommErrorKind::kTimeout;
-    info.timeoutMs = o.timeout.count();
-    info.detail = fmt::format("{} at {}: {}", o.isServer ? "cannot listen" : "cannot reach the master",
-                              impl->description, message);
-    throw CommError(info);
+  int port = o.port;
+  if (o.isServer) {
+    impl->server = detail::startStoreServer(o.bindAddr.empty() ? o.host : o.bindAddr, o.port, o.token);
+    port = detail::serverPort(*impl->server);
   }
+  auto client = c10::make_intrusive<detail::TcpStoreClient>(o.host, port, o.token, o.timeout);
+  impl->description = client->address();
+  impl->store = client;
   return Store(impl);
 }
+
+int Store::port() const {
+  if (!impl_->server) return -1;
+  return detail::serverPort(*impl_->server);
+}
+
+int Store::refusedConnections() const {
+  if (!impl_->server) return 0;
+  return detail::refusedConnections(*impl_->server);
+}
+
+std::string Store::description() const { return impl_->description; }
 
 Store Store::inMemory(std::chrono::milliseconds timeout) {
   auto impl = std::make_shared<detail::StoreImpl>();
@@ -90,6 +91,7 @@ int64_t Store::add(const std::string& key, int64_t delta) { return impl_->store-
 Store Store::withPrefix(const std::string& prefix) const {
   auto impl = std::make_shared<detail::StoreImpl>();
   impl->store = c10::make_intrusive<c10d::PrefixStore>(prefix, impl_->store);
+  impl->server = impl_->server;
   impl->description = impl_->description + "/" + prefix;
   return Store(impl);
 }

@@ -30,16 +30,19 @@ void writeAll(int fd, const std::string& text) {
 }
 }  // namespace
 
-ChildProcess::ChildProcess(const std::vector<std::string>& argv,
-                           const std::map<std::string, std::string>& env) {
+ChildProcess::ChildProcess(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
+                           bool pipeStdin) {
   LOCKSTEP_ASSERT(!argv.empty(), "empty command");
-  int out[2];
-  int err[2];
+  int out[2] = {-1, -1};
+  int err[2] = {-1, -1};
+  int in[2] = {-1, -1};
   if (::pipe2(out, O_CLOEXEC) != 0) throw Error(std::string("pipe: ") + std::strerror(errno));
-  if (::pipe2(err, O_CLOEXEC) != 0) {
-    ::close(out[0]);
-    ::close(out[1]);
-    throw Error(std::string("pipe: ") + std::strerror(errno));
+  if (::pipe2(err, O_CLOEXEC) != 0 || (pipeStdin && ::pipe2(in, O_CLOEXEC) != 0)) {
+    int saved = errno;
+    for (int fd : {out[0], out[1], err[0], err[1], in[0], in[1]}) {
+      if (fd >= 0) ::close(fd);
+    }
+    throw Error(std::string("pipe: ") + std::strerror(saved));
   }
   // Build everything the child needs before fork: only async-signal-safe calls after it.
   std::vector<std::string> envStrings;
@@ -64,7 +67,9 @@ ChildProcess::ChildProcess(const std::vector<std::string>& argv,
   if (pid != 0) ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);
   if (pid < 0) {
     int saved = errno;
-    ::close(out[0]); ::close(out[1]); ::close(err[0]); ::close(err[1]);
+    for (int fd : {out[0], out[1], err[0], err[1], in[0], in[1]}) {
+      if (fd >= 0) ::close(fd);
+    }
     throw Error(std::string("fork: ") + std::strerror(saved));
   }
   if (pid == 0) {
@@ -81,8 +86,12 @@ ChildProcess::ChildProcess(const std::vector<std::string>& argv,
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
     ::dup2(out[1], STDOUT_FILENO);
     ::dup2(err[1], STDERR_FILENO);
-    int devnull = ::open("/dev/null", O_RDONLY);
-    if (devnull >= 0) ::dup2(devnull, STDIN_FILENO);
+    if (pipeStdin) {
+      ::dup2(in[0], STDIN_FILENO);
+    } else {
+      int devnull = ::open("/dev/null", O_RDONLY);
+      if (devnull >= 0) ::dup2(devnull, STDIN_FILENO);
+    }
     ::execvpe(cargv[0], cargv.data(), cenv.data());
     int saved = errno;
     writeAll(STDERR_FILENO, execError + std::strerror(saved) + "\n");
@@ -91,6 +100,10 @@ ChildProcess::ChildProcess(const std::vector<std::string>& argv,
   ::setpgid(pid, pid);  // also here, so signalGroup works even before the child ran
   ::close(out[1]);
   ::close(err[1]);
+  if (pipeStdin) {
+    ::close(in[0]);
+    stdin_ = Fd(in[1]);
+  }
   pid_ = pid;
   running_ = true;
   stdout_ = Fd(out[0]);

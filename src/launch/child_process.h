@@ -37,7 +37,9 @@ class ChildProcess {
  public:
   /// Starts `argv` with exactly `env`. Throws lockstep::Error when fork/pipe fail;
   /// an exec failure shows as exit code 127 with the reason on the child's stderr.
-  ChildProcess(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env);
+  /// With `pipeStdin` the child reads its stdin from stdinFd(); else from /dev/null.
+  ChildProcess(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
+               bool pipeStdin = false);
   ~ChildProcess();
   ChildProcess(const ChildProcess&) = delete;
   ChildProcess& operator=(const ChildProcess&) = delete;
@@ -45,6 +47,7 @@ class ChildProcess {
   pid_t pid() const { return pid_; }
   Fd& stdoutFd() { return stdout_; }
   Fd& stderrFd() { return stderr_; }
+  Fd& stdinFd() { return stdin_; }
   bool running() const { return running_; }
   /// Sends `sig` to the child's whole process group.
   void signalGroup(int sig);
@@ -58,6 +61,7 @@ class ChildProcess {
   int status_ = 0;
   Fd stdout_;
   Fd stderr_;
+  Fd stdin_;
 };
 
 }  // namespace lockstep::detail

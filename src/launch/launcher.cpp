@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstring>
 #include <deque>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <regex>
@@ -22,6 +23,7 @@
 #include "launch/child_process.h"
 #include "lockstep/common/env.h"
 #include "lockstep/common/error.h"
+#include "lockstep/common/token.h"
 
 namespace lockstep {
 
@@ -112,6 +114,19 @@ std::string signalName(int sig) {
   return abbrev ? fmt::format("SIG{}", abbrev) : fmt::format("signal {}", sig);
 }
 
+std::string hostName() {
+  char name[256] = {0};
+  if (::gethostname(name, sizeof(name) - 1) != 0) return "?";
+  return name;
+}
+
+std::string selfPath() {
+  std::error_code ec;
+  auto path = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) throw Error("cannot find this program's path (/proc/self/exe) to start it on the other hosts");
+  return path.string();
+}
+
 int usableCores() {
   cpu_set_t set;
   CPU_ZERO(&set);
@@ -129,6 +144,8 @@ struct Worker {
   RankResult result;
   Clock::time_point started;
   bool isMpirun = false;  ///< one process, mpirun, whose output carries "[job,rank]<stream>:" tags
+  bool isNode = false;    ///< a launcher on another host (-H): its lines already carry "[rank] "
+  std::string label() const { return isNode ? fmt::format("node {}", rank) : fmt::format("rank {}", rank); }
 };
 
 class Runner {
@@ -137,7 +154,7 @@ class Runner {
 
   LaunchResult run(const std::map<std::string, std::string>& baseEnv) {
     SignalGuard signals;
-    int world = o_.nprocPerNode * o_.nnodes;
+    if (!o_.hosts.empty()) return runHosts(baseEnv, signals.readFd());
     if (o_.backend == "mpi") {
       auto w = std::make_unique<Worker>();
       w->isMpirun = true;
@@ -158,18 +175,50 @@ class Runner {
            {std::pair{env::kRank, rank}, {"RANK", rank}, {env::kLocalRank, localRank}, {"LOCAL_RANK", localRank}}) {
         env[key] = value;
       }
-      (void)world;
       w->started = Clock::now();
       w->process = std::make_unique<ChildProcess>(o_.command, env);
       w->result.rank = w->rank;
       w->result.pid = w->process->pid();
       workers_.push_back(std::move(w));
     }
+    std::string placement;
+    for (auto& w : workers_) placement += fmt::format("{}rank {} pid {}", placement.empty() ? "" : ", ", w->rank, w->result.pid);
+    writeAll(STDERR_FILENO, fmt::format("lockstep run: node {} of {} ({}): {}\n", o_.nodeRank, o_.nnodes, hostName(),
+                                        placement));
     loop(signals.readFd());
     return finish();
   }
 
  private:
+  /// -H: one launcher per host through rsh; the token goes down each one's stdin.
+  LaunchResult runHosts(const std::map<std::string, std::string>& baseEnv, int signalFd) {
+    std::map<std::string, std::string> forward;
+    for (const auto& [k, v] : baseEnv) {
+      if (k.rfind("LOCKSTEP_", 0) == 0 && k != kJobTokenVar && k != kJobTokenFileVar) forward[k] = v;
+    }
+    std::string self = selfPath();
+    std::string cwd = std::filesystem::current_path().string();
+    for (size_t k = 0; k < o_.hosts.size(); ++k) {
+      auto w = std::make_unique<Worker>();
+      w->rank = static_cast<int>(k);
+      w->isNode = true;
+      std::vector<std::string> argv = o_.rsh;
+      argv.push_back(o_.hosts[k].host);
+      argv.push_back(remoteLaunchCommand(o_, static_cast<int>(k), self, cwd, forward));
+      w->started = Clock::now();
+      w->process = std::make_unique<ChildProcess>(argv, baseEnv, /*pipeStdin=*/true);
+      writeAll(w->process->stdinFd().get(), o_.token + "\n");  // stays open: closing it stops that node
+      w->result.rank = w->rank;
+      w->result.pid = w->process->pid();
+      int first = static_cast<int>(k) * o_.nprocPerNode;
+      writeAll(STDERR_FILENO, fmt::format("lockstep run: node {} on {}: ranks {}..{} (started through {})\n", k,
+                                          o_.hosts[k].host, first, first + o_.nprocPerNode - 1, o_.rsh.front()));
+      workers_.push_back(std::move(w));
+    }
+    loop(signalFd);
+    return finish();
+  }
+
   void loop(int signalFd) {
     std::vector<char> buffer(1 << 16);
     // Workers still running at killAt get SIGKILL; kNever while nobody is being stopped.
@@ -180,6 +229,10 @@ class Runner {
       std::vector<std::pair<Worker*, bool>> owners;  // (worker, isStderr)
       fds.push_back(pollfd{signalFd, POLLIN, 0});
       owners.emplace_back(nullptr, false);
+      if (o_.tokenFromStdin && !parentGone_) {
+        fds.push_back(pollfd{STDIN_FILENO, POLLIN, 0});
+        owners.emplace_back(nullptr, true);
+      }
       for (auto& w : workers_) {
         if (w->process->stdoutFd().valid()) {
           fds.push_back(pollfd{w->process->stdoutFd().get(), POLLIN, 0});
@@ -203,6 +256,10 @@ class Runner {
       for (size_t i = 1; n > 0 && i < fds.size(); ++i) {
         if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
         auto [worker, isErr] = owners[i];
+        if (worker == nullptr) {
+          watchParent(killAt);
+          continue;
+        }
         Fd& fd = isErr ? worker->process->stderrFd() : worker->process->stdoutFd();
         ssize_t got = ::read(fd.get(), buffer.data(), buffer.size());
         if (got > 0) {
@@ -233,6 +290,28 @@ class Runner {
     }
   }
 
+  /// The launcher that started this one over rsh holds our stdin open; EOF means it went away.
+  void watchParent(Clock::time_point& killAt) {
+    char buffer[256];
+    ssize_t got = ::read(STDIN_FILENO, buffer, sizeof(buffer));
+    if (got > 0 || (got < 0 && (errno == EINTR || errno == EAGAIN))) return;
+    parentGone_ = true;
+    writeAll(STDERR_FILENO, fmt::format("lockstep run: node {}: the launcher that started this node closed its "
+                                        "connection; stopping the workers\n", o_.nodeRank));
+    stopAll(SIGTERM, killAt);
+  }
+
+  void stopAll(int sig, Clock::time_point& killAt) {
+    if (interruptSignal_ == 0) interruptSignal_ = sig;
+    for (auto& w : workers_) {
+      if (w->process->running()) {
+        w->process->signalGroup(sig);
+        w->result.stoppedByLauncher = true;
+      }
+    }
+    if (killAt == kNever) killAt = Clock::now() + o_.stopGrace;
+  }
+
   void drainSignals(int signalFd, Clock::time_point& killAt) {
     unsigned char sigs[64];
     ssize_t got;
@@ -241,14 +320,7 @@ class Runner {
         int sig = sigs[i];
         if (sig == SIGCHLD) continue;  // reap() runs every iteration
         if (interruptSignal_ == 0) {
-          interruptSignal_ = sig;
-          for (auto& w : workers_) {
-            if (w->process->running()) {
-              w->process->signalGroup(sig);
-              w->result.stoppedByLauncher = true;
-            }
-          }
-          if (killAt == kNever) killAt = Clock::now() + o_.stopGrace;
+          stopAll(sig, killAt);
         } else {
           // A second interrupt: stop waiting.
           for (auto& w : workers_) {
@@ -312,7 +384,8 @@ class Runner {
 
   void emit(Worker& w, bool isErr, std::string_view line) {
     if (w.isMpirun) return emitMpirun(w, isErr, line);
-    std::string text = o_.prefixOutput ? fmt::format("[{}] {}\n", w.rank, line) : fmt::format("{}\n", line);
+    std::string text = o_.prefixOutput && !w.isNode ? fmt::format("[{}] {}\n", w.rank, line)
+                                                    : fmt::format("{}\n", line);
     writeAll(isErr ? STDERR_FILENO : STDOUT_FILENO, text);
     if (isErr && o_.tailLines > 0) {
       w.tail.emplace_back(line);
@@ -393,6 +466,10 @@ class Runner {
     return result;
   }
 
+  std::string label(int rank) const {
+    return o_.hosts.empty() ? fmt::format("rank {}", rank) : fmt::format("node {} ({})", rank, o_.hosts[rank].host);
+  }
+
   LaunchResult finish() {
     if (!workers_.empty() && workers_.front()->isMpirun) return finishMpirun();
     LaunchResult result;
@@ -409,17 +486,20 @@ class Runner {
     };
     if (interruptSignal_ != 0) {
       result.exitCode = 128 + interruptSignal_;
-      s += fmt::format("lockstep run: received {}, forwarded it to every worker\n", signalName(interruptSignal_));
+      s += parentGone_ ? "lockstep run: the launcher that started this node went away; stopped every worker\n"
+                       : fmt::format("lockstep run: received {}, forwarded it to every worker\n",
+                                     signalName(interruptSignal_));
     } else if (firstFailed_ >= 0) {
       const RankResult* failed = nullptr;
       for (const auto& r : result.ranks) if (r.rank == firstFailed_) failed = &r;
       result.exitCode = failed->exitCode > 0 ? std::min(failed->exitCode, 255) : 1;
-      s += fmt::format("lockstep run: rank {} (pid {}) {} after {:.1f} s; it was the first worker to fail\n",
-                       failed->rank, failed->pid, describe(*failed), failed->seconds);
+      std::string who = label(failed->rank);
+      s += fmt::format("lockstep run: {} (pid {}) {} after {:.1f} s; it was the first {} to fail\n", who,
+                       failed->pid, describe(*failed), failed->seconds, o_.hosts.empty() ? "worker" : "node");
       if (failed->stderrTail.empty()) {
-        s += fmt::format("lockstep run: rank {} wrote nothing on stderr\n", failed->rank);
+        s += fmt::format("lockstep run: {} wrote nothing on stderr\n", who);
       } else {
-        s += fmt::format("lockstep run: last {} line(s) of rank {}'s stderr:\n", failed->stderrTail.size(), failed->rank);
+        s += fmt::format("lockstep run: last {} line(s) of {}'s stderr:\n", failed->stderrTail.size(), who);
         for (const auto& line : failed->stderrTail) s += "    " + line + "\n";
       }
     }
@@ -429,7 +509,7 @@ class Runner {
         if (r.rank == firstFailed_) continue;
         std::string what = r.failed() ? describe(r) : "exited with code 0";
         if (r.stoppedByLauncher) what += " (stopped by the launcher)";
-        others.push_back(fmt::format("rank {} {}", r.rank, what));
+        others.push_back(fmt::format("{} {}", label(r.rank), what));
       }
       for (const auto& line : others) s += "lockstep run: " + line + "\n";
     }
@@ -442,6 +522,7 @@ class Runner {
   int firstFailed_ = -1;
   int interruptSignal_ = 0;
   int mpiFailedRank_ = -1;
+  bool parentGone_ = false;
   std::map<int, std::deque<std::string>> mpiTails_;
   std::map<std::pair<int, bool>, std::string> mpiPartial_;  ///< (rank, stderr?) -> text of an unfinished line
 };
@@ -479,12 +560,92 @@ void validate(const LaunchOptions& o) {
       throw ConfigError("--backend mpi needs `mpirun` on PATH (Debian package openmpi-bin; scripts/setup.sh installs it)");
     }
   }
+  if (o.maxRestarts < 0) throw ConfigError(fmt::format("--max-restarts {}: must be 0 or more", o.maxRestarts));
+  if (!o.hosts.empty()) {
+    if (o.backend == "mpi") {
+      throw ConfigError("-H starts lockstep launchers over ssh with the gloo backend; for MPI across hosts run "
+                        "mpirun with -H or a hostfile yourself (see docs/multi-node.md)");
+    }
+    if (o.nnodes != 1 || o.nodeRank != 0) throw ConfigError("-H sets the nodes itself; leave out --nnodes/--node-rank");
+    for (const auto& h : o.hosts) {
+      if (h.slots != o.hosts.front().slots) {
+        throw ConfigError(fmt::format("-H: every host needs the same number of slots (ranks are node * slots + "
+                                      "local rank); {} has {} but {} has {}", o.hosts.front().host,
+                                      o.hosts.front().slots, h.host, h.slots));
+      }
+    }
+    if (o.rsh.empty() || resolveProgram(o.rsh.front()).empty()) {
+      throw ConfigError(fmt::format("--rsh: '{}' not found; -H needs a remote shell (ssh) to start the other nodes",
+                                    o.rsh.empty() ? "" : o.rsh.front()));
+    }
+  }
   if (o.commTimeoutSeconds && !(*o.commTimeoutSeconds > 0)) {
     throw ConfigError(fmt::format("--comm-timeout {}: must be a positive number of seconds", *o.commTimeoutSeconds));
   }
 }
 
 }  // namespace
+
+std::vector<HostSlots> parseHosts(const std::string& text) {
+  std::vector<HostSlots> hosts;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t end = text.find(',', start);
+    std::string entry = text.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    HostSlots h;
+    size_t colon = entry.rfind(':');
+    // "host:N"; an IPv6 address needs brackets: "[fe80::1]:2".
+    bool bracketed = !entry.empty() && entry.front() == '[';
+    if (colon != std::string::npos && (!bracketed || colon > entry.find(']'))) {
+      h.host = entry.substr(0, colon);
+      h.slots = static_cast<int>(parseInt(entry.substr(colon + 1), fmt::format("-H entry '{}': slots", entry), 1, 4096));
+    } else {
+      h.host = entry;
+    }
+    if (bracketed && h.host.size() > 2 && h.host.back() == ']') h.host = h.host.substr(1, h.host.size() - 2);
+    if (h.host.empty()) {
+      throw ConfigError(fmt::format("-H '{}': empty host in entry {}; expected host[:slots],host[:slots],...", text,
+                                    hosts.size() + 1));
+    }
+    hosts.push_back(h);
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  return hosts;
+}
+
+std::string shellQuote(const std::string& word) {
+  bool plain = !word.empty() && std::all_of(word.begin(), word.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || std::strchr("@%+=:,./_-", c) != nullptr;
+  });
+  if (plain) return word;
+  std::string out = "'";
+  for (char c : word) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+std::string remoteLaunchCommand(const LaunchOptions& o, int nodeRank, const std::string& selfPath,
+                                const std::string& workingDir, const std::map<std::string, std::string>& forwardEnv) {
+  std::vector<std::string> words{"cd", shellQuote(workingDir), "&&", "exec", "env"};
+  for (const auto& [k, v] : forwardEnv) words.push_back(shellQuote(k + "=" + v));
+  for (std::string w : {selfPath, std::string("run"), std::string("--nnodes"), std::to_string(o.hosts.size()),
+                        std::string("--node-rank"), std::to_string(nodeRank), std::string("--master-addr"),
+                        o.masterAddr, std::string("--master-port"), std::to_string(o.masterPort),
+                        std::string("-np"), std::to_string(o.nprocPerNode), std::string("--token-stdin"),
+                        std::string("--stop-grace"), fmt::format("{}", o.stopGrace.count() / 1000.0)}) {
+    words.push_back(shellQuote(w));
+  }
+  if (o.threadsPerWorker) words.insert(words.end(), {"--threads", std::to_string(*o.threadsPerWorker)});
+  if (o.commTimeoutSeconds) words.insert(words.end(), {"--comm-timeout", fmt::format("{}", *o.commTimeoutSeconds)});
+  if (o.maxRestarts > 0) words.insert(words.end(), {"--max-restarts", std::to_string(o.maxRestarts)});
+  if (!o.iface.empty()) words.insert(words.end(), {"--iface", shellQuote(o.iface)});
+  if (!o.prefixOutput) words.push_back("--no-prefix");
+  words.push_back("--");
+  for (const auto& c : o.command) words.push_back(shellQuote(c));
+  std::string out;
+  for (const auto& w : words) out += (out.empty() ? "" : " ") + w;
+  return out;
+}
 
 std::vector<std::string> mpirunCommand(const LaunchOptions& o, int cores, bool asRoot) {
   std::vector<std::string> argv{"mpirun", "-np", std::to_string(o.nprocPerNode), "--tag-output",
@@ -500,16 +661,39 @@ std::vector<std::string> mpirunCommand(const LaunchOptions& o, int cores, bool a
 
 LaunchResult launch(const LaunchOptions& input) {
   LaunchOptions o = input;
+  if (!o.hosts.empty()) {
+    o.nprocPerNode = o.hosts.front().slots;
+    if (o.masterAddr.empty() || o.masterAddr == "127.0.0.1") o.masterAddr = o.hosts.front().host;
+    if (o.masterPort == 0) o.masterPort = 29500;
+  }
   validate(o);
-  if (o.nodeRank == 0) {
-    if (o.masterPort == 0) {
-      o.masterPort = pickFreePort(o.masterAddr);
-    } else if (!portIsFree(o.masterAddr, o.masterPort)) {
-      throw ConfigError(fmt::format("--master-port {}: {}:{} is already in use; choose another port or leave "
-                                    "--master-port out to pick a free one", o.masterPort, o.masterAddr, o.masterPort));
+  auto env = Environment::fromProcess().vars();
+  if (o.tokenFromStdin) {
+    std::string line;
+    char c;
+    while (::read(STDIN_FILENO, &c, 1) == 1 && c != '\n') line += c;
+    if (line.empty()) throw ConfigError("--token-stdin: no job token arrived on stdin");
+    o.token = line;
+  }
+  if (o.token.empty()) {
+    if (auto token = tokenFromEnvironment(Environment(env))) {
+      o.token = *token;
+    } else if (o.nnodes > 1) {
+      throw ConfigError(fmt::format("--nnodes {}: every node must hold the same job token; put it in a file that "
+                                    "every node can read and pass --token-file FILE (or export {}), or start all "
+                                    "nodes from one host with -H", o.nnodes, kJobTokenVar));
+    } else {
+      o.token = randomToken();
     }
   }
-  auto env = Environment::fromProcess().vars();
+  env.erase(kJobTokenFileVar);
+  env[kJobTokenVar] = o.token;
+  if (!o.iface.empty()) env[env::kIface] = o.iface;
+  if (!o.hosts.empty()) {
+    LaunchResult result = Runner(o).run(env);
+    return result;
+  }
+  bool pickPort = o.masterPort == 0;
   int world = o.nprocPerNode * o.nnodes;
   // An explicit --threads wins; else a count the user exported is kept and
   // followed by the variables they left unset; else cores / workers.
@@ -521,26 +705,52 @@ LaunchResult launch(const LaunchOptions& input) {
     if (o.threadsPerWorker || !env.count(var)) env[var] = threadText;
   }
   if (o.commTimeoutSeconds) env[env::kCommTimeout] = fmt::format("{}", *o.commTimeoutSeconds);
-  std::string port = std::to_string(o.masterPort);
-  std::map<std::string, std::string> shared = {
-      {env::kWorldSize, std::to_string(world)},       {"WORLD_SIZE", std::to_string(world)},
-      {env::kLocalWorldSize, std::to_string(o.nprocPerNode)}, {"LOCAL_WORLD_SIZE", std::to_string(o.nprocPerNode)},
-      {env::kNodeRank, std::to_string(o.nodeRank)},   {"GROUP_RANK", std::to_string(o.nodeRank)},
-      {env::kMasterAddr, o.masterAddr},               {"MASTER_ADDR", o.masterAddr},
-      {env::kMasterPort, port},                       {"MASTER_PORT", port},
-  };
-  for (auto& [k, v] : shared) env[k] = v;
-  if (o.backend == "mpi") {
-    // The workers learn rank and world from mpirun (OMPI_COMM_WORLD_*); the
-    // store still meets at MASTER_ADDR/MASTER_PORT.
-    for (const char* var : {env::kRank, "RANK", env::kLocalRank, "LOCAL_RANK", env::kWorldSize, "WORLD_SIZE",
-                            env::kLocalWorldSize, "LOCAL_WORLD_SIZE", env::kNodeRank, "GROUP_RANK",
-                            env::kMasterAddr, env::kMasterPort}) {
-      env.erase(var);
+  for (int attempt = 0;; ++attempt) {
+    if (o.nodeRank == 0) {
+      if (pickPort) {
+        o.masterPort = pickFreePort(o.masterAddr);
+      } else if (attempt == 0 && !portIsFree(o.masterAddr, o.masterPort)) {
+        throw ConfigError(fmt::format("--master-port {}: {}:{} is already in use; choose another port or leave "
+                                      "--master-port out to pick a free one", o.masterPort, o.masterAddr,
+                                      o.masterPort));
+      }
     }
-    env[env::kBackend] = "mpi";
+    std::string port = std::to_string(o.masterPort);
+    std::map<std::string, std::string> shared = {
+        {env::kWorldSize, std::to_string(world)},       {"WORLD_SIZE", std::to_string(world)},
+        {env::kLocalWorldSize, std::to_string(o.nprocPerNode)}, {"LOCAL_WORLD_SIZE", std::to_string(o.nprocPerNode)},
+        {env::kNodeRank, std::to_string(o.nodeRank)},   {"GROUP_RANK", std::to_string(o.nodeRank)},
+        {env::kMasterAddr, o.masterAddr},               {"MASTER_ADDR", o.masterAddr},
+        {env::kMasterPort, port},                       {"MASTER_PORT", port},
+        {env::kRestartCount, std::to_string(attempt)},    {"TORCHELASTIC_RESTART_COUNT", std::to_string(attempt)},
+    };
+    for (auto& [k, v] : shared) env[k] = v;
+    if (o.backend == "mpi") {
+      // The workers learn rank and world from mpirun (OMPI_COMM_WORLD_*); the
+      // store still meets at MASTER_ADDR/MASTER_PORT.
+      for (const char* var : {env::kRank, "RANK", env::kLocalRank, "LOCAL_RANK", env::kWorldSize, "WORLD_SIZE",
+                              env::kLocalWorldSize, "LOCAL_WORLD_SIZE", env::kNodeRank, "GROUP_RANK",
+                              env::kMasterAddr, env::kMasterPort}) {
+        env.erase(var);
+      }
+      env[env::kBackend] = "mpi";
+    }
+    LaunchResult result = Runner(o).run(env);
+    result.restarts = attempt;
+    bool workerFailed = result.exitCode != 0 && result.interruptSignal == 0;
+    if (!workerFailed || attempt >= o.maxRestarts) {
+      if (workerFailed && o.maxRestarts > 0) {
+        result.summary += fmt::format("lockstep run: giving up: the group failed {} time(s) and --max-restarts is {}\n",
+                                      attempt + 1, o.maxRestarts);
+      }
+      return result;
+    }
+    std::string failed = result.firstFailedRank >= 0 ? fmt::format("rank {}", result.firstFailedRank) : "a worker";
+    writeAll(STDERR_FILENO, result.summary);
+    writeAll(STDERR_FILENO, fmt::format("lockstep run: {} failed; restarting all {} worker(s) of node {} (restart {} of "
+                                        "{}); they resume from the last complete checkpoint\n",
+                                        failed, o.nprocPerNode, o.nodeRank, attempt + 1, o.maxRestarts));
   }
-  return Runner(o).run(env);
 }
 
 }  // namespace lockstep

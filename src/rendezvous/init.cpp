@@ -1,7 +1,15 @@
 #include "lockstep/rendezvous/init.h"
 
+#include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <sched.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
 
 #include <fmt/format.h>
 
@@ -10,6 +18,7 @@
 #include "lockstep/comm/stall_inspector.h"
 #include "lockstep/common/error.h"
 #include "lockstep/common/logging.h"
+#include "lockstep/common/token.h"
 
 namespace lockstep {
 
@@ -24,10 +33,58 @@ int usableCores() {
   return std::max(1u, std::thread::hardware_concurrency());
 }
 
-bool isLoopback(const std::string& addr) {
-  return addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1";
-}
+constexpr const char* kStoreBindVar = "LOCKSTEP_STORE_BIND";
 }  // namespace
+
+std::string jobToken(const Environment& env, const WorldInfo& world, Communicator* mpi) {
+  if (auto token = tokenFromEnvironment(env)) return *token;
+  if (mpi == nullptr) {
+    throw ConfigError(fmt::format(
+        "rank {}: no job token. The rendezvous store at {}:{} admits only processes that hold the job's token; "
+        "`lockstep run` hands one to its workers, and with the mpi backend rank 0 draws one; when you start "
+        "the workers yourself (srun, mpirun with gloo, by hand) set {} to the same secret on every rank, or {} to a file holding it",
+        world.rank, world.masterAddr, world.masterPort, kJobTokenVar, kJobTokenFileVar));
+  }
+  // Under mpirun the ranks already trust each other through MPI: rank 0 draws a token and sends it.
+  std::string token = world.rank == 0 ? randomToken() : std::string(64, '0');
+  std::vector<at::Tensor> bytes{at::empty({static_cast<int64_t>(token.size())}, at::kByte)};
+  std::memcpy(bytes[0].data_ptr<uint8_t>(), token.data(), token.size());
+  mpi->broadcast(bytes, 0)->wait();
+  return std::string(reinterpret_cast<const char*>(bytes[0].data_ptr<uint8_t>()), token.size());
+}
+
+std::string addressTowards(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* result = nullptr;
+  if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &result) != 0 || result == nullptr) {
+    throw ConfigError(fmt::format("cannot resolve the master address '{}' ({})", host, env::kMasterAddr));
+  }
+  std::string address;
+  for (addrinfo* a = result; a != nullptr && address.empty(); a = a->ai_next) {
+    int fd = ::socket(a->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    // A UDP connect sends nothing; it only asks the kernel which route and source address reach the master.
+    sockaddr_storage local{};
+    socklen_t len = sizeof(local);
+    if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0 &&
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
+      char text[INET6_ADDRSTRLEN] = {0};
+      const void* raw = local.ss_family == AF_INET6
+                            ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr)
+                            : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr);
+      if (inet_ntop(local.ss_family, raw, text, sizeof(text)) != nullptr) address = text;
+    }
+    ::close(fd);
+  }
+  freeaddrinfo(result);
+  if (address.empty()) {
+    throw ConfigError(fmt::format("no route from this host to the master {}:{}; check {} or choose an interface "
+                                  "with {} / --iface", host, port, env::kMasterAddr, env::kIface));
+  }
+  return address;
+}
 
 int workerThreads(const Environment& env, int localWorldSize) {
   if (auto n = env.getInt(env::kNumThreads, 1, 4096)) return static_cast<int>(*n);
@@ -73,10 +130,6 @@ Context init(const InitOptions& options, const Environment& env) {
   int threads = workerThreads(env, world.localWorldSize);
   if (options.setThreads) at::set_num_threads(threads);
 
-  Store store = world.worldSize == 1
-                    ? Store::inMemory(timeout)
-                    : Store::tcp(TcpStoreOptions{world.masterAddr, world.masterPort, world.rank == 0,
-                                                 world.worldSize, timeout});
   std::shared_ptr<Communicator> comm;
   if (backend == "mpi") {
     MpiOptions mpi;
@@ -87,13 +140,27 @@ Context init(const InitOptions& options, const Environment& env) {
                                     "workers with mpirun (or `lockstep run --backend mpi`)",
                                     comm->rank(), comm->size(), world.rank, world.worldSize, world.describe()));
     }
-  } else {
+  }
+  Store store = Store::inMemory(timeout);
+  if (world.worldSize > 1) {
+    TcpStoreOptions so;
+    so.host = world.masterAddr;
+    so.port = world.masterPort;
+    so.isServer = world.rank == 0;
+    so.worldSize = world.worldSize;
+    so.timeout = timeout;
+    so.token = jobToken(env, world, comm.get());
+    so.bindAddr = env.get(kStoreBindVar).value_or("");
+    store = Store::tcp(so);
+  }
+  if (backend != "mpi") {
     GlooOptions gloo;
     gloo.rank = world.rank;
     gloo.worldSize = world.worldSize;
     gloo.timeout = timeout;
-    gloo.interface = env.get("LOCKSTEP_IFACE").value_or("");
-    gloo.hostname = isLoopback(world.masterAddr) ? "127.0.0.1" : "";
+    gloo.interface = env.get(env::kIface).value_or("");
+    if (gloo.interface.empty() && world.worldSize > 1) gloo.hostname = addressTowards(world.masterAddr, world.masterPort);
+    if (world.worldSize == 1) gloo.hostname = "127.0.0.1";
     comm = makeGlooCommunicator(store, gloo);
   }
   if (world.worldSize > 1) {
@@ -105,7 +172,8 @@ Context init(const InitOptions& options, const Environment& env) {
       comm = withStallInspector(std::move(comm), store, stall);
     }
   }
-  log::debug(fmt::format("joined: {}; {} threads; backend {}", world.describe(), threads, backend));
+  log::debug(fmt::format("joined: {}; {} threads; backend {}; store {}", world.describe(), threads, backend,
+                         store.description()));
   return Context{world, std::move(comm), store, at::get_num_threads()};
 }
 

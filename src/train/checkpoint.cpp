@@ -19,7 +19,9 @@ namespace lockstep {
 namespace fs = std::filesystem;
 
 namespace {
-constexpr char kMagic[16] = {'L', 'O', 'C', 'K', 'S', 'T', 'E', 'P', '-', 'C', 'K', 'P', 'T', '-', 'v', '1'};
+constexpr char kMagic[16] = {'L', 'O', 'C', 'K', 'S', 'T', 'E', 'P', '-', 'C', 'K', 'P', 'T', '-', 'v', '2'};
+// Version 1 framed a LibTorch archive (a TorchScript zip): refused, never parsed.
+constexpr char kMagicV1[16] = {'L', 'O', 'C', 'K', 'S', 'T', 'E', 'P', '-', 'C', 'K', 'P', 'T', '-', 'v', '1'};
 constexpr size_t kHeaderSize = 32;
 
 std::string errnoText() { return std::strerror(errno); }
@@ -85,8 +87,12 @@ std::string readCheckpoint(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw CheckpointError(fmt::format("cannot open checkpoint {}: {}", path, errnoText()));
   std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (data.size() >= sizeof(kMagicV1) && std::memcmp(data.data(), kMagicV1, sizeof(kMagicV1)) == 0) {
+    throw ObsoleteCheckpointError(fmt::format("{} was written by an older lockstep (torch archive format); it cannot "
+                                              "be loaded safely — retrain or convert", path));
+  }
   if (data.size() < kHeaderSize || std::memcmp(data.data(), kMagic, sizeof(kMagic)) != 0) {
-    throw CheckpointError(fmt::format("{} is not a lockstep checkpoint (no LOCKSTEP-CKPT-v1 header; {} bytes)", path,
+    throw CheckpointError(fmt::format("{} is not a lockstep checkpoint (no LOCKSTEP-CKPT-v2 header; {} bytes)", path,
                                       data.size()));
   }
   uint64_t size = 0;

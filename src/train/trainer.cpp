@@ -8,20 +8,19 @@
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
 #include <torch/optim/sgd.h>
-#include <torch/serialize/input-archive.h>
-#include <torch/serialize/output-archive.h>
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <chrono>
-#include <sstream>
+#include <set>
 
 #include "lockstep/common/error.h"
 #include "lockstep/common/logging.h"
 #include "lockstep/data/sampler.h"
 #include "lockstep/ddp/distributed_data_parallel.h"
 #include "lockstep/train/checkpoint.h"
+#include "lockstep/train/tensor_archive.h"
 
 namespace lockstep {
 
@@ -52,101 +51,339 @@ void setLearningRate(torch::optim::Optimizer& optimizer, double lr) {
 
 std::string stateKey(const at::Tensor& p) { return c10::guts::to_string(p.unsafeGetTensorImpl()); }
 
-/// LibTorch's Optimizer::save keys each parameter's state by its address in
-/// memory, which differs between processes; this writes it by position instead,
-/// so a checkpoint is a pure function of the training state (and resumed runs
-/// can be compared to uninterrupted ones byte for byte).
-void saveOptimizer(torch::optim::Optimizer& optimizer, torch::serialize::OutputArchive& archive) {
+// ---- checkpoint payload ------------------------------------------------------
+// A checkpoint's TensorArchive holds:
+//   model/<name>                    every parameter and buffer (named_parameters, named_buffers)
+//   optimizer/type                  sgd, adam or adamw
+//   optimizer/groups                number of parameter groups
+//   optimizer/group<g>/params       number of parameters in group g
+//   optimizer/group<g>/<option>     lr, weight_decay, and momentum, dampening, nesterov (sgd)
+//                                   or beta1, beta2, eps, amsgrad (adam, adamw)
+//   optimizer/param<i>/present      whether the i-th parameter (over all groups) has state
+//   optimizer/param<i>/<state>      momentum_buffer (sgd); step, exp_avg, exp_avg_sq,
+//                                   max_exp_avg_sq when defined (adam, adamw)
+//   meta/step, meta/epoch, meta/batch_in_epoch, meta/world_size, meta/batch_size, meta/rng
+//   extra/<key>                     TrainerOptions::checkpointExtras
+// Optimizer state is keyed by parameter position: LibTorch keys it by the
+// tensor's address, which differs between processes. A checkpoint is then a
+// pure function of the training state, and resumed runs can be compared to
+// uninterrupted ones byte for byte.
+
+std::string describe(const at::Tensor& t) {
+  std::string shape;
+  for (int64_t d = 0; d < t.dim(); ++d) shape += (d ? ", " : "") + std::to_string(t.size(d));
+  return fmt::format("{}[{}]", c10::toString(t.scalar_type()), shape);
+}
+
+std::vector<std::pair<std::string, at::Tensor>> modelTensors(const torch::nn::Module& model) {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const auto& p : model.named_parameters(/*recurse=*/true)) {
+    if (p.value().defined()) out.emplace_back("model/" + p.key(), p.value());
+  }
+  for (const auto& b : model.named_buffers(/*recurse=*/true)) {
+    if (b.value().defined()) out.emplace_back("model/" + b.key(), b.value());
+  }
+  return out;
+}
+
+void saveModel(const torch::nn::Module& model, TensorArchive& archive) {
+  for (const auto& [key, tensor] : modelTensors(model)) archive.putTensor(key, tensor);
+}
+
+/// Checks every tensor of `model` against the archive first, then copies:
+/// a checkpoint that does not fit leaves the model untouched.
+void loadModel(const TensorArchive& archive, torch::nn::Module& model) {
+  const std::string& label = archive.label();
+  auto targets = modelTensors(model);
+  std::set<std::string> expected;
+  std::vector<at::Tensor> sources;
+  for (const auto& [key, target] : targets) {
+    std::string name = key.substr(6);
+    expected.insert(key);
+    if (!archive.contains(key)) {
+      throw CheckpointError(fmt::format("checkpoint {} does not fit this model: it has no '{}' ({} here)", label,
+                                        name, describe(target)));
+    }
+    if (archive.kind(key) != TensorArchive::Kind::kTensor) {
+      throw CheckpointError(fmt::format("checkpoint {} does not fit this model: '{}' is not a tensor but a value "
+                                        "of kind {}", label, name, toString(archive.kind(key))));
+    }
+    at::Tensor source = archive.getTensor(key);
+    if (source.scalar_type() != target.scalar_type() || !source.sizes().equals(target.sizes())) {
+      throw CheckpointError(fmt::format("checkpoint {} does not fit this model: '{}' is {} here but {} in the file",
+                                        label, name, describe(target), describe(source)));
+    }
+    sources.push_back(std::move(source));
+  }
+  for (const auto& key : archive.keys("model/")) {
+    if (!expected.count(key)) {
+      throw CheckpointError(fmt::format("checkpoint {} does not fit this model: it has '{}', which this model lacks",
+                                        label, key.substr(6)));
+    }
+  }
+  at::NoGradGuard noGrad;
+  for (size_t i = 0; i < targets.size(); ++i) targets[i].second.copy_(sources[i]);
+}
+
+template <typename Options>
+void saveAdamOptions(const Options& o, TensorArchive& archive, const std::string& prefix) {
+  archive.putDouble(prefix + "lr", o.lr());
+  archive.putDouble(prefix + "beta1", std::get<0>(o.betas()));
+  archive.putDouble(prefix + "beta2", std::get<1>(o.betas()));
+  archive.putDouble(prefix + "eps", o.eps());
+  archive.putDouble(prefix + "weight_decay", o.weight_decay());
+  archive.putBool(prefix + "amsgrad", o.amsgrad());
+}
+
+template <typename State>
+void saveAdamState(const State& s, TensorArchive& archive, const std::string& prefix) {
+  archive.putInt(prefix + "step", s.step());
+  archive.putTensor(prefix + "exp_avg", s.exp_avg());
+  archive.putTensor(prefix + "exp_avg_sq", s.exp_avg_sq());
+  if (s.max_exp_avg_sq().defined()) archive.putTensor(prefix + "max_exp_avg_sq", s.max_exp_avg_sq());
+}
+
+template <typename T>
+T& as(torch::optim::OptimizerOptions& o) {
+  auto* p = dynamic_cast<T*>(&o);
+  LOCKSTEP_ASSERT(p != nullptr, "optimizer options of an unexpected type");
+  return *p;
+}
+
+template <typename T>
+const T& as(const torch::optim::OptimizerParamState& s) {
+  auto* p = dynamic_cast<const T*>(&s);
+  LOCKSTEP_ASSERT(p != nullptr, "optimizer state of an unexpected type");
+  return *p;
+}
+
+void saveOptimizer(torch::optim::Optimizer& optimizer, const std::string& type, TensorArchive& archive) {
+  archive.putString("optimizer/type", type);
+  archive.putInt("optimizer/groups", static_cast<int64_t>(optimizer.param_groups().size()));
   int64_t index = 0;
   for (size_t g = 0; g < optimizer.param_groups().size(); ++g) {
     auto& group = optimizer.param_groups()[g];
-    torch::serialize::OutputArchive options;
-    group.options().serialize(options);
-    archive.write(fmt::format("group{}", g), options);
+    const std::string prefix = fmt::format("optimizer/group{}/", g);
+    archive.putInt(prefix + "params", static_cast<int64_t>(group.params().size()));
+    if (type == "sgd") {
+      const auto& o = as<torch::optim::SGDOptions>(group.options());
+      archive.putDouble(prefix + "lr", o.lr());
+      archive.putDouble(prefix + "momentum", o.momentum());
+      archive.putDouble(prefix + "dampening", o.dampening());
+      archive.putDouble(prefix + "weight_decay", o.weight_decay());
+      archive.putBool(prefix + "nesterov", o.nesterov());
+    } else if (type == "adam") {
+      saveAdamOptions(as<torch::optim::AdamOptions>(group.options()), archive, prefix);
+    } else {
+      saveAdamOptions(as<torch::optim::AdamWOptions>(group.options()), archive, prefix);
+    }
     for (const auto& p : group.params()) {
+      const std::string param = fmt::format("optimizer/param{}/", index++);
       auto it = optimizer.state().find(stateKey(p));
-      archive.write(fmt::format("param{}/present", index), c10::IValue(it != optimizer.state().end()));
-      if (it != optimizer.state().end()) {
-        torch::serialize::OutputArchive state;
-        it->second->serialize(state);
-        archive.write(fmt::format("param{}/state", index), state);
+      const bool present = it != optimizer.state().end();
+      archive.putBool(param + "present", present);
+      if (!present) continue;
+      if (type == "sgd") {
+        const auto& s = as<torch::optim::SGDParamState>(*it->second);
+        if (s.momentum_buffer().defined()) archive.putTensor(param + "momentum_buffer", s.momentum_buffer());
+      } else if (type == "adam") {
+        saveAdamState(as<torch::optim::AdamParamState>(*it->second), archive, param);
+      } else {
+        saveAdamState(as<torch::optim::AdamWParamState>(*it->second), archive, param);
       }
-      ++index;
     }
   }
 }
 
-void loadOptimizer(torch::optim::Optimizer& optimizer, const std::string& type,
-                   torch::serialize::InputArchive& archive) {
-  int64_t index = 0;
-  for (size_t g = 0; g < optimizer.param_groups().size(); ++g) {
-    auto& group = optimizer.param_groups()[g];
-    torch::serialize::InputArchive options;
-    archive.read(fmt::format("group{}", g), options);
-    group.options().serialize(options);
-    for (const auto& p : group.params()) {
-      c10::IValue present;
-      archive.read(fmt::format("param{}/present", index), present);
-      if (present.toBool()) {
-        std::unique_ptr<torch::optim::OptimizerParamState> state;
-        if (type == "sgd") state = std::make_unique<torch::optim::SGDParamState>();
-        else if (type == "adam") state = std::make_unique<torch::optim::AdamParamState>();
-        else state = std::make_unique<torch::optim::AdamWParamState>();
-        torch::serialize::InputArchive stateArchive;
-        archive.read(fmt::format("param{}/state", index), stateArchive);
-        state->serialize(stateArchive);
-        optimizer.state()[stateKey(p)] = std::move(state);
-      } else {
-        optimizer.state().erase(stateKey(p));
+/// Reads the optimizer entries of a checkpoint, checking each against the
+/// parameter it belongs to, and remembers which entries it used.
+class OptimizerReader {
+ public:
+  explicit OptimizerReader(const TensorArchive& archive) : archive_(archive) {}
+
+  int64_t getInt(const std::string& key) {
+    used_.insert(key);
+    return archive_.getInt(key);
+  }
+  double getDouble(const std::string& key) {
+    used_.insert(key);
+    return archive_.getDouble(key);
+  }
+  bool getBool(const std::string& key) {
+    used_.insert(key);
+    return archive_.getBool(key);
+  }
+  const std::string& getString(const std::string& key) {
+    used_.insert(key);
+    return archive_.getString(key);
+  }
+  bool has(const std::string& key) const { return archive_.contains(key); }
+  /// A state tensor of parameter `p`: same dtype and shape as the parameter.
+  at::Tensor getLike(const std::string& key, const at::Tensor& p) {
+    used_.insert(key);
+    at::Tensor t = archive_.getTensor(key);
+    if (t.scalar_type() != p.scalar_type() || !t.sizes().equals(p.sizes())) {
+      throw CheckpointError(fmt::format("checkpoint {}: optimizer state '{}' is {} but its parameter is {}",
+                                        archive_.label(), key, describe(t), describe(p)));
+    }
+    return t;
+  }
+  /// Throws unless every optimizer/ entry of the file was used.
+  void checkAllUsed() const {
+    for (const auto& key : archive_.keys("optimizer/")) {
+      if (!used_.count(key)) {
+        throw CheckpointError(fmt::format("checkpoint {} has an optimizer entry '{}' that this run's optimizer does "
+                                          "not have", archive_.label(), key));
       }
-      ++index;
+    }
+  }
+
+ private:
+  const TensorArchive& archive_;
+  std::set<std::string> used_;
+};
+
+void warnIfChanged(bool report, const std::string& label, const std::string& option, double stored,
+                   double configured) {
+  if (report && stored != configured) {
+    log::warn(fmt::format("resuming with the optimizer's {} from {}: {} (this run's config says {})", option, label,
+                          stored, configured));
+  }
+}
+
+template <typename Options, typename State>
+std::unique_ptr<torch::optim::OptimizerParamState> loadAdam(OptimizerReader& r, Options& stored,
+                                                            const std::string& param, const at::Tensor& p) {
+  auto s = std::make_unique<State>();
+  int64_t step = r.getInt(param + "step");
+  if (step < 0) throw CheckpointError(fmt::format("optimizer state '{}step' is negative ({})", param, step));
+  s->step(step);
+  s->exp_avg(r.getLike(param + "exp_avg", p));
+  s->exp_avg_sq(r.getLike(param + "exp_avg_sq", p));
+  if (r.has(param + "max_exp_avg_sq") || stored.amsgrad()) s->max_exp_avg_sq(r.getLike(param + "max_exp_avg_sq", p));
+  return s;
+}
+
+template <typename Options>
+void loadAdamOptions(OptimizerReader& r, Options& stored, const Options& configured, const std::string& prefix,
+                     bool report, const std::string& label) {
+  stored.lr(r.getDouble(prefix + "lr"));
+  stored.betas({r.getDouble(prefix + "beta1"), r.getDouble(prefix + "beta2")});
+  stored.eps(r.getDouble(prefix + "eps"));
+  stored.weight_decay(r.getDouble(prefix + "weight_decay"));
+  stored.amsgrad(r.getBool(prefix + "amsgrad"));
+  warnIfChanged(report, label, "beta1", std::get<0>(stored.betas()), std::get<0>(configured.betas()));
+  warnIfChanged(report, label, "beta2", std::get<1>(stored.betas()), std::get<1>(configured.betas()));
+  warnIfChanged(report, label, "eps", stored.eps(), configured.eps());
+  warnIfChanged(report, label, "weight_decay", stored.weight_decay(), configured.weight_decay());
+  warnIfChanged(report, label, "amsgrad", stored.amsgrad(), configured.amsgrad());
+}
+
+/// Restores the group options and per-parameter state written by saveOptimizer.
+/// Everything is read and checked before the optimizer is changed. The
+/// checkpoint's options win over the configured ones (an exact resume); rank 0
+/// (`report`) warns about each that differs, except lr, which the schedule sets every step.
+void loadOptimizer(torch::optim::Optimizer& optimizer, const std::string& type, const TensorArchive& archive,
+                   bool report) {
+  const std::string& label = archive.label();
+  OptimizerReader r(archive);
+  const std::string stored = r.getString("optimizer/type");
+  if (stored != type) {
+    throw CheckpointError(fmt::format("checkpoint {} holds {} optimizer state, but this run uses {}", label, stored,
+                                      type));
+  }
+  auto& groups = optimizer.param_groups();
+  int64_t groupCount = r.getInt("optimizer/groups");
+  if (groupCount != static_cast<int64_t>(groups.size())) {
+    throw CheckpointError(fmt::format("checkpoint {} has {} optimizer parameter groups, this run has {}", label,
+                                      groupCount, groups.size()));
+  }
+  std::vector<std::unique_ptr<torch::optim::OptimizerOptions>> options;
+  std::vector<std::unique_ptr<torch::optim::OptimizerParamState>> states;
+  int64_t index = 0;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    auto& group = groups[g];
+    const std::string prefix = fmt::format("optimizer/group{}/", g);
+    int64_t params = r.getInt(prefix + "params");
+    if (params != static_cast<int64_t>(group.params().size())) {
+      throw CheckpointError(fmt::format("checkpoint {}: optimizer group {} has {} parameters, this run's has {}",
+                                        label, g, params, group.params().size()));
+    }
+    auto restored = group.options().clone();
+    if (type == "sgd") {
+      auto& o = as<torch::optim::SGDOptions>(*restored);
+      const auto& c = as<torch::optim::SGDOptions>(group.options());
+      o.lr(r.getDouble(prefix + "lr"));
+      o.momentum(r.getDouble(prefix + "momentum"));
+      o.dampening(r.getDouble(prefix + "dampening"));
+      o.weight_decay(r.getDouble(prefix + "weight_decay"));
+      o.nesterov(r.getBool(prefix + "nesterov"));
+      warnIfChanged(report, label, "momentum", o.momentum(), c.momentum());
+      warnIfChanged(report, label, "dampening", o.dampening(), c.dampening());
+      warnIfChanged(report, label, "weight_decay", o.weight_decay(), c.weight_decay());
+      warnIfChanged(report, label, "nesterov", o.nesterov(), c.nesterov());
+    } else if (type == "adam") {
+      loadAdamOptions(r, as<torch::optim::AdamOptions>(*restored), as<torch::optim::AdamOptions>(group.options()),
+                      prefix, report, label);
+    } else {
+      loadAdamOptions(r, as<torch::optim::AdamWOptions>(*restored), as<torch::optim::AdamWOptions>(group.options()),
+                      prefix, report, label);
+    }
+    for (const auto& p : group.params()) {
+      const std::string param = fmt::format("optimizer/param{}/", index++);
+      std::unique_ptr<torch::optim::OptimizerParamState> state;
+      if (r.getBool(param + "present")) {
+        if (type == "sgd") {
+          auto s = std::make_unique<torch::optim::SGDParamState>();
+          s->momentum_buffer(r.getLike(param + "momentum_buffer", p));
+          state = std::move(s);
+        } else if (type == "adam") {
+          state = loadAdam<torch::optim::AdamOptions, torch::optim::AdamParamState>(
+              r, as<torch::optim::AdamOptions>(*restored), param, p);
+        } else {
+          state = loadAdam<torch::optim::AdamWOptions, torch::optim::AdamWParamState>(
+              r, as<torch::optim::AdamWOptions>(*restored), param, p);
+        }
+      }
+      states.push_back(std::move(state));
+    }
+    options.push_back(std::move(restored));
+  }
+  r.checkAllUsed();
+  index = 0;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    groups[g].set_options(std::move(options[g]));
+    for (const auto& p : groups[g].params()) {
+      auto& state = states[index++];
+      if (state) optimizer.state()[stateKey(p)] = std::move(state);
+      else optimizer.state().erase(stateKey(p));
     }
   }
 }
 
 at::Generator cpuGenerator() { return at::detail::getDefaultCPUGenerator(); }
 
-std::string serialise(torch::serialize::OutputArchive& archive) {
-  std::ostringstream out;
-  archive.save_to(out);
-  return out.str();
-}
-
-CheckpointInfo readInfo(torch::serialize::InputArchive& archive) {
+CheckpointInfo readInfo(const TensorArchive& archive) {
   CheckpointInfo info;
-  auto readInt = [&](const char* key) {
-    c10::IValue v;
-    archive.read(key, v);
-    return v.toInt();
+  auto readCount = [&](const char* key, int64_t minimum) {
+    int64_t v = archive.getInt(key);
+    if (v < minimum) {
+      throw CheckpointError(fmt::format("checkpoint {}: '{}' is {}, expected at least {}", archive.label(), key, v,
+                                        minimum));
+    }
+    return v;
   };
-  info.step = readInt("meta/step");
-  info.epoch = readInt("meta/epoch");
-  info.batchInEpoch = readInt("meta/batch_in_epoch");
-  info.worldSize = readInt("meta/world_size");
-  info.batchSize = readInt("meta/batch_size");
-  c10::IValue keys;
-  archive.read("meta/extra_keys", keys);
-  std::istringstream lines(keys.toStringRef());
-  std::string key;
-  while (std::getline(lines, key)) {
-    if (key.empty()) continue;
-    c10::IValue value;
-    archive.read("extra/" + key, value);
-    info.extras.emplace_back(key, value.toStringRef());
-  }
+  info.step = readCount("meta/step", 0);
+  info.epoch = readCount("meta/epoch", 0);
+  info.batchInEpoch = readCount("meta/batch_in_epoch", 0);
+  info.worldSize = readCount("meta/world_size", 1);
+  info.batchSize = readCount("meta/batch_size", 1);
+  for (const auto& key : archive.keys("extra/")) info.extras.emplace_back(key.substr(6), archive.getString(key));
   return info;
 }
 
-void loadArchive(const std::string& path, torch::serialize::InputArchive& archive) {
-  std::string payload = readCheckpoint(path);
-  try {
-    archive.load_from(payload.data(), payload.size());
-  } catch (const std::exception& e) {
-    throw CheckpointError(fmt::format("checkpoint {} has a valid frame but an unreadable archive: {}", path,
-                                      std::string(e.what()).substr(0, 300)));
-  }
-}
-
+/// Reads, verifies and parses a checkpoint file. Never runs code from it.
+TensorArchive loadArchive(const std::string& path) { return TensorArchive::parse(readCheckpoint(path), path); }
 
 }  // namespace
 
@@ -161,31 +398,20 @@ const char* toString(Phase phase) {
   return "unknown";
 }
 
-CheckpointInfo readCheckpointInfo(const std::string& path) {
-  torch::serialize::InputArchive archive;
-  loadArchive(path, archive);
-  try {
-    return readInfo(archive);
-  } catch (const CheckpointError&) {
-    throw;
-  } catch (const std::exception& e) {
-    throw CheckpointError(fmt::format("checkpoint {} lacks lockstep's metadata: {}", path,
-                                      std::string(e.what()).substr(0, 300)));
-  }
-}
+CheckpointInfo readCheckpointInfo(const std::string& path) { return readInfo(loadArchive(path)); }
 
 CheckpointInfo loadModelFromCheckpoint(const std::string& path, torch::nn::Module& model) {
-  torch::serialize::InputArchive archive;
-  loadArchive(path, archive);
+  TensorArchive archive = loadArchive(path);
+  CheckpointInfo info = readInfo(archive);
   try {
-    torch::serialize::InputArchive modelArchive;
-    archive.read("model", modelArchive);
-    model.load(modelArchive);
-    return readInfo(archive);
+    loadModel(archive, model);
+  } catch (const CheckpointError&) {
+    throw;
   } catch (const std::exception& e) {
     throw CheckpointError(fmt::format("checkpoint {} does not fit this model: {}", path,
                                       std::string(e.what()).substr(0, 300)));
   }
+  return info;
 }
 
 Trainer::Trainer(std::shared_ptr<Communicator> comm, TrainerOptions options)
@@ -244,13 +470,20 @@ FitResult Trainer::fit(std::shared_ptr<torch::nn::Module> model, const LossFn& l
     resumePath = o.resume;
   } else if (o.resume == "auto" && checkpoints) {
     // Rank 0 picks the newest checkpoint that reads back whole; everyone loads that one.
+    // A damaged file is skipped; one of an older format stops every rank (-2):
+    // starting afresh beside it would let rotation delete the new checkpoints.
     int64_t chosen = -1;
+    std::string refusal;
     if (master) {
       auto entries = checkpoints->list();
       for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
         try {
           readCheckpoint(it->path);
           chosen = it->step;
+          break;
+        } catch (const ObsoleteCheckpointError& e) {
+          refusal = e.what();
+          chosen = -2;
           break;
         } catch (const CheckpointError& e) {
           log::warn(fmt::format("skipping unusable checkpoint: {}", e.what()));
@@ -260,25 +493,26 @@ FitResult Trainer::fit(std::shared_ptr<torch::nn::Module> model, const LossFn& l
     std::vector<at::Tensor> choice{at::tensor({chosen}, at::kLong)};
     comm.broadcast(choice, 0)->wait();
     chosen = choice[0].item<int64_t>();
+    if (chosen == -2) {
+      throw ObsoleteCheckpointError(fmt::format(
+          "{}; move the old checkpoints out of {} (or set checkpoint.dir elsewhere) to start afresh",
+          master ? refusal : "rank 0 found a checkpoint of an older format", checkpoints->dir()));
+    }
     if (chosen >= 0) resumePath = checkpoints->pathFor(chosen);
   }
   if (!resumePath.empty()) {
-    torch::serialize::InputArchive archive;
-    loadArchive(resumePath, archive);
+    TensorArchive archive = loadArchive(resumePath);
     CheckpointInfo info;
     try {
-      torch::serialize::InputArchive modelArchive;
-      archive.read("model", modelArchive);
-      model->load(modelArchive);
-      torch::serialize::InputArchive optimizerArchive;
-      archive.read("optimizer", optimizerArchive);
-      loadOptimizer(*optimizer, o.optimizer, optimizerArchive);
-      at::Tensor rngState;
-      archive.read("meta/rng", rngState);
+      info = readInfo(archive);
+      at::Tensor rngState = archive.getTensor("meta/rng");
+      loadModel(archive, *model);
+      loadOptimizer(*optimizer, o.optimizer, archive, master);
       auto gen = cpuGenerator();
       std::lock_guard<std::mutex> lock(gen.mutex());
       gen.set_state(rngState);
-      info = readInfo(archive);
+    } catch (const CheckpointError&) {
+      throw;
     } catch (const std::exception& e) {
       throw CheckpointError(fmt::format("cannot resume from {}: {}", resumePath, std::string(e.what()).substr(0, 300)));
     }
@@ -336,32 +570,21 @@ FitResult Trainer::fit(std::shared_ptr<torch::nn::Module> model, const LossFn& l
     if (!checkpoints) return;
     savedStep = step;
     if (master) {
-      torch::serialize::OutputArchive archive;
-      torch::serialize::OutputArchive modelArchive;
-      model->save(modelArchive);
-      archive.write("model", modelArchive);
-      torch::serialize::OutputArchive optimizerArchive;
-      saveOptimizer(*optimizer, optimizerArchive);
-      archive.write("optimizer", optimizerArchive);
-      at::Tensor rngState;
+      TensorArchive archive;
+      saveModel(*model, archive);
+      saveOptimizer(*optimizer, o.optimizer, archive);
       {
         auto gen = cpuGenerator();
         std::lock_guard<std::mutex> lock(gen.mutex());
-        rngState = gen.get_state();
+        archive.putTensor("meta/rng", gen.get_state());
       }
-      archive.write("meta/rng", rngState, /*is_buffer=*/true);
-      archive.write("meta/step", c10::IValue(step));
-      archive.write("meta/epoch", c10::IValue(epoch));
-      archive.write("meta/batch_in_epoch", c10::IValue(batchInEpoch));
-      archive.write("meta/world_size", c10::IValue(static_cast<int64_t>(world)));
-      archive.write("meta/batch_size", c10::IValue(o.batchSize));
-      std::string keys;
-      for (const auto& [key, value] : o.checkpointExtras) {
-        keys += key + "\n";
-        archive.write("extra/" + key, c10::IValue(value));
-      }
-      archive.write("meta/extra_keys", c10::IValue(keys));
-      result.lastCheckpoint = checkpoints->save(step, serialise(archive));
+      archive.putInt("meta/step", step);
+      archive.putInt("meta/epoch", epoch);
+      archive.putInt("meta/batch_in_epoch", batchInEpoch);
+      archive.putInt("meta/world_size", world);
+      archive.putInt("meta/batch_size", o.batchSize);
+      for (const auto& [key, value] : o.checkpointExtras) archive.putString("extra/" + key, value);
+      result.lastCheckpoint = checkpoints->save(step, archive.serialize());
       log::info(fmt::format("checkpoint {} written (step {})", result.lastCheckpoint, step));
     }
     if (o.crashAfterStep > 0 && step == o.crashAfterStep) {

@@ -30,6 +30,7 @@ std::vector<ProcessResult> runWorld(int world, const std::vector<std::string>& a
                 {"LOCKSTEP_MASTER_ADDR", "127.0.0.1"},
                 {"LOCKSTEP_MASTER_PORT", std::to_string(port)},
                 {"LOCKSTEP_NUM_THREADS", "1"},
+                {"LOCKSTEP_JOB_TOKEN", "comm-multiprocess-test"},
                 {"LOCKSTEP_COMM_TIMEOUT", std::to_string(commTimeoutSeconds)}};
     o.timeout = std::chrono::seconds(90);
     std::vector<std::string> argv{test::helperBin("comm_worker")};
@@ -91,9 +92,13 @@ INSTANTIATE_TEST_SUITE_P(World, MpiWorlds, ::testing::Values(1, 2, 3),
 TEST(LaunchedByOthers, MpirunWorkersUseMpiByDefaultAndGlooWhenAsked) {
   // No lockstep launcher and no MASTER_*: init() reads OMPI_COMM_WORLD_* (and, for
   // Gloo, derives the rendezvous port from the OpenMPI job id). CI runs as root, hence the flags.
+  // With MPI, rank 0 draws the job token and broadcasts it; Gloo needs one given (-x).
   for (std::string backend : {"auto", "gloo"}) {
-    auto r = runProcess({"mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "3", "-x", "LOCKSTEP_COMM_TIMEOUT=60",
-                         "-x", "LOCKSTEP_BACKEND=" + backend, test::helperBin("comm_worker"), "check"});
+    std::vector<std::string> argv{"mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "3", "-x",
+                                  "LOCKSTEP_COMM_TIMEOUT=60", "-x", "LOCKSTEP_BACKEND=" + backend};
+    if (backend == "gloo") argv.insert(argv.end(), {"-x", "LOCKSTEP_JOB_TOKEN=from-the-job-script"});
+    argv.insert(argv.end(), {test::helperBin("comm_worker"), "check"});
+    auto r = runProcess(argv);
     EXPECT_EQ(r.exitCode, 0) << r.out << r.err;
     std::string used = backend == "gloo" || !mpiBackendBuilt() ? "gloo" : "mpi";
     EXPECT_NE(r.out.find("all checks passed on 3 ranks (backend " + used + ")"), std::string::npos) << r.out << r.err;

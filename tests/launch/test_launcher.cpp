@@ -167,7 +167,7 @@ INSTANTIATE_TEST_SUITE_P(
                       BadArgs{{"-np", "2", "--bogus", "--", "true"}, "unknown option '--bogus'"},
                       BadArgs{{"-np", "2", "--bogus", "true"}, "unknown option '--bogus'"},
                       BadArgs{{"-np", "two", "--", "true"}, "Could not convert: --np = two"},
-                      BadArgs{{"--", "true"}, "--np is required"},
+                      BadArgs{{"--", "true"}, "-np N is required"},
                       BadArgs{{"-np", "2"}, "missing the program to run"},
                       BadArgs{{"-np", "2", "--", "/no/such/program"}, "program '/no/such/program' not found"},
                       BadArgs{{"-np", "2", "--", "no-such-program-xyz"}, "program 'no-such-program-xyz' not found"},

@@ -1,6 +1,6 @@
 // `lockstep train` as a user runs it, under the real launcher: resume after a
-// killed run is bitwise identical to an uninterrupted run, a corrupt
-// checkpoint is named and skipped, mismatched models fail fast, and the
+// killed run is bitwise identical to an uninterrupted run, a truncated or
+// altered checkpoint is named and skipped, mismatched models fail fast, and the
 // trained checkpoint generates names.
 #include <gtest/gtest.h>
 
@@ -107,7 +107,27 @@ TEST(TrainMultiprocess, CorruptCheckpointIsNamedAndThePreviousOneIsUsed) {
   ASSERT_EQ(automatic.exitCode, 0) << automatic.err;
   EXPECT_NE(automatic.err.find("skipping unusable checkpoint"), std::string::npos) << automatic.err;
   EXPECT_NE(automatic.err.find("resumed from ckpt/step-000000024.ckpt"), std::string::npos) << automatic.err;
+  ASSERT_TRUE(readAll(newest) == goodNewest) << "recomputing steps 25-26 must give the same checkpoint";
+
+  // Altered rather than truncated: one byte flipped in the middle, same size. The CRC catches it.
+  std::string altered = goodNewest;
+  altered[altered.size() / 2] = static_cast<char>(altered[altered.size() / 2] ^ 0x10);
+  {
+    std::ofstream out(newest, std::ios::binary | std::ios::trunc);
+    out << altered;
+  }
+  auto explicitAltered = train(dir, 2, "checkpoint.resume=ckpt/step-000000026.ckpt");
+  EXPECT_EQ(explicitAltered.exitCode, 1) << explicitAltered.err;
+  EXPECT_NE(explicitAltered.err.find("checkpoint ckpt/step-000000026.ckpt is corrupt: CRC-32C"), std::string::npos)
+      << explicitAltered.err;
+  auto automaticAltered = train(dir, 2, "");
+  ASSERT_EQ(automaticAltered.exitCode, 0) << automaticAltered.err;
+  EXPECT_NE(automaticAltered.err.find("skipping unusable checkpoint: checkpoint ckpt/step-000000026.ckpt is corrupt: "
+                                      "CRC-32C"), std::string::npos) << automaticAltered.err;
+  EXPECT_NE(automaticAltered.err.find("resumed from ckpt/step-000000024.ckpt"), std::string::npos)
+      << automaticAltered.err;
   EXPECT_TRUE(readAll(newest) == goodNewest) << "recomputing steps 25-26 must give the same checkpoint";
+  EXPECT_TRUE(readAll(previous) == previousBytes) << "the previous checkpoint was touched";
 }
 
 TEST(TrainMultiprocess, MismatchedModelsFailFastWithTheDifference) {

@@ -21,6 +21,7 @@ enum class CommErrorKind {
   kInvalidArgument,  ///< the call itself was wrong (dtype, sizes, rank); nothing was sent
   kBackend,          ///< the backend reported another error
   kAborted,          ///< an earlier failure made the communicator unusable
+  kDesync,           ///< ranks called different collectives at the same point (desync_check.h); nothing was sent
 };
 
 const char* toString(CommErrorKind kind);

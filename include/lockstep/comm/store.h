@@ -21,16 +21,23 @@ struct StoreImpl;
 
 struct TcpStoreOptions {
   std::string host = "127.0.0.1";  ///< the master address
-  int port = 29500;
+  int port = 29500;                ///< 0 with isServer: any free port (see Store::port)
   bool isServer = false;           ///< rank 0 serves, the others connect
-  int worldSize = 1;               ///< the server waits for this many clients
+  int worldSize = 1;               ///< informational
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
+  /// The job's shared secret; required. Connections that cannot prove they
+  /// know it are refused (and logged by the server with their address).
+  std::string token;
+  /// Where the server listens; empty: `host` itself (so 127.0.0.1 stays
+  /// loopback-only). "0.0.0.0" listens on every interface.
+  std::string bindAddr;
 };
 
 class Store {
  public:
-  /// Connects to (or, with isServer, serves) a TCP store; throws CommError
-  /// (kTimeout or kBackend) naming host:port when it cannot.
+  /// Connects to (or, with isServer, serves and connects to) lockstep's TCP
+  /// store; throws CommError naming host:port: kTimeout when nothing answers in
+  /// time, kBackend when the server refuses the token or cannot listen.
   static Store tcp(const TcpStoreOptions& options);
   /// A store in this process's memory, to be shared by threads acting as ranks.
   static Store inMemory(std::chrono::milliseconds timeout = std::chrono::seconds(30));
@@ -43,6 +50,13 @@ class Store {
   int64_t add(const std::string& key, int64_t delta);
   /// A view of this store where every key starts with `prefix` + "/".
   Store withPrefix(const std::string& prefix) const;
+
+  /// The port this process serves on (-1 when it is not the server).
+  int port() const;
+  /// Connections this process's server refused (wrong token, bad protocol, no proof in time).
+  int refusedConnections() const;
+  /// "tcp://host:port" or "memory" (for messages).
+  std::string description() const;
 
   std::shared_ptr<detail::StoreImpl> impl() const { return impl_; }
 

@@ -53,6 +53,8 @@ inline constexpr const char* kNumThreads = "LOCKSTEP_NUM_THREADS";
 inline constexpr const char* kCommTimeout = "LOCKSTEP_COMM_TIMEOUT";
 inline constexpr const char* kLogLevel = "LOCKSTEP_LOG_LEVEL";
 inline constexpr const char* kBackend = "LOCKSTEP_BACKEND";
+inline constexpr const char* kIface = "LOCKSTEP_IFACE";
+inline constexpr const char* kRestartCount = "LOCKSTEP_RESTART_COUNT";
 }  // namespace env
 
 }  // namespace lockstep

@@ -9,16 +9,32 @@
 // the others get SIGTERM, then SIGKILL after stopGrace; the result names the
 // first failed rank, its exit code or signal and the tail of its stderr.
 // Bad options throw ConfigError before anything starts.
+//
+// Every launch prints where the ranks went (node, host, ranks, pids). With
+// maxRestarts, a failed group is stopped and started again (same ranks on this
+// node), and the summary of each failure is printed before the restart. With
+// hosts (-H), one launcher per host is started through rsh and the token
+// travels on its stdin, never on a command line.
 #pragma once
 
 #include <sys/types.h>
 
 #include <chrono>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
 namespace lockstep {
+
+/// One entry of `-H host1:2,host2:2`.
+struct HostSlots {
+  std::string host;
+  int slots = 1;
+};
+
+/// Parses "-H" text: comma-separated host[:slots]; ConfigError naming the bad entry.
+std::vector<HostSlots> parseHosts(const std::string& text);
 
 struct LaunchOptions {
   int nprocPerNode = 1;
@@ -39,6 +55,23 @@ struct LaunchOptions {
   /// the CLI before launch.)
   std::string backend = "gloo";
   std::vector<std::string> mpirunArgs;  ///< extra arguments for mpirun (backend "mpi")
+  /// The job token handed to the workers (LOCKSTEP_JOB_TOKEN). Empty: from
+  /// LOCKSTEP_JOB_TOKEN / LOCKSTEP_JOB_TOKEN_FILE, else a random one — which
+  /// only works when this launcher starts every node (single node, or -H);
+  /// `--nnodes > 1` without -H needs the same token on every node.
+  std::string token;
+  /// Restart the whole group up to this many times after a worker fails (not
+  /// after an interrupt); workers see LOCKSTEP_RESTART_COUNT.
+  int maxRestarts = 0;
+  /// -H: start one launcher per host through `rsh` (node rank = position);
+  /// this process only watches them. Needs the same lockstep path and working
+  /// directory on every host.
+  std::vector<HostSlots> hosts;
+  std::vector<std::string> rsh{"ssh", "-o", "BatchMode=yes"};
+  std::string iface;            ///< exported as LOCKSTEP_IFACE (Gloo's interface)
+  /// Read the token from stdin's first line and stop the workers when stdin
+  /// closes (set on the launchers that -H starts: their parent went away).
+  bool tokenFromStdin = false;
 };
 
 struct RankResult {
@@ -58,10 +91,17 @@ struct LaunchResult {
   int interruptSignal = 0;    ///< a signal the launcher received and forwarded
   std::vector<RankResult> ranks;
   std::string summary;        ///< printed on stderr when something failed
+  int restarts = 0;           ///< group restarts that happened (--max-restarts)
 };
 
 /// Validates `options` (throws ConfigError), runs the workers to the end.
 LaunchResult launch(const LaunchOptions& options);
+
+/// The shell command a -H launcher runs on host `nodeRank` through rsh (for logs and tests).
+std::string remoteLaunchCommand(const LaunchOptions& options, int nodeRank, const std::string& selfPath,
+                                const std::string& workingDir, const std::map<std::string, std::string>& forwardEnv);
+/// Quotes `word` for a POSIX shell.
+std::string shellQuote(const std::string& word);
 
 /// The mpirun command line launch() uses for backend "mpi" (for logs and tests).
 std::vector<std::string> mpirunCommand(const LaunchOptions& options, int usableCores, bool asRoot);

@@ -8,6 +8,11 @@
 // rank, meets the other ranks through a TCP store served by rank 0 at the master
 // address, and connects the backend. Every rank must call it; it blocks until all
 // ranks joined or the timeout passed (CommError kTimeout naming the master).
+//
+// The store admits only processes holding the job token (see jobToken), and
+// listens on the master address itself (loopback stays loopback;
+// LOCKSTEP_STORE_BIND=0.0.0.0 listens everywhere). Gloo binds to the address
+// on the route to the master unless LOCKSTEP_IFACE names an interface.
 #pragma once
 
 #include <chrono>
@@ -47,6 +52,15 @@ Context init(const InitOptions& options, const Environment& env);
 /// is unknown or cannot work (mpi without mpirun, or not built).
 std::string chooseBackend(const std::string& requested, const WorldInfo& world, const std::string& source,
                           const Environment& env);
+
+/// The job token: LOCKSTEP_JOB_TOKEN, else the file LOCKSTEP_JOB_TOKEN_FILE names,
+/// else (when `mpi` is given, i.e. mpirun started the ranks) one rank 0 draws
+/// and broadcasts. ConfigError naming the rank and the variables otherwise.
+std::string jobToken(const Environment& env, const WorldInfo& world, Communicator* mpi);
+
+/// This host's address on the route to `host` (the interface Gloo should use to
+/// reach the master). ConfigError when the master cannot be resolved or reached.
+std::string addressTowards(const std::string& host, int port);
 
 /// Threads a worker should use: LOCKSTEP_NUM_THREADS, else OMP_NUM_THREADS, else
 /// max(1, cores / localWorldSize).

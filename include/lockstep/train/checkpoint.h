@@ -1,13 +1,15 @@
 // lockstep/train/checkpoint.h — checkpoint files: framing, atomic writes, rotation.
 //
-// A checkpoint file is a 32-byte header — magic "LOCKSTEP-CKPT-v1" (16 bytes),
+// A checkpoint file is a 32-byte header — magic "LOCKSTEP-CKPT-v2" (16 bytes),
 // payload length (u64 little endian), CRC-32C of the payload (u32), 4 zero
-// bytes — followed by the payload (a LibTorch archive). Reading checks all of
-// it and names the file and what is wrong (not a checkpoint, truncated at
-// byte N of M, checksum mismatch). Files are written atomically: a temporary
-// file in the same directory, fsync, rename, fsync of the directory, so a
-// crash leaves either the old set of checkpoints or the new one, never a
-// half-written file under a checkpoint's name.
+// bytes — followed by the payload (a TensorArchive, tensor_archive.h: data
+// only, never code). Reading checks all of it and names the file and what is
+// wrong (not a checkpoint, truncated at byte N of M, checksum mismatch). A
+// "LOCKSTEP-CKPT-v1" file holds a LibTorch archive, whose loading would run
+// TorchScript code stored in it: it is refused with ObsoleteCheckpointError.
+// Files are written atomically: a temporary file in the same directory, fsync,
+// rename, fsync of the directory, so a crash leaves either the old set of
+// checkpoints or the new one, never a half-written file under a checkpoint's name.
 #pragma once
 
 #include <cstdint>
@@ -24,12 +26,21 @@ class CheckpointError : public Error {
   using Error::Error;
 };
 
+/// A checkpoint in a format this lockstep refuses to read (a LibTorch archive
+/// written by an older lockstep). Unlike a damaged file it is not skipped by
+/// automatic resume: the user has to decide what to do with it.
+class ObsoleteCheckpointError : public CheckpointError {
+ public:
+  using CheckpointError::CheckpointError;
+};
+
 /// Writes `bytes` to `path` atomically (see above). Throws lockstep::Error naming the path.
 void writeFileAtomically(const std::string& path, const std::string& bytes);
 
 /// Frames a payload as a checkpoint file's content.
 std::string frameCheckpoint(const std::string& payload);
-/// Reads and verifies a checkpoint file; returns its payload. Throws CheckpointError.
+/// Reads and verifies a checkpoint file; returns its payload. Throws CheckpointError
+/// (ObsoleteCheckpointError for a v1 file).
 std::string readCheckpoint(const std::string& path);
 
 struct CheckpointEntry {

@@ -149,9 +149,13 @@ struct CheckpointInfo {
 };
 
 /// Loads a Trainer checkpoint's model weights into `model` and returns its info
-/// (lockstep generate uses it). Throws CheckpointError naming the file.
+/// (lockstep generate uses it). Every parameter and buffer of `model` must be
+/// in the file with the same dtype and shape, and the file must hold no other
+/// model tensor; otherwise `model` is left unchanged. Never runs code from the
+/// file (docs/training.md, "What loading verifies"). Throws CheckpointError
+/// naming the file and, where one is at fault, the tensor.
 CheckpointInfo loadModelFromCheckpoint(const std::string& path, torch::nn::Module& model);
-/// Reads only the info of a checkpoint.
+/// Reads only the info of a checkpoint. Throws CheckpointError.
 CheckpointInfo readCheckpointInfo(const std::string& path);
 
 }  // namespace lockstep

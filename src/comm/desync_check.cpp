@@ -1,0 +1,573 @@
+// desync_check.cpp — the fingerprint exchange before collectives (desync_check.h).
+//
+// Shape of the wrapper: operations that need no check and find nothing
+// waiting go straight to the inner communicator on the caller's thread.
+// Everything else becomes an Item in `queue`; the issuer thread takes items
+// in order, runs the fingerprint allgather for checked ones (waiting for its
+// result: it runs after every earlier operation of the inner communicator),
+// compares, and issues the real operation; the finisher thread waits for the
+// real operations in order and completes the Work the caller holds. State
+// lives in a shared block so the threads can be detached if a backend call is
+// stuck when the communicator is destroyed after a failure (as op_queue.cpp).
+#include "lockstep/comm/desync_check.h"
+
+#include <ATen/ATen.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cctype>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "comm/collective_args.h"
+#include "comm/failure.h"
+#include "lockstep/common/error.h"
+
+namespace lockstep {
+
+const char* toString(DesyncCheckMode mode) {
+  switch (mode) {
+    case DesyncCheckMode::kOff: return "off";
+    case DesyncCheckMode::kSampled: return "sampled";
+    case DesyncCheckMode::kAll: return "all";
+  }
+  return "?";
+}
+
+namespace {
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return s;
+}
+
+bool parseDebugFlag(const Environment& env) {
+  auto value = env.get(env::kDebug);
+  if (!value) return false;
+  std::string v = lower(*value);
+  if (v == "1" || v == "true" || v == "yes" || v == "on") return true;
+  if (v.empty() || v == "0" || v == "false" || v == "no" || v == "off") return false;
+  throw ConfigError(fmt::format("environment variable {}='{}' is not understood; expected 1 (debug checks on) or 0",
+                                env::kDebug, *value));
+}
+
+}  // namespace
+
+DesyncCheckOptions desyncCheckFromEnv(const Environment& env) {
+  DesyncCheckOptions options;
+  bool debug = parseDebugFlag(env);
+  auto value = env.get(env::kDesyncCheck);
+  if (!value) {
+    if (debug) options.mode = DesyncCheckMode::kAll;
+    return options;
+  }
+  std::string v = lower(*value);
+  auto bad = [&] {
+    return ConfigError(fmt::format("environment variable {}='{}' is not understood; expected off, all, sample "
+                                   "(every {}th collective and the first {}) or sample:N (every Nth, N >= 1)",
+                                   env::kDesyncCheck, *value, options.every, options.first));
+  };
+  if (v == "off" || v == "0") {
+    options.mode = DesyncCheckMode::kOff;
+  } else if (v == "all") {
+    options.mode = DesyncCheckMode::kAll;
+  } else if (v == "sample") {
+    options.mode = DesyncCheckMode::kSampled;
+  } else if (v.rfind("sample:", 0) == 0) {
+    options.mode = DesyncCheckMode::kSampled;
+    std::string n = v.substr(7);
+    if (n.empty() || n.find_first_not_of("0123456789") != std::string::npos || n.size() > 9) throw bad();
+    options.every = std::stoi(n);
+    if (options.every < 1) throw bad();
+  } else {
+    throw bad();
+  }
+  return options;
+}
+
+namespace {
+
+using detail::dtypeName;
+
+enum class OpKind : int64_t { kAllreduce = 1, kBroadcast, kAllgather, kReduceScatter, kBarrier };
+
+/// What one rank contributes: fixed size, so every rank's allgather matches.
+struct Fingerprint {
+  enum Field { kMagic, kSequence, kKind, kReduceOp, kRoot, kTensors, kDtype, kElements, kBytes, kShapeHash, kFields };
+  static constexpr int64_t kMagicValue = 0x6c6b7364'00000001;  // "lksd", version 1
+  static constexpr int64_t kNone = -1;
+  static constexpr int64_t kMixed = -2;
+  std::array<int64_t, kFields> f{};
+
+  bool operator==(const Fingerprint& o) const { return f == o.f; }
+  bool operator!=(const Fingerprint& o) const { return f != o.f; }
+};
+
+/// FNV-1a over (dtype, rank, sizes) of every tensor: equal element counts in other shapes differ here.
+void hashTensor(uint64_t& h, const at::Tensor& t) {
+  auto mix = [&](int64_t v) {
+    for (int i = 0; i < 8; ++i) {
+      h ^= static_cast<uint64_t>(v >> (8 * i)) & 0xff;
+      h *= 0x100000001b3ULL;
+    }
+  };
+  mix(static_cast<int64_t>(t.scalar_type()));
+  mix(t.dim());
+  for (int64_t d = 0; d < t.dim(); ++d) mix(t.size(d));
+}
+
+Fingerprint fingerprint(uint64_t sequence, OpKind kind, std::optional<ReduceOp> op, int root,
+                        const std::vector<at::Tensor>& tensors) {
+  Fingerprint fp;
+  fp.f[Fingerprint::kMagic] = Fingerprint::kMagicValue;
+  fp.f[Fingerprint::kSequence] = static_cast<int64_t>(sequence);
+  fp.f[Fingerprint::kKind] = static_cast<int64_t>(kind);
+  fp.f[Fingerprint::kReduceOp] = op ? static_cast<int64_t>(*op) : Fingerprint::kNone;
+  fp.f[Fingerprint::kRoot] = root;
+  fp.f[Fingerprint::kTensors] = static_cast<int64_t>(tensors.size());
+  int64_t dtype = Fingerprint::kNone;
+  int64_t elements = 0;
+  int64_t bytes = 0;
+  uint64_t hash = 0xcbf29ce484222325ULL;
+  for (const auto& t : tensors) {
+    auto d = static_cast<int64_t>(t.scalar_type());
+    dtype = dtype == Fingerprint::kNone || dtype == d ? d : Fingerprint::kMixed;
+    elements += t.numel();
+    bytes += t.numel() * static_cast<int64_t>(t.element_size());
+    hashTensor(hash, t);
+  }
+  fp.f[Fingerprint::kDtype] = dtype;
+  fp.f[Fingerprint::kElements] = elements;
+  fp.f[Fingerprint::kBytes] = bytes;
+  fp.f[Fingerprint::kShapeHash] = static_cast<int64_t>(hash & 0xffffffffULL);
+  return fp;
+}
+
+std::string reduceName(int64_t op) {
+  if (op < 0 || op > static_cast<int64_t>(ReduceOp::kMin)) return fmt::format("op#{}", op);
+  return toString(static_cast<ReduceOp>(op));
+}
+
+std::string dtypeText(int64_t code) {
+  if (code < 0 || code >= static_cast<int64_t>(at::ScalarType::NumOptions)) return fmt::format("dtype#{}", code);
+  return dtypeName(static_cast<at::ScalarType>(code));
+}
+
+/// "allreduce(sum) float32 x 1024 (4096 B)"; with `hash`, the shapes' hash too.
+std::string describe(const Fingerprint& fp, bool hash) {
+  const auto& f = fp.f;
+  std::string text;
+  switch (static_cast<OpKind>(f[Fingerprint::kKind])) {
+    case OpKind::kAllreduce: text = fmt::format("allreduce({})", reduceName(f[Fingerprint::kReduceOp])); break;
+    case OpKind::kBroadcast: text = fmt::format("broadcast(root {})", f[Fingerprint::kRoot]); break;
+    case OpKind::kAllgather: text = "allgather"; break;
+    case OpKind::kReduceScatter: text = fmt::format("reduce_scatter({})", reduceName(f[Fingerprint::kReduceOp])); break;
+    case OpKind::kBarrier: text = "barrier"; break;
+    default: text = fmt::format("an unknown operation (fingerprint kind {})", f[Fingerprint::kKind]); break;
+  }
+  int64_t tensors = f[Fingerprint::kTensors];
+  if (static_cast<OpKind>(f[Fingerprint::kKind]) != OpKind::kBarrier) {
+    if (tensors != 1) text += fmt::format(" {} tensors,", tensors);
+    if (f[Fingerprint::kDtype] == Fingerprint::kMixed) {
+      text += fmt::format(" mixed dtypes, {} elements", f[Fingerprint::kElements]);
+    } else if (f[Fingerprint::kDtype] != Fingerprint::kNone) {
+      text += fmt::format(" {} x {}", dtypeText(f[Fingerprint::kDtype]), f[Fingerprint::kElements]);
+    }
+    text += fmt::format(" ({} B)", f[Fingerprint::kBytes]);
+  }
+  if (hash) text += fmt::format(" [shapes {:08x}]", static_cast<uint64_t>(f[Fingerprint::kShapeHash]));
+  if (f[Fingerprint::kMagic] != Fingerprint::kMagicValue) text += " [not a lockstep fingerprint]";
+  return text;
+}
+
+std::string rankList(const std::vector<int>& ranks) {
+  std::string s = ranks.size() == 1 ? "rank " : "ranks ";
+  size_t shown = std::min<size_t>(ranks.size(), 8);
+  for (size_t i = 0; i < shown; ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
+  if (ranks.size() > shown) s += fmt::format(" and {} more", ranks.size() - shown);
+  return s;
+}
+
+/// Empty when every rank sent the same fingerprint, else the message naming every view.
+std::string compare(const std::vector<Fingerprint>& all, uint64_t sequence) {
+  std::vector<std::pair<Fingerprint, std::vector<int>>> views;  // in order of the lowest rank holding each
+  for (int r = 0; r < static_cast<int>(all.size()); ++r) {
+    auto it = std::find_if(views.begin(), views.end(), [&](const auto& v) { return v.first == all[r]; });
+    if (it == views.end()) views.push_back({all[r], {r}});
+    else it->second.push_back(r);
+  }
+  if (views.size() == 1) return "";
+  std::vector<std::string> texts;
+  for (const auto& v : views) texts.push_back(describe(v.first, false));
+  // Views that read alike differ only in the shapes (or in something no sane call changes): show the hashes.
+  bool alike = std::any_of(texts.begin(), texts.end(), [&](const std::string& t) {
+    return std::count(texts.begin(), texts.end(), t) > 1;
+  });
+  std::string message = fmt::format("collectives out of step at #{}: ", sequence);
+  size_t shown = std::min<size_t>(views.size(), 4);
+  for (size_t i = 0; i < shown; ++i) {
+    const auto& ranks = views[i].second;
+    std::string part = fmt::format("{} call{} {}", rankList(ranks), ranks.size() == 1 ? "s" : "",
+                                   alike ? describe(views[i].first, true) : texts[i]);
+    int64_t theirs = views[i].first.f[Fingerprint::kSequence];
+    if (theirs != static_cast<int64_t>(sequence)) part += fmt::format(" as its collective #{}", theirs);
+    message += (i == 0 ? "" : i == 1 ? " but " : "; ") + part;
+  }
+  if (views.size() > shown) message += fmt::format("; and {} other views", views.size() - shown);
+  return message;
+}
+
+class DesyncCheckingCommunicator final : public Communicator {
+ public:
+  DesyncCheckingCommunicator(std::shared_ptr<Communicator> inner, DesyncCheckOptions options)
+      : state_(std::make_shared<State>()), args_(inner->rank(), inner->size(), inner->backendName()) {
+    state_->inner = std::move(inner);
+    state_->options = options;
+    issuer_ = std::thread(&DesyncCheckingCommunicator::runIssuer, state_);
+    finisher_ = std::thread(&DesyncCheckingCommunicator::runFinisher, state_);
+  }
+
+  ~DesyncCheckingCommunicator() override {
+    bool stuck = false;
+    {
+      std::lock_guard<std::mutex> lock(state_->mutex);
+      state_->stop = true;
+      stuck = state_->busy > 0 && state_->failure.has_value();
+    }
+    state_->cv.notify_all();
+    for (auto* t : {&issuer_, &finisher_}) {
+      if (stuck) t->detach();
+      else t->join();
+    }
+  }
+
+  int rank() const override { return state_->inner->rank(); }
+  int size() const override { return state_->inner->size(); }
+  std::string backendName() const override { return state_->inner->backendName(); }
+  std::chrono::milliseconds defaultTimeout() const override { return state_->inner->defaultTimeout(); }
+
+  WorkHandle allreduce(std::vector<at::Tensor>& tensors, ReduceOp op, const CollectiveOptions& options) override {
+    auto inner = state_->inner;
+    return collective(
+        [&] { return inner->allreduce(tensors, op, options); },
+        [&] { return args_.allreduce(tensors, op); },
+        [&](uint64_t k) { return fingerprint(k, OpKind::kAllreduce, op, -1, tensors); },
+        [inner, tensors, op, options]() mutable { return inner->allreduce(tensors, op, options); }, options);
+  }
+
+  WorkHandle broadcast(std::vector<at::Tensor>& tensors, int root, const CollectiveOptions& options) override {
+    auto inner = state_->inner;
+    return collective(
+        [&] { return inner->broadcast(tensors, root, options); },
+        [&] { return args_.broadcast(tensors, root); },
+        [&](uint64_t k) { return fingerprint(k, OpKind::kBroadcast, std::nullopt, root, tensors); },
+        [inner, tensors, root, options]() mutable { return inner->broadcast(tensors, root, options); }, options);
+  }
+
+  WorkHandle allgather(const at::Tensor& input, at::Tensor& output, const CollectiveOptions& options) override {
+    auto inner = state_->inner;
+    return collective(
+        [&] { return inner->allgather(input, output, options); },
+        [&] { return args_.allgather(input, output); },
+        [&](uint64_t k) { return fingerprint(k, OpKind::kAllgather, std::nullopt, -1, {input}); },
+        [inner, input, output, options]() mutable { return inner->allgather(input, output, options); }, options);
+  }
+
+  WorkHandle allgather(const at::Tensor& input, std::vector<at::Tensor>& outputs,
+                       const CollectiveOptions& options) override {
+    auto inner = state_->inner;
+    return collective(
+        [&] { return inner->allgather(input, outputs, options); },
+        [&] { return args_.allgather(input, outputs); },
+        [&](uint64_t k) { return fingerprint(k, OpKind::kAllgather, std::nullopt, -1, {input}); },
+        [inner, input, outputs, options]() mutable { return inner->allgather(input, outputs, options); }, options);
+  }
+
+  WorkHandle reduceScatter(const at::Tensor& input, at::Tensor& output, ReduceOp op,
+                           const CollectiveOptions& options) override {
+    auto inner = state_->inner;
+    return collective(
+        [&] { return inner->reduceScatter(input, output, op, options); },
+        [&] { return args_.reduceScatter(input, output, op); },
+        [&](uint64_t k) { return fingerprint(k, OpKind::kReduceScatter, op, -1, {input}); },
+        [inner, input, output, op, options]() mutable { return inner->reduceScatter(input, output, op, options); },
+        options);
+  }
+
+  WorkHandle barrier(const CollectiveOptions& options) override {
+    auto inner = state_->inner;
+    return collective(
+        [&] { return inner->barrier(options); }, [&] { return args_.info("barrier", ""); },
+        [&](uint64_t k) { return fingerprint(k, OpKind::kBarrier, std::nullopt, -1, {}); },
+        [inner, options] { return inner->barrier(options); }, options);
+  }
+
+  // Point to point: peers and sizes differ between ranks by design, so never checked, never queued.
+  WorkHandle send(const at::Tensor& tensor, int dst, int tag, const CollectiveOptions& options) override {
+    if (auto failed = failedIfPoisoned([&] { return args_.send(tensor, dst, tag); })) return failed;
+    return state_->inner->send(tensor, dst, tag, options);
+  }
+  WorkHandle recv(at::Tensor& tensor, int src, int tag, const CollectiveOptions& options) override {
+    if (auto failed = failedIfPoisoned([&] { return args_.recv(tensor, src, tag); })) return failed;
+    return state_->inner->recv(tensor, src, tag, options);
+  }
+
+ private:
+  enum class Phase { kQueued, kChecking, kIssued };
+  struct Item {
+    WorkHandle outer;        ///< what the caller holds
+    CommErrorInfo info;      ///< the operation's error context; sequence = k
+    bool check = false;
+    Fingerprint fingerprint;
+    std::function<WorkHandle()> issue;  ///< submits the real operation to the inner communicator
+    CollectiveOptions options;
+    WorkHandle inner;        ///< the real operation, once issued
+    std::shared_ptr<std::atomic<Phase>> phase;  ///< where it is, for the timeout's message
+  };
+  struct State {
+    std::shared_ptr<Communicator> inner;
+    DesyncCheckOptions options;
+    std::mutex mutex;
+    std::condition_variable cv;
+    std::deque<Item> queue;      // waiting to be issued (in submission order)
+    std::deque<Item> finishing;  // issued, waiting for the inner operation
+    int busy = 0;                // items the issuer took but has not issued yet
+    bool stop = false;
+    uint64_t collectives = 0;    // collectives counted so far (k of the last one)
+    uint64_t lastChecked = 0;    // k of the last check that matched
+    std::optional<CommErrorInfo> failure;  // first failure seen by this wrapper: poisons it
+  };
+
+  static bool shouldCheck(const DesyncCheckOptions& o, uint64_t k) {
+    if (o.mode == DesyncCheckMode::kAll) return true;
+    return k <= static_cast<uint64_t>(o.first) || k % static_cast<uint64_t>(o.every) == 0;
+  }
+
+  static WorkHandle completedWork(const CommErrorInfo& info, std::exception_ptr error) {
+    auto work = std::make_shared<Work>(fmt::format("{} #{}", info.op, info.sequence), Work::Clock::now(), nullptr);
+    work->complete(std::move(error));
+    return work;
+  }
+
+  /// A failed Work when the wrapper is poisoned (arguments validated first, as the backends do), else null.
+  template <typename Info>
+  WorkHandle failedIfPoisoned(Info info) {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    if (!state_->failure) return nullptr;
+    CommErrorInfo i = info();
+    return completedWork(i, detail::abortedError(i, *state_->failure));
+  }
+
+  /// Records the first failure and fails every queued item. Caller holds the mutex.
+  static void poisonLocked(State& state, const CommErrorInfo& info) {
+    if (state.failure) return;
+    state.failure = info;
+    for (auto& item : state.queue) item.outer->complete(detail::abortedError(item.info, info));
+    state.queue.clear();
+  }
+
+  template <typename Direct, typename Validate, typename Print, typename Issue>
+  WorkHandle collective(Direct direct, Validate validate, Print print, Issue issue, const CollectiveOptions& options) {
+    State& s = *state_;
+    std::unique_lock<std::mutex> lock(s.mutex);
+    uint64_t k = s.collectives + 1;
+    bool check = shouldCheck(s.options, k);
+    if (!check && s.queue.empty() && s.busy == 0 && !s.failure) {
+      // Nothing ahead of it in this wrapper: straight to the inner communicator, under the lock so
+      // the issuer cannot slip an operation in between. Counted only once accepted (invalid
+      // arguments throw from the backend and leave the count alone, as on the ranks that did not err).
+      WorkHandle work = direct();
+      s.collectives = k;
+      return work;
+    }
+    CommErrorInfo info = validate();  // kInvalidArgument throws here, at submission, nothing counted
+    info.sequence = k;
+    s.collectives = k;
+    if (s.failure) return completedWork(info, detail::abortedError(info, *s.failure));
+    auto timeout = options.timeout.count() > 0 ? std::min(options.timeout, s.inner->defaultTimeout())
+                                               : s.inner->defaultTimeout();
+    info.timeoutMs = timeout.count();
+    std::weak_ptr<State> weak = state_;
+    auto phase = std::make_shared<std::atomic<Phase>>(Phase::kQueued);
+    auto onTimeout = [weak, info, phase]() -> std::exception_ptr {
+      const char* where = "";
+      switch (phase->load()) {
+        case Phase::kQueued: where = "; it had not started: an earlier operation was still running"; break;
+        case Phase::kChecking:
+          where = "; it was still in the desync check before it (exchanging fingerprints): some rank has not "
+                  "reached this collective — it stopped, is slow, or called fewer collectives";
+          break;
+        case Phase::kIssued: break;
+      }
+      CommError timedOut = detail::timeoutError(info, where);
+      if (auto state = weak.lock()) {
+        std::lock_guard<std::mutex> l(state->mutex);
+        poisonLocked(*state, timedOut.info());
+      }
+      return std::make_exception_ptr(timedOut);
+    };
+    auto outer = std::make_shared<Work>(fmt::format("{} #{}", info.op, k), Work::Clock::now() + timeout,
+                                        std::move(onTimeout));
+    Item item;
+    item.outer = outer;
+    item.info = std::move(info);
+    item.check = check;
+    item.phase = phase;
+    if (check) item.fingerprint = print(k);
+    item.issue = std::move(issue);
+    item.options = options;
+    s.queue.push_back(std::move(item));
+    lock.unlock();
+    s.cv.notify_all();
+    return outer;
+  }
+
+  /// Exchanges fingerprints for `item`; returns the error to fail it with, or null when every rank agrees.
+  static std::exception_ptr exchange(State& s, const Item& item) {
+    int world = s.inner->size();
+    at::Tensor mine = at::empty({Fingerprint::kFields}, at::kLong);
+    std::copy(item.fingerprint.f.begin(), item.fingerprint.f.end(), mine.data_ptr<int64_t>());
+    at::Tensor all = at::empty({world * Fingerprint::kFields}, at::kLong);
+    try {
+      s.inner->allgather(mine, all, item.options)->wait();
+    } catch (const CommError& e) {
+      // The inner communicator failed (and poisoned itself): report it as this collective's failure.
+      CommErrorInfo info = item.info;
+      info.kind = e.kind();
+      info.peer = e.info().peer >= 0 ? e.info().peer : info.peer;
+      info.timeoutMs = e.info().timeoutMs;
+      info.detail = fmt::format("in the desync check before it (an allgather of {} B fingerprints, backend "
+                                "operation #{}): {}", Fingerprint::kFields * 8, e.info().sequence, e.info().detail);
+      std::lock_guard<std::mutex> lock(s.mutex);
+      poisonLocked(s, info);
+      return std::make_exception_ptr(CommError(info));
+    }
+    std::vector<Fingerprint> prints(static_cast<size_t>(world));
+    const int64_t* data = all.data_ptr<int64_t>();
+    for (int r = 0; r < world; ++r) {
+      std::copy(data + r * Fingerprint::kFields, data + (r + 1) * Fingerprint::kFields, prints[r].f.begin());
+    }
+    uint64_t k = item.info.sequence;
+    std::string message = compare(prints, k);
+    std::lock_guard<std::mutex> lock(s.mutex);
+    if (message.empty()) {
+      s.lastChecked = k;
+      return nullptr;
+    }
+    CommErrorInfo info = item.info;
+    info.kind = CommErrorKind::kDesync;
+    int me = s.inner->rank();
+    info.peer = -1;
+    for (int r = 0; r < world && info.peer < 0; ++r) {
+      if (prints[r] != prints[me]) info.peer = r;
+    }
+    info.timeoutMs = -1;
+    info.detail = message;
+    if (s.options.mode == DesyncCheckMode::kSampled && k > s.lastChecked + 1) {
+      info.detail += fmt::format(" (sampled check: {}they went apart in #{}..#{}; LOCKSTEP_DESYNC_CHECK=all finds "
+                                 "the first collective that differs)",
+                                 s.lastChecked > 0 ? fmt::format("the ranks agreed at #{}, so ", s.lastChecked) : "",
+                                 s.lastChecked + 1, k);
+    }
+    info.detail += ". Every rank must call the same collectives in the same order with the same sizes";
+    poisonLocked(s, info);
+    return std::make_exception_ptr(CommError(info));
+  }
+
+  static void runIssuer(std::shared_ptr<State> state) {
+    State& s = *state;
+    for (;;) {
+      Item item;
+      {
+        std::unique_lock<std::mutex> lock(s.mutex);
+        s.cv.wait(lock, [&] { return s.stop || !s.queue.empty(); });
+        if (s.queue.empty()) return;  // stop requested and nothing left
+        item = std::move(s.queue.front());
+        s.queue.pop_front();
+        ++s.busy;
+      }
+      if (item.check) item.phase->store(Phase::kChecking);
+      std::exception_ptr error = item.check ? exchange(s, item) : nullptr;
+      std::unique_lock<std::mutex> lock(s.mutex);
+      if (!error && s.failure) error = detail::abortedError(item.info, *s.failure);  // e.g. an earlier timeout
+      if (!error) {
+        try {
+          item.inner = item.issue();  // under the lock: keeps submission order with the direct path
+          item.phase->store(Phase::kIssued);
+        } catch (const CommError& e) {
+          error = std::current_exception();
+          if (e.kind() != CommErrorKind::kInvalidArgument) poisonLocked(s, e.info());
+        } catch (const std::exception& e) {
+          CommErrorInfo info = item.info;
+          info.kind = CommErrorKind::kBackend;
+          info.detail = e.what();
+          error = std::make_exception_ptr(CommError(info));
+          poisonLocked(s, info);
+        }
+      }
+      --s.busy;
+      if (error) {
+        item.outer->complete(error);
+      } else {
+        s.finishing.push_back(std::move(item));
+      }
+      s.cv.notify_all();
+    }
+  }
+
+  static void runFinisher(std::shared_ptr<State> state) {
+    State& s = *state;
+    for (;;) {
+      Item item;
+      {
+        std::unique_lock<std::mutex> lock(s.mutex);
+        s.cv.wait(lock, [&] { return (s.stop && s.queue.empty() && s.busy == 0) || !s.finishing.empty(); });
+        if (s.finishing.empty()) return;
+        item = std::move(s.finishing.front());
+        s.finishing.pop_front();
+        ++s.busy;
+      }
+      // Collectives of one communicator complete in order, so waiting in order costs nothing.
+      std::exception_ptr error;
+      try {
+        item.inner->wait();  // bounded by the inner operation's own deadline
+      } catch (...) {
+        error = std::current_exception();
+      }
+      item.outer->complete(error);
+      std::lock_guard<std::mutex> lock(s.mutex);
+      --s.busy;
+      s.cv.notify_all();
+    }
+  }
+
+  std::shared_ptr<State> state_;
+  detail::CollectiveArgs args_;
+  std::thread issuer_;
+  std::thread finisher_;
+};
+
+}  // namespace
+
+std::shared_ptr<Communicator> withDesyncCheck(std::shared_ptr<Communicator> inner, DesyncCheckOptions options) {
+  LOCKSTEP_CHECK(inner != nullptr, "withDesyncCheck needs a communicator");
+  if (options.mode == DesyncCheckMode::kSampled) {
+    if (options.every < 1) {
+      throw ConfigError(fmt::format("DesyncCheckOptions::every={} must be at least 1", options.every));
+    }
+    if (options.first < 0) {
+      throw ConfigError(fmt::format("DesyncCheckOptions::first={} must not be negative", options.first));
+    }
+  }
+  if (options.mode == DesyncCheckMode::kOff || inner->size() == 1) return inner;
+  return std::make_shared<DesyncCheckingCommunicator>(std::move(inner), options);
+}
+
+}  // namespace lockstep
