@@ -7,8 +7,7 @@
 // result: it runs after every earlier operation of the inner communicator),
 // compares, and issues the real operation; the finisher thread waits for the
 // real operations in order and completes the Work the caller holds. State
-// lives in a shared block so the threads can be detached if a backend call is
-// stuck when the communicator is destroyed after a failure (as op_queue.cpp).
+// lives in a block the threads share.
 #include "lockstep/comm/desync_check.h"
 
 #include <ATen/ATen.h>
@@ -234,18 +233,16 @@ class DesyncCheckingCommunicator final : public Communicator {
     finisher_ = std::thread(&DesyncCheckingCommunicator::runFinisher, state_);
   }
 
+  /// Joins the threads: they only ever wait on inner Works, which end by their deadlines, so
+  /// unlike a backend's queue nothing here can be stuck for longer than an operation's timeout.
   ~DesyncCheckingCommunicator() override {
-    bool stuck = false;
     {
       std::lock_guard<std::mutex> lock(state_->mutex);
       state_->stop = true;
-      stuck = state_->busy > 0 && state_->failure.has_value();
     }
     state_->cv.notify_all();
-    for (auto* t : {&issuer_, &finisher_}) {
-      if (stuck) t->detach();
-      else t->join();
-    }
+    issuer_.join();
+    finisher_.join();
   }
 
   int rank() const override { return state_->inner->rank(); }
@@ -493,8 +490,15 @@ class DesyncCheckingCommunicator final : public Communicator {
         s.queue.pop_front();
         ++s.busy;
       }
-      if (item.check) item.phase->store(Phase::kChecking);
-      std::exception_ptr error = item.check ? exchange(s, item) : nullptr;
+      std::exception_ptr error;
+      if (item.check) {
+        {
+          std::lock_guard<std::mutex> lock(s.mutex);
+          if (s.failure) error = detail::abortedError(item.info, *s.failure);  // poisoned while it was taken
+        }
+        item.phase->store(Phase::kChecking);
+        if (!error) error = exchange(s, item);
+      }
       std::unique_lock<std::mutex> lock(s.mutex);
       if (!error && s.failure) error = detail::abortedError(item.info, *s.failure);  // e.g. an earlier timeout
       if (!error) {
@@ -532,7 +536,6 @@ class DesyncCheckingCommunicator final : public Communicator {
         if (s.finishing.empty()) return;
         item = std::move(s.finishing.front());
         s.finishing.pop_front();
-        ++s.busy;
       }
       // Collectives of one communicator complete in order, so waiting in order costs nothing.
       std::exception_ptr error;
@@ -542,9 +545,6 @@ class DesyncCheckingCommunicator final : public Communicator {
         error = std::current_exception();
       }
       item.outer->complete(error);
-      std::lock_guard<std::mutex> lock(s.mutex);
-      --s.busy;
-      s.cv.notify_all();
     }
   }
 

@@ -542,6 +542,8 @@ int tryConnect(const addrinfo* a, Clock::time_point deadline, std::string& error
   }
   int flags = ::fcntl(fd, F_GETFL);
   ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+  timeval sendLimit{30, 0};  // a send into a dead link fails instead of blocking for good
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &sendLimit, sizeof(sendLimit));
   int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   return fd;
@@ -627,21 +629,29 @@ std::string TcpStoreClient::request(uint8_t op, const std::string& payload, std:
   if (fd_ < 0) fail(CommErrorKind::kAborted, what, fmt::format("the connection to {} was lost earlier", where));
   std::string frame(1, static_cast<char>(op));
   putBytes(frame, payload);
-  // The server answers a wait itself when it times out; allow it that plus slack for the network.
-  auto deadline = Clock::now() + (serverWait.count() > 0 ? serverWait : std::chrono::hours(24 * 365)) +
-                  std::chrono::seconds(30);
+  // The server answers a wait itself when it times out; allow it that plus slack for the network. Any
+  // other request gets the store's timeout, so a dead link fails the caller instead of blocking it forever.
+  auto deadline = Clock::now() + std::max(serverWait, timeout_) + std::chrono::seconds(2);
   try {
     writeAll(fd_, frame, where);
     auto header = readExactly(fd_, 5, deadline, where);
     if (!header) {
-      fail(CommErrorKind::kTimeout, what, fmt::format("timed out: the rendezvous store at {} did not answer", where),
-           serverWait.count());
+      ::close(fd_);  // a late answer would be taken for the next request's
+      fd_ = -1;
+      fail(CommErrorKind::kTimeout, what,
+           fmt::format("timed out: the rendezvous store at {} did not answer (is the master, rank 0, reachable?)",
+                       where),
+           std::max(serverWait, timeout_).count());
     }
     Reader r{*header};
     auto status = static_cast<uint8_t>(r.integer(1));
     uint64_t length = r.integer(4);
     auto body = readExactly(fd_, length, deadline, where);
-    if (!body) fail(CommErrorKind::kTimeout, what, fmt::format("timed out reading from {}", where));
+    if (!body) {
+      ::close(fd_);
+      fd_ = -1;
+      fail(CommErrorKind::kTimeout, what, fmt::format("timed out reading from {}", where));
+    }
     if (status == kTimedOut) {
       fail(CommErrorKind::kTimeout, what,
            fmt::format("timed out after {} ms waiting in the rendezvous store at {}", serverWait.count(), where),

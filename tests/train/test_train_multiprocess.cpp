@@ -35,11 +35,12 @@ std::string makeRunDir() {
 
 std::string quote(const std::string& s) { return "'" + s + "'"; }
 
-/// Runs `lockstep run -np N -- lockstep train tiny.yaml ARGS` inside `dir`.
-ProcessResult train(const std::string& dir, int np, const std::string& args, ProcessOptions o = {}) {
+/// Runs `lockstep run -np N RUNARGS -- lockstep train tiny.yaml ARGS` inside `dir`.
+ProcessResult train(const std::string& dir, int np, const std::string& args, ProcessOptions o = {},
+                    const std::string& runArgs = "") {
   std::string bin = test::lockstepBin();
   std::string cmd = "cd " + quote(dir) + " && exec " + quote(bin) + " run -np " + std::to_string(np) +
-                    " --comm-timeout 60 -- " + quote(bin) + " train tiny.yaml " + args;
+                    " --comm-timeout 60 " + runArgs + " -- " + quote(bin) + " train tiny.yaml " + args;
   o.timeout = std::chrono::seconds(240);
   return test::runProcess({"sh", "-c", cmd}, o);
 }
@@ -82,6 +83,54 @@ TEST(TrainMultiprocess, ResumeAfterAKilledRunIsBitIdentical) {
   EXPECT_TRUE(readAll(ckpt(straight, 26)) == readAll(ckpt(interrupted, 26)))
       << "resumed run diverged from the uninterrupted one";
   EXPECT_TRUE(readAll(ckpt(straight, 24)) == readAll(ckpt(interrupted, 24)));
+}
+
+TEST(TrainMultiprocess, WorkerKilledAtARandomStepIsRestartedAndEndsBitIdentical) {
+  std::string straight = makeRunDir();
+  auto a = train(straight, 2, "");
+  ASSERT_EQ(a.exitCode, 0) << a.err;
+
+  // SIGKILL one rank at the end of a random step (before that step's checkpoint);
+  // the launcher restarts both workers, which resume from the newest checkpoint.
+  unsigned seed = std::random_device{}();
+  std::mt19937 rng(seed);
+  int step = std::uniform_int_distribution<int>(2, 25)(rng);
+  int rank = std::uniform_int_distribution<int>(0, 1)(rng);
+  SCOPED_TRACE("seed " + std::to_string(seed) + ": rank " + std::to_string(rank) + " killed at step " +
+               std::to_string(step));
+  std::string restarted = makeRunDir();
+  ProcessOptions kill;
+  kill.setEnv = {{"LOCKSTEP_FAULT_KILL_AT_STEP", std::to_string(step)},
+                 {"LOCKSTEP_FAULT_KILL_RANK", std::to_string(rank)}};
+  auto b = train(restarted, 2, "", kill, "--max-restarts 1");
+  ASSERT_EQ(b.exitCode, 0) << b.err;
+  EXPECT_NE(b.err.find("lockstep run: rank " + std::to_string(rank) + " (pid"), std::string::npos) << b.err;
+  EXPECT_NE(b.err.find("was killed by SIGKILL"), std::string::npos) << b.err;
+  EXPECT_NE(b.err.find("restarting all 2 worker(s) of node 0 (restart 1 of 1)"), std::string::npos) << b.err;
+  int resumeStep = step / 6 * 6;  // checkpoints every 6 steps; the killed step's own was never written
+  if (resumeStep == step) resumeStep -= 6;
+  if (resumeStep > 0) {
+    char line[96];
+    std::snprintf(line, sizeof(line), "resumed from ckpt/step-%09d.ckpt: step %d", resumeStep, resumeStep);
+    EXPECT_NE(b.err.find(line), std::string::npos) << b.err;
+  } else {
+    EXPECT_EQ(b.err.find("resumed from"), std::string::npos) << b.err;
+  }
+  EXPECT_TRUE(readAll(ckpt(straight, 26)) == readAll(ckpt(restarted, 26)))
+      << "the restarted run ended with other parameters than the uninterrupted one";
+}
+
+TEST(TrainMultiprocess, RestartsAreBoundedByMaxRestarts) {
+  // A fault that recurs in every attempt: two restarts, then the launcher gives up with the cause.
+  auto r = test::runProcess({test::lockstepBin(), "run", "-np", "2", "--max-restarts", "2", "--", "sh", "-c",
+                             "echo attempt $LOCKSTEP_RESTART_COUNT; [ $LOCKSTEP_RANK = 1 ] && exit 7; sleep 30"});
+  EXPECT_EQ(r.exitCode, 7) << r.err;
+  for (const char* line : {"[1] attempt 0", "[1] attempt 1", "[1] attempt 2"}) {
+    EXPECT_NE(r.out.find(line), std::string::npos) << r.out;
+  }
+  EXPECT_NE(r.err.find("(restart 2 of 2)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("giving up: the group failed 3 time(s) and --max-restarts is 2"), std::string::npos) << r.err;
+  EXPECT_LT(r.seconds, 25) << "the surviving rank was not stopped after each failure";
 }
 
 TEST(TrainMultiprocess, CorruptCheckpointIsNamedAndThePreviousOneIsUsed) {
