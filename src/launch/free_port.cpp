@@ -27,6 +27,9 @@ int tryBind(const std::string& host, int port) {
   for (addrinfo* a = found; a && result < 0; a = a->ai_next) {
     detail::Fd sock(::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol));
     if (!sock.valid()) continue;
+    // As the store server does: connections of an earlier run in TIME_WAIT do not make the port busy.
+    int one = 1;
+    ::setsockopt(sock.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
     if (::bind(sock.get(), a->ai_addr, a->ai_addrlen) != 0) continue;
     sockaddr_storage bound{};
     socklen_t len = sizeof(bound);

@@ -132,6 +132,23 @@ TEST(MultiNode, TwoHostsOverVethMatchTheSingleHostRunBitForBit) {
   ASSERT_TRUE(fs::exists(multi + last)) << b.err;
   EXPECT_TRUE(readAll(single + last) == readAll(multi + last))
       << "the run across two hosts ended with other parameters than the run on one host";
+
+  // Again, with the worker on host 1 SIGKILLed at step 11: its node restarts it, rank 0's
+  // node sees the peer fail and restarts too, both resume from step 8 and end the same.
+  std::string restarted = runDir();
+  o.setEnv["LOCKSTEP_FAULT_KILL_AT_STEP"] = "11";
+  o.setEnv["LOCKSTEP_FAULT_KILL_RANK"] = "1";
+  auto c = runProcess({"sh", "-c", "cd " + quote(restarted) + " && exec " + quote(bin) + " run -H " +
+                                       hosts.address(0) + ":1," + hosts.address(1) + ":1 --rsh " + LOCKSTEP_NETNS_RSH +
+                                       " --max-restarts 1 --threads 1 --comm-timeout 60 -- " + quote(bin) +
+                                       " train tiny.yaml"},
+                      o);
+  ASSERT_EQ(c.exitCode, 0) << c.err;
+  EXPECT_HAS(c.err, "restarting all 1 worker(s) of node 1 (restart 1 of 1)");
+  EXPECT_HAS(c.err, "restarting all 1 worker(s) of node 0 (restart 1 of 1)");
+  EXPECT_HAS(c.err, "resumed from ckpt/step-000000008.ckpt: step 8");
+  EXPECT_TRUE(readAll(single + last) == readAll(restarted + last))
+      << "the restarted two-host run ended with other parameters than the run on one host";
 }
 
 /// Starts `lockstep run --nnodes N --node-rank K ...` inside host K's namespace (torchrun's model).
