@@ -15,6 +15,7 @@
 
 #include <thread>
 
+#include "lockstep/comm/desync_check.h"
 #include "lockstep/comm/stall_inspector.h"
 #include "lockstep/common/error.h"
 #include "lockstep/common/logging.h"
@@ -163,6 +164,7 @@ Context init(const InitOptions& options, const Environment& env) {
     if (world.worldSize == 1) gloo.hostname = "127.0.0.1";
     comm = makeGlooCommunicator(store, gloo);
   }
+  if (world.worldSize > 1) comm = withDesyncCheck(std::move(comm), desyncCheckFromEnv(env));
   if (world.worldSize > 1) {
     std::chrono::milliseconds warn = env.getSeconds("LOCKSTEP_STALL_WARN_SECONDS").value_or(std::chrono::seconds(60));
     if (warn.count() > 0) {

@@ -12,7 +12,10 @@
 // The store admits only processes holding the job token (see jobToken), and
 // listens on the master address itself (loopback stays loopback;
 // LOCKSTEP_STORE_BIND=0.0.0.0 listens everywhere). Gloo binds to the address
-// on the route to the master unless LOCKSTEP_IFACE names an interface.
+// on the route to the master unless LOCKSTEP_IFACE names an interface. For
+// world > 1 the communicator checks that ranks call the same collectives
+// (desync_check.h, LOCKSTEP_DESYNC_CHECK) and warns about stalls
+// (stall_inspector.h).
 #pragma once
 
 #include <chrono>
