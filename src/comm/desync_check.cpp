@@ -250,60 +250,69 @@ class DesyncCheckingCommunicator final : public Communicator {
   std::string backendName() const override { return state_->inner->backendName(); }
   std::chrono::milliseconds defaultTimeout() const override { return state_->inner->defaultTimeout(); }
 
+  // Each collective hands collective() four lambdas: the direct call, the argument check (which
+  // also builds the error context), the fingerprint, and — built only when the operation is
+  // queued — the deferred call, holding its own copies of the tensor handles.
   WorkHandle allreduce(std::vector<at::Tensor>& tensors, ReduceOp op, const CollectiveOptions& options) override {
-    auto inner = state_->inner;
     return collective(
-        [&] { return inner->allreduce(tensors, op, options); },
-        [&] { return args_.allreduce(tensors, op); },
+        [&] { return inner().allreduce(tensors, op, options); }, [&] { return args_.allreduce(tensors, op); },
         [&](uint64_t k) { return fingerprint(k, OpKind::kAllreduce, op, -1, tensors); },
-        [inner, tensors, op, options]() mutable { return inner->allreduce(tensors, op, options); }, options);
+        [&]() -> Issue {
+          return [c = state_->inner, tensors, op, options]() mutable { return c->allreduce(tensors, op, options); };
+        },
+        options);
   }
 
   WorkHandle broadcast(std::vector<at::Tensor>& tensors, int root, const CollectiveOptions& options) override {
-    auto inner = state_->inner;
     return collective(
-        [&] { return inner->broadcast(tensors, root, options); },
-        [&] { return args_.broadcast(tensors, root); },
+        [&] { return inner().broadcast(tensors, root, options); }, [&] { return args_.broadcast(tensors, root); },
         [&](uint64_t k) { return fingerprint(k, OpKind::kBroadcast, std::nullopt, root, tensors); },
-        [inner, tensors, root, options]() mutable { return inner->broadcast(tensors, root, options); }, options);
+        [&]() -> Issue {
+          return [c = state_->inner, tensors, root, options]() mutable { return c->broadcast(tensors, root, options); };
+        },
+        options);
   }
 
   WorkHandle allgather(const at::Tensor& input, at::Tensor& output, const CollectiveOptions& options) override {
-    auto inner = state_->inner;
     return collective(
-        [&] { return inner->allgather(input, output, options); },
-        [&] { return args_.allgather(input, output); },
+        [&] { return inner().allgather(input, output, options); }, [&] { return args_.allgather(input, output); },
         [&](uint64_t k) { return fingerprint(k, OpKind::kAllgather, std::nullopt, -1, {input}); },
-        [inner, input, output, options]() mutable { return inner->allgather(input, output, options); }, options);
+        [&]() -> Issue {
+          return [c = state_->inner, input, output, options]() mutable { return c->allgather(input, output, options); };
+        },
+        options);
   }
 
   WorkHandle allgather(const at::Tensor& input, std::vector<at::Tensor>& outputs,
                        const CollectiveOptions& options) override {
-    auto inner = state_->inner;
     return collective(
-        [&] { return inner->allgather(input, outputs, options); },
-        [&] { return args_.allgather(input, outputs); },
+        [&] { return inner().allgather(input, outputs, options); }, [&] { return args_.allgather(input, outputs); },
         [&](uint64_t k) { return fingerprint(k, OpKind::kAllgather, std::nullopt, -1, {input}); },
-        [inner, input, outputs, options]() mutable { return inner->allgather(input, outputs, options); }, options);
+        [&]() -> Issue {
+          return [c = state_->inner, input, outputs, options]() mutable { return c->allgather(input, outputs, options); };
+        },
+        options);
   }
 
   WorkHandle reduceScatter(const at::Tensor& input, at::Tensor& output, ReduceOp op,
                            const CollectiveOptions& options) override {
-    auto inner = state_->inner;
     return collective(
-        [&] { return inner->reduceScatter(input, output, op, options); },
+        [&] { return inner().reduceScatter(input, output, op, options); },
         [&] { return args_.reduceScatter(input, output, op); },
         [&](uint64_t k) { return fingerprint(k, OpKind::kReduceScatter, op, -1, {input}); },
-        [inner, input, output, op, options]() mutable { return inner->reduceScatter(input, output, op, options); },
+        [&]() -> Issue {
+          return [c = state_->inner, input, output, op, options]() mutable {
+            return c->reduceScatter(input, output, op, options);
+          };
+        },
         options);
   }
 
   WorkHandle barrier(const CollectiveOptions& options) override {
-    auto inner = state_->inner;
     return collective(
-        [&] { return inner->barrier(options); }, [&] { return args_.info("barrier", ""); },
+        [&] { return inner().barrier(options); }, [&] { return args_.info("barrier", ""); },
         [&](uint64_t k) { return fingerprint(k, OpKind::kBarrier, std::nullopt, -1, {}); },
-        [inner, options] { return inner->barrier(options); }, options);
+        [&]() -> Issue { return [c = state_->inner, options] { return c->barrier(options); }; }, options);
   }
 
   // Point to point: peers and sizes differ between ranks by design, so never checked, never queued.
@@ -317,13 +326,14 @@ class DesyncCheckingCommunicator final : public Communicator {
   }
 
  private:
+  using Issue = std::function<WorkHandle()>;
   enum class Phase { kQueued, kChecking, kIssued };
   struct Item {
     WorkHandle outer;        ///< what the caller holds
     CommErrorInfo info;      ///< the operation's error context; sequence = k
     bool check = false;
     Fingerprint fingerprint;
-    std::function<WorkHandle()> issue;  ///< submits the real operation to the inner communicator
+    Issue issue;             ///< submits the real operation to the inner communicator
     CollectiveOptions options;
     WorkHandle inner;        ///< the real operation, once issued
     std::shared_ptr<std::atomic<Phase>> phase;  ///< where it is, for the timeout's message
@@ -370,16 +380,19 @@ class DesyncCheckingCommunicator final : public Communicator {
     state.queue.clear();
   }
 
-  template <typename Direct, typename Validate, typename Print, typename Issue>
-  WorkHandle collective(Direct direct, Validate validate, Print print, Issue issue, const CollectiveOptions& options) {
+  Communicator& inner() const { return *state_->inner; }
+
+  template <typename Direct, typename Validate, typename Print, typename MakeIssue>
+  WorkHandle collective(Direct direct, Validate validate, Print print, MakeIssue makeIssue,
+                        const CollectiveOptions& options) {
     State& s = *state_;
     std::unique_lock<std::mutex> lock(s.mutex);
     uint64_t k = s.collectives + 1;
     bool check = shouldCheck(s.options, k);
     if (!check && s.queue.empty() && s.busy == 0 && !s.failure) {
       // Nothing ahead of it in this wrapper: straight to the inner communicator, under the lock so
-      // the issuer cannot slip an operation in between. Counted only once accepted (invalid
-      // arguments throw from the backend and leave the count alone, as on the ranks that did not err).
+      // the issuer cannot slip an operation in between. Counted only once the backend accepted it:
+      // an invalid call throws there and, as in the backend, is not counted.
       WorkHandle work = direct();
       s.collectives = k;
       return work;
@@ -418,7 +431,7 @@ class DesyncCheckingCommunicator final : public Communicator {
     item.check = check;
     item.phase = phase;
     if (check) item.fingerprint = print(k);
-    item.issue = std::move(issue);
+    item.issue = makeIssue();
     item.options = options;
     s.queue.push_back(std::move(item));
     lock.unlock();
@@ -434,14 +447,17 @@ class DesyncCheckingCommunicator final : public Communicator {
     at::Tensor all = at::empty({world * Fingerprint::kFields}, at::kLong);
     try {
       s.inner->allgather(mine, all, item.options)->wait();
-    } catch (const CommError& e) {
+    } catch (const std::exception& e) {
       // The inner communicator failed (and poisoned itself): report it as this collective's failure.
       CommErrorInfo info = item.info;
-      info.kind = e.kind();
-      info.peer = e.info().peer >= 0 ? e.info().peer : info.peer;
-      info.timeoutMs = e.info().timeoutMs;
-      info.detail = fmt::format("in the desync check before it (an allgather of {} B fingerprints, backend "
-                                "operation #{}): {}", Fingerprint::kFields * 8, e.info().sequence, e.info().detail);
+      const auto* comm = dynamic_cast<const CommError*>(&e);
+      info.kind = comm ? comm->kind() : CommErrorKind::kBackend;
+      if (comm && comm->info().peer >= 0) info.peer = comm->info().peer;
+      info.timeoutMs = comm ? comm->info().timeoutMs : -1;
+      info.detail = fmt::format("in the desync check before it (an allgather of {} B fingerprints{}): {}",
+                                Fingerprint::kFields * 8,
+                                comm ? fmt::format(", backend operation #{}", comm->info().sequence) : "",
+                                comm ? comm->info().detail : std::string(e.what()));
       std::lock_guard<std::mutex> lock(s.mutex);
       poisonLocked(s, info);
       return std::make_exception_ptr(CommError(info));

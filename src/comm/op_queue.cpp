@@ -124,10 +124,10 @@ void OpQueue::runIssuer(std::shared_ptr<State> state) {
     bool ok = guarded(*state, task, [&] { task.finisher = task.body(); });
     std::lock_guard<std::mutex> lock(state->mutex);
     --state->busy;
+    state->cv.notify_all();  // the finisher may be waiting for busy == 0 to stop
     if (!ok) continue;
     if (task.finisher) {
       state->finishing.push_back(std::move(task));
-      state->cv.notify_all();
     } else {
       task.work->complete(nullptr);
     }

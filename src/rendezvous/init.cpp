@@ -128,6 +128,7 @@ Context init(const InitOptions& options, const Environment& env) {
                                  : env.getSeconds(env::kCommTimeout).value_or(std::chrono::seconds(300));
   if (timeout.count() <= 0) throw ConfigError(fmt::format("{} must be positive", env::kCommTimeout));
 
+  DesyncCheckOptions desync = desyncCheckFromEnv(env);  // a bad value fails before the rendezvous
   int threads = workerThreads(env, world.localWorldSize);
   if (options.setThreads) at::set_num_threads(threads);
 
@@ -164,7 +165,7 @@ Context init(const InitOptions& options, const Environment& env) {
     if (world.worldSize == 1) gloo.hostname = "127.0.0.1";
     comm = makeGlooCommunicator(store, gloo);
   }
-  if (world.worldSize > 1) comm = withDesyncCheck(std::move(comm), desyncCheckFromEnv(env));
+  if (world.worldSize > 1) comm = withDesyncCheck(std::move(comm), desync);
   if (world.worldSize > 1) {
     std::chrono::milliseconds warn = env.getSeconds("LOCKSTEP_STALL_WARN_SECONDS").value_or(std::chrono::seconds(60));
     if (warn.count() > 0) {

@@ -11,6 +11,7 @@
 #include <future>
 
 #include "lockstep/comm/desync_check.h"
+#include "support/expect.h"
 #include "lockstep/common/error.h"
 #include "lockstep/launch/launcher.h"
 #include "support/subprocess.h"
@@ -74,17 +75,6 @@ DesyncCheckOptions all() {
   return o;
 }
 
-/// Runs `fn` on rank's wrapped communicator and returns the CommError its waits threw (kind kBackend if none).
-CommError expectCommError(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const CommError& e) {
-    return e;
-  }
-  ADD_FAILURE() << "no CommError was thrown";
-  return CommError(CommErrorInfo{});
-}
-
 std::vector<at::Tensor> ones(int64_t n) { return {at::ones({n})}; }
 
 TEST(DesyncCheck, DifferentSizesFailOnEveryRankWithBothViewsAndPoison) {
@@ -97,7 +87,7 @@ TEST(DesyncCheck, DifferentSizesFailOnEveryRankWithBothViewsAndPoison) {
       EXPECT_EQ(t[0][0].item<float>(), 2.0f);
     }
     auto t = ones(rank == 0 ? 1024 : 512);
-    CommError e = expectCommError([&] { comm->allreduce(t)->wait(); });
+    CommError e = test::commErrorOf([&] { comm->allreduce(t)->wait(); });
     std::string what = e.what();
     EXPECT_EQ(e.kind(), CommErrorKind::kDesync) << what;
     EXPECT_NE(what.find("allreduce(sum) failed (desync) on rank " + std::to_string(rank) + " of 2, operation #3"),
@@ -114,7 +104,7 @@ TEST(DesyncCheck, DifferentSizesFailOnEveryRankWithBothViewsAndPoison) {
     for (auto* later : {+[](Communicator& c) { auto x = ones(4); c.allreduce(x)->wait(); },
                         +[](Communicator& c) { c.barrier()->wait(); },
                         +[](Communicator& c) { c.send(at::ones({2}), 1 - c.rank(), 0)->wait(); }}) {
-      CommError a = expectCommError([&] { later(*comm); });
+      CommError a = test::commErrorOf([&] { later(*comm); });
       EXPECT_EQ(a.kind(), CommErrorKind::kAborted) << a.what();
       EXPECT_NE(std::string(a.what()).find("unusable since operation #3 (allreduce(sum)) failed: desync"),
                 std::string::npos) << a.what();
@@ -136,7 +126,7 @@ TEST(DesyncCheck, AllreduceAgainstBroadcastIsNamedOnBothSides) {
       t = ones(10);
       work = comm->broadcast(t, 0);
     }
-    CommError e = expectCommError([&] { work->wait(); });
+    CommError e = test::commErrorOf([&] { work->wait(); });
     EXPECT_EQ(e.kind(), CommErrorKind::kDesync) << e.what();
     EXPECT_NE(std::string(e.what()).find("collectives out of step at #2: rank 0 calls allreduce(sum) float32 x 1024 "
                                          "(4096 B) but rank 1 calls broadcast(root 0) float32 x 10 (40 B)"),
@@ -161,13 +151,13 @@ TEST(DesyncCheck, OneRankCallingAnExtraCollectiveIsDetectedWhereTheOrderShifts) 
       keep.push_back(ones(8));
       works.push_back(comm->allreduce(keep.back()));
     }
-    CommError e = expectCommError([&] { works[0]->wait(); });
+    CommError e = test::commErrorOf([&] { works[0]->wait(); });
     EXPECT_EQ(e.kind(), CommErrorKind::kDesync) << e.what();
     EXPECT_NE(std::string(e.what()).find("collectives out of step at #2: ranks 0, 2 call allreduce(sum) float32 x 8 "
                                          "(32 B) but rank 1 calls barrier"), std::string::npos) << e.what();
     EXPECT_EQ(e.info().peer, rank == 1 ? 0 : 1);
     for (size_t i = 1; i < works.size(); ++i) {
-      CommError later = expectCommError([&] { works[i]->wait(); });
+      CommError later = test::commErrorOf([&] { works[i]->wait(); });
       EXPECT_EQ(later.kind(), CommErrorKind::kAborted) << later.what();
     }
   });
@@ -186,7 +176,7 @@ TEST(DesyncCheck, MissingCollectiveTimesOutInTheCheckInsteadOfHanging) {
     CollectiveOptions shortTimeout;
     shortTimeout.timeout = std::chrono::milliseconds(700);
     auto start = std::chrono::steady_clock::now();
-    CommError e = expectCommError([&] { comm->barrier(shortTimeout)->wait(); });
+    CommError e = test::commErrorOf([&] { comm->barrier(shortTimeout)->wait(); });
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     done.set_value();
     EXPECT_EQ(e.kind(), CommErrorKind::kTimeout) << e.what();
@@ -214,7 +204,7 @@ TEST(DesyncCheck, SampledModeChecksOnlySampledCollectivesAndCatchesAMismatchTher
     EXPECT_EQ(counting->allgathers.load(), 3);
     EXPECT_EQ(counting->allreduces.load(), 7);
     auto t = ones(rank == 0 ? 4 : 6);  // #8 is sampled
-    CommError e = expectCommError([&] { comm->allreduce(t)->wait(); });
+    CommError e = test::commErrorOf([&] { comm->allreduce(t)->wait(); });
     EXPECT_EQ(e.kind(), CommErrorKind::kDesync) << e.what();
     EXPECT_NE(std::string(e.what()).find("collectives out of step at #8: rank 0 calls allreduce(sum) float32 x 4 "
                                          "(16 B) but rank 1 calls allreduce(sum) float32 x 6 (24 B) (sampled check: "
@@ -229,7 +219,7 @@ TEST(DesyncCheck, ShapesThatDifferWithEqualSizesShowTheirHashes) {
   runRanks(2, [](int rank, Communicator& gloo) {
     auto comm = withDesyncCheck(std::shared_ptr<Communicator>(&gloo, [](Communicator*) {}), all());
     std::vector<at::Tensor> t{rank == 0 ? at::ones({2, 3}) : at::ones({3, 2})};
-    CommError e = expectCommError([&] { comm->allreduce(t)->wait(); });
+    CommError e = test::commErrorOf([&] { comm->allreduce(t)->wait(); });
     EXPECT_EQ(e.kind(), CommErrorKind::kDesync) << e.what();
     EXPECT_NE(std::string(e.what()).find("rank 0 calls allreduce(sum) float32 x 6 (24 B) [shapes "), std::string::npos)
         << e.what();

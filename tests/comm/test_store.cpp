@@ -42,16 +42,6 @@ Store join(int port, const std::string& token, const std::string& host = "127.0.
   return Store::tcp(o);
 }
 
-CommError commErrorOf(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const CommError& e) {
-    return e;
-  }
-  ADD_FAILURE() << "expected a CommError";
-  return CommError(CommErrorInfo{});
-}
-
 /// Connects a plain TCP socket to the server, sends `payload`, returns what came back until it closed.
 std::string rawExchange(int port, const std::string& payload) {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -99,7 +89,7 @@ TEST(Store, WaitTimesOutAndTheConnectionStaysUsable) {
   Store server = serve("secret");
   Store client = join(server.port(), "secret", "127.0.0.1", 300ms);
   auto start = std::chrono::steady_clock::now();
-  CommError e = commErrorOf([&] { client.get("never"); });
+  CommError e = test::commErrorOf([&] { client.get("never"); });
   auto waited = std::chrono::steady_clock::now() - start;
   EXPECT_EQ(e.kind(), CommErrorKind::kTimeout) << e.what();
   EXPECT_HAS(std::string(e.what()), "timed out after 300 ms");
@@ -111,7 +101,7 @@ TEST(Store, WaitTimesOutAndTheConnectionStaysUsable) {
 
 TEST(Store, WrongTokenIsRefusedAndLogged) {
   Store server = serve("the-real-token");
-  CommError e = commErrorOf([&] { join(server.port(), "a-guess"); });
+  CommError e = test::commErrorOf([&] { join(server.port(), "a-guess"); });
   EXPECT_EQ(e.kind(), CommErrorKind::kBackend);
   EXPECT_HAS(std::string(e.what()), "refused this process: wrong job token");
   EXPECT_HAS(std::string(e.what()), "LOCKSTEP_JOB_TOKEN");
@@ -158,7 +148,7 @@ TEST(Store, LoopbackMasterListensOnLoopbackOnly) {
   std::string other = nonLoopbackAddress();
   if (other.empty()) GTEST_SKIP() << "this host has no non-loopback IPv4 address to try";
   Store server = serve("secret");
-  CommError e = commErrorOf([&] { join(server.port(), "secret", other, 500ms); });
+  CommError e = test::commErrorOf([&] { join(server.port(), "secret", other, 500ms); });
   EXPECT_EQ(e.kind(), CommErrorKind::kTimeout) << e.what();
   EXPECT_HAS(std::string(e.what()), "cannot reach the master at tcp://" + other);
   // Given that address explicitly, it listens there.

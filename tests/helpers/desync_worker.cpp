@@ -1,10 +1,11 @@
 // desync_worker — a real worker process for the desync-check tests and its cost measurement.
 //
 //   desync_worker size                  3 matching allreduces, then rank 0 allreduces 1024 float32, the others 512
-//   desync_worker bench BYTES ITERS M1,M2,...
+//   desync_worker bench BYTES ITERS ROUNDS M1,M2,...
 //                                       per-allreduce time of BYTES (float32) under each desync-check mode
-//                                       (off, all, sample, sample:N), ITERS each, modes interleaved over 5
-//                                       rounds; rank 0 prints one line per mode with the median round
+//                                       (off, all, sample, sample:N): ROUNDS rounds, each timing ITERS
+//                                       allreduces per mode in turn (so load from elsewhere hits every mode
+//                                       alike); rank 0 prints one line per mode with the median round
 // The communicator is init()'s, wrapped here by withDesyncCheck(desyncCheckFromEnv()) — init() is given
 // LOCKSTEP_DESYNC_CHECK=off so it never wraps twice. A CommError is printed as
 // "CommError kind=<kind> after_ms=<n>: <message>" and exits 3.
@@ -39,7 +40,6 @@ DesyncCheckOptions optionsFor(const std::string& mode) {
 /// Seconds per allreduce of `count` float32 over `comm`, the slowest rank's.
 double timeAllreduce(Communicator& comm, int64_t count, int iters) {
   std::vector<at::Tensor> t{at::ones({count})};
-  for (int i = 0; i < 20; ++i) comm.allreduce(t)->wait();  // warm-up (also passes the first checked collectives)
   comm.barrier()->wait();
   auto start = Clock::now();
   for (int i = 0; i < iters; ++i) comm.allreduce(t)->wait();
@@ -54,7 +54,7 @@ double timeAllreduce(Communicator& comm, int64_t count, int iters) {
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty()) {
-    std::cerr << "usage: desync_worker size | bench BYTES ITERS MODES\n";
+    std::cerr << "usage: desync_worker size | bench BYTES ITERS ROUNDS MODES\n";
     return 2;
   }
   auto start = Clock::now();
@@ -79,13 +79,18 @@ int main(int argc, char** argv) {
     if (mode == "bench") {
       int64_t bytes = std::stoll(args.at(1));
       int iters = std::stoi(args.at(2));
-      auto modes = split(args.at(3), ',');
+      int roundCount = std::stoi(args.at(3));
+      auto modes = split(args.at(4), ',');
+      // One wrapper per mode for the whole run, so a sampled one counts on across rounds.
+      std::map<std::string, std::shared_ptr<Communicator>> comms;
+      for (const auto& m : modes) {
+        comms[m] = withDesyncCheck(ctx.comm, optionsFor(m));
+        std::vector<at::Tensor> t{at::ones({std::max<int64_t>(1, bytes / 4)})};
+        for (int i = 0; i < 20; ++i) comms[m]->allreduce(t)->wait();  // passes a sampled check's first collectives
+      }
       std::map<std::string, std::vector<double>> rounds;
-      for (int round = 0; round < 5; ++round) {
-        for (const auto& m : modes) {
-          auto comm = withDesyncCheck(ctx.comm, optionsFor(m));
-          rounds[m].push_back(timeAllreduce(*comm, std::max<int64_t>(1, bytes / 4), iters));
-        }
+      for (int round = 0; round < roundCount; ++round) {
+        for (const auto& m : modes) rounds[m].push_back(timeAllreduce(*comms[m], std::max<int64_t>(1, bytes / 4), iters));
       }
       if (ctx.comm->rank() == 0) {
         double base = 0;

@@ -6,6 +6,7 @@
 #include <functional>
 #include <string>
 
+#include "lockstep/comm/comm_error.h"
 #include "lockstep/common/error.h"
 
 namespace lockstep::test {
@@ -19,6 +20,17 @@ inline std::string errorOf(const std::function<void()>& fn) {
   }
   ADD_FAILURE() << "expected lockstep::Error";
   return {};
+}
+
+/// The CommError that `fn` throws; a test failure (and a default error) when it throws none.
+inline CommError commErrorOf(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const CommError& e) {
+    return e;
+  }
+  ADD_FAILURE() << "expected a CommError";
+  return CommError(CommErrorInfo{});
 }
 
 }  // namespace lockstep::test
