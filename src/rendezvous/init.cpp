@@ -132,6 +132,22 @@ Context init(const InitOptions& options, const Environment& env) {
   int threads = workerThreads(env, world.localWorldSize);
   if (options.setThreads) at::set_num_threads(threads);
 
+  Store store = Store::inMemory(timeout);
+  auto serveOrJoin = [&](const std::string& token) {
+    TcpStoreOptions so;
+    so.host = world.masterAddr;
+    so.port = world.masterPort;
+    so.isServer = world.rank == 0;
+    so.worldSize = world.worldSize;
+    so.timeout = timeout;
+    so.token = token;
+    so.bindAddr = env.get(kStoreBindVar).value_or("");
+    store = Store::tcp(so);
+  };
+  // The store comes first when the token is known: MPI_Init opens TCP ports of its own and
+  // could take the master port a launcher picked a moment ago.
+  bool storeFirst = world.worldSize > 1 && tokenFromEnvironment(env).has_value();
+  if (storeFirst) serveOrJoin(*tokenFromEnvironment(env));
   std::shared_ptr<Communicator> comm;
   if (backend == "mpi") {
     MpiOptions mpi;
@@ -143,18 +159,7 @@ Context init(const InitOptions& options, const Environment& env) {
                                     comm->rank(), comm->size(), world.rank, world.worldSize, world.describe()));
     }
   }
-  Store store = Store::inMemory(timeout);
-  if (world.worldSize > 1) {
-    TcpStoreOptions so;
-    so.host = world.masterAddr;
-    so.port = world.masterPort;
-    so.isServer = world.rank == 0;
-    so.worldSize = world.worldSize;
-    so.timeout = timeout;
-    so.token = jobToken(env, world, comm.get());
-    so.bindAddr = env.get(kStoreBindVar).value_or("");
-    store = Store::tcp(so);
-  }
+  if (world.worldSize > 1 && !storeFirst) serveOrJoin(jobToken(env, world, comm.get()));
   if (backend != "mpi") {
     GlooOptions gloo;
     gloo.rank = world.rank;
