@@ -97,7 +97,7 @@ int runCommand(const std::vector<std::string>& rawArgs) {
       o.hosts = parseHosts(hosts);
       int total = 0;
       for (const auto& h : o.hosts) total += h.slots;
-      if (np->count() > 0 && o.nprocPerNode != total && o.nprocPerNode != o.hosts.front().slots) {
+      if (np->count() > 0 && o.nprocPerNode != total) {
         throw ConfigError(fmt::format("-np {} does not match -H {} ({} slots in all)", o.nprocPerNode, hosts, total));
       }
     } else if (np->count() == 0) {

@@ -8,13 +8,13 @@
 // reduce-scatter + allgather with the sum done locally in float32, so the wire
 // still carries 2 bytes per element.
 #include <ATen/ATen.h>
+#include <c10/util/Exception.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
 #include <fmt/format.h>
 
 #include <map>
 
-#include "comm/c10d_errors.h"
 #include "comm/collective_args.h"
 #include "comm/op_queue.h"
 #include "comm/store_impl.h"
@@ -22,7 +22,31 @@
 #include "lockstep/common/error.h"
 
 namespace lockstep {
+
 namespace {
+
+// c10d and Gloo report failures as exceptions with text only.
+std::string backendMessage(const std::exception& e) {
+  if (auto* c10Error = dynamic_cast<const c10::Error*>(&e)) {
+    return c10Error->what_without_backtrace();
+  }
+  std::string text = e.what();
+  auto cut = text.find("\nException raised from");
+  if (cut != std::string::npos) text.resize(cut);
+  return text;
+}
+
+CommErrorKind classifyBackendMessage(const std::string& m) {
+  auto has = [&](const char* s) { return m.find(s) != std::string::npos; };
+  if (has("Timed out") || has("timed out") || has("Timeout") || has("timeout")) {
+    return CommErrorKind::kTimeout;
+  }
+  if (has("Connection closed") || has("Connection reset") || has("Broken pipe") ||
+      has("Connection refused") || has("closed by peer") || has("ECONNRESET") || has("EPIPE")) {
+    return CommErrorKind::kPeerFailure;
+  }
+  return CommErrorKind::kBackend;
+}
 
 using detail::describe;
 using detail::flatten;
@@ -51,8 +75,8 @@ void waitBackend(const c10::intrusive_ptr<c10d::Work>& work, CommErrorInfo info)
   try {
     work->wait();
   } catch (const std::exception& e) {
-    info.detail = detail::backendMessage(e);
-    info.kind = detail::classifyBackendMessage(info.detail);
+    info.detail = backendMessage(e);
+    info.kind = classifyBackendMessage(info.detail);
     throw CommError(info);
   }
 }
@@ -267,7 +291,7 @@ std::shared_ptr<Communicator> makeGlooCommunicator(const Store& store, const Glo
     info.kind = CommErrorKind::kInvalidArgument;
     info.detail = fmt::format("cannot bind the transport to {}: {}",
                               o.interface.empty() ? "host '" + o.hostname + "'" : "interface '" + o.interface + "'",
-                              detail::backendMessage(e));
+                              backendMessage(e));
     throw CommError(info);
   }
   auto prefixed = store.withPrefix("lockstep/gloo");
@@ -278,8 +302,8 @@ std::shared_ptr<Communicator> makeGlooCommunicator(const Store& store, const Glo
     throw;
   } catch (const std::exception& e) {
     info.detail = fmt::format("ranks did not all join through {}: {}", store.impl()->description,
-                              detail::backendMessage(e));
-    info.kind = detail::classifyBackendMessage(info.detail);
+                              backendMessage(e));
+    info.kind = classifyBackendMessage(info.detail);
     throw CommError(info);
   }
 }

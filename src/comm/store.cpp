@@ -1,43 +1,15 @@
 #include "lockstep/comm/store.h"
 
-#include <c10/util/Exception.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include <fmt/format.h>
 
-#include "comm/c10d_errors.h"
 #include "comm/store_impl.h"
 #include "comm/tcp_store.h"
 #include "lockstep/common/error.h"
 
 namespace lockstep {
-
-namespace detail {
-
-std::string backendMessage(const std::exception& e) {
-  if (auto* c10Error = dynamic_cast<const c10::Error*>(&e)) {
-    return c10Error->what_without_backtrace();
-  }
-  std::string text = e.what();
-  auto cut = text.find("\nException raised from");
-  if (cut != std::string::npos) text.resize(cut);
-  return text;
-}
-
-CommErrorKind classifyBackendMessage(const std::string& m) {
-  auto has = [&](const char* s) { return m.find(s) != std::string::npos; };
-  if (has("Timed out") || has("timed out") || has("Timeout") || has("timeout")) {
-    return CommErrorKind::kTimeout;
-  }
-  if (has("Connection closed") || has("Connection reset") || has("Broken pipe") ||
-      has("Connection refused") || has("closed by peer") || has("ECONNRESET") || has("EPIPE")) {
-    return CommErrorKind::kPeerFailure;
-  }
-  return CommErrorKind::kBackend;
-}
-
-}  // namespace detail
 
 Store Store::tcp(const TcpStoreOptions& o) {
   LOCKSTEP_CHECK(o.port >= 0 && o.port < 65536, "master port ", o.port, " is out of range 1..65535");

@@ -20,6 +20,7 @@
 
 #include "lockstep/comm/comm_error.h"
 #include "lockstep/common/logging.h"
+#include "common/socket_address.h"
 #include "lockstep/common/token.h"
 
 namespace lockstep::detail {
@@ -79,20 +80,6 @@ std::vector<uint8_t> macInput(const char* side, const std::string& serverNonce, 
 std::string toString(const std::vector<uint8_t>& v) { return std::string(v.begin(), v.end()); }
 std::vector<uint8_t> toBytes(const std::string& s) { return std::vector<uint8_t>(s.begin(), s.end()); }
 
-std::string peerName(const sockaddr_storage& addr) {
-  char host[INET6_ADDRSTRLEN] = "?";
-  int port = 0;
-  if (addr.ss_family == AF_INET) {
-    auto* a = reinterpret_cast<const sockaddr_in*>(&addr);
-    inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host));
-    port = ntohs(a->sin_port);
-  } else if (addr.ss_family == AF_INET6) {
-    auto* a = reinterpret_cast<const sockaddr_in6*>(&addr);
-    inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host));
-    port = ntohs(a->sin6_port);
-  }
-  return fmt::format("{}:{}", host, port);
-}
 
 [[noreturn]] void fail(CommErrorKind kind, const std::string& op, const std::string& detail, int64_t timeoutMs = -1) {
   CommErrorInfo info;
@@ -203,7 +190,7 @@ class StoreServer {
     int one = 1;
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     Conn conn;
-    conn.peer = peerName(addr);
+    conn.peer = fmt::format("{}:{}", hostOf(addr), portOf(addr));
     conn.nonce = toString(randomBytes(kNonceSize));
     conn.handshakeDeadline = Clock::now() + kHandshakeTimeout;
     conn.out.assign(kMagic, sizeof(kMagic));
@@ -451,10 +438,8 @@ std::shared_ptr<StoreServer> startStoreServer(const std::string& host, int port,
     sockaddr_storage bound{};
     socklen_t len = sizeof(bound);
     ::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &len);
-    int actualPort = bound.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
-                                                 : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
     freeaddrinfo(addresses);
-    return std::make_shared<StoreServer>(fd, actualPort, token);
+    return std::make_shared<StoreServer>(fd, portOf(bound), token);
   }
   freeaddrinfo(addresses);
   fail(CommErrorKind::kBackend, "serve rendezvous store",

@@ -6,6 +6,7 @@
 
 #include <cstring>
 
+#include "common/socket_address.h"
 #include "launch/child_process.h"
 #include "lockstep/common/error.h"
 #include "lockstep/launch/launcher.h"
@@ -34,8 +35,7 @@ int tryBind(const std::string& host, int port) {
     sockaddr_storage bound{};
     socklen_t len = sizeof(bound);
     if (::getsockname(sock.get(), reinterpret_cast<sockaddr*>(&bound), &len) != 0) continue;
-    if (bound.ss_family == AF_INET) result = ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
-    else result = ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port);
+    result = detail::portOf(bound);
   }
   ::freeaddrinfo(found);
   return result;

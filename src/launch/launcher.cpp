@@ -145,7 +145,6 @@ struct Worker {
   Clock::time_point started;
   bool isMpirun = false;  ///< one process, mpirun, whose output carries "[job,rank]<stream>:" tags
   bool isNode = false;    ///< a launcher on another host (-H): its lines already carry "[rank] "
-  std::string label() const { return isNode ? fmt::format("node {}", rank) : fmt::format("rank {}", rank); }
 };
 
 class Runner {
@@ -689,10 +688,7 @@ LaunchResult launch(const LaunchOptions& input) {
   env.erase(kJobTokenFileVar);
   env[kJobTokenVar] = o.token;
   if (!o.iface.empty()) env[env::kIface] = o.iface;
-  if (!o.hosts.empty()) {
-    LaunchResult result = Runner(o).run(env);
-    return result;
-  }
+  if (!o.hosts.empty()) return Runner(o).run(env);
   bool pickPort = o.masterPort == 0;
   int world = o.nprocPerNode * o.nnodes;
   // An explicit --threads wins; else a count the user exported is kept and

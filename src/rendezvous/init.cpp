@@ -19,6 +19,7 @@
 #include "lockstep/comm/stall_inspector.h"
 #include "lockstep/common/error.h"
 #include "lockstep/common/logging.h"
+#include "common/socket_address.h"
 #include "lockstep/common/token.h"
 
 namespace lockstep {
@@ -71,11 +72,7 @@ std::string addressTowards(const std::string& host, int port) {
     socklen_t len = sizeof(local);
     if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0 &&
         ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
-      char text[INET6_ADDRSTRLEN] = {0};
-      const void* raw = local.ss_family == AF_INET6
-                            ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr)
-                            : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr);
-      if (inet_ntop(local.ss_family, raw, text, sizeof(text)) != nullptr) address = text;
+      address = detail::hostOf(local);
     }
     ::close(fd);
   }
@@ -138,7 +135,6 @@ Context init(const InitOptions& options, const Environment& env) {
     so.host = world.masterAddr;
     so.port = world.masterPort;
     so.isServer = world.rank == 0;
-    so.worldSize = world.worldSize;
     so.timeout = timeout;
     so.token = token;
     so.bindAddr = env.get(kStoreBindVar).value_or("");
@@ -146,8 +142,9 @@ Context init(const InitOptions& options, const Environment& env) {
   };
   // The store comes first when the token is known: MPI_Init opens TCP ports of its own and
   // could take the master port a launcher picked a moment ago.
-  bool storeFirst = world.worldSize > 1 && tokenFromEnvironment(env).has_value();
-  if (storeFirst) serveOrJoin(*tokenFromEnvironment(env));
+  std::optional<std::string> token;
+  if (world.worldSize > 1) token = tokenFromEnvironment(env);
+  if (token) serveOrJoin(*token);
   std::shared_ptr<Communicator> comm;
   if (backend == "mpi") {
     MpiOptions mpi;
@@ -159,7 +156,7 @@ Context init(const InitOptions& options, const Environment& env) {
                                     comm->rank(), comm->size(), world.rank, world.worldSize, world.describe()));
     }
   }
-  if (world.worldSize > 1 && !storeFirst) serveOrJoin(jobToken(env, world, comm.get()));
+  if (world.worldSize > 1 && !token) serveOrJoin(jobToken(env, world, comm.get()));
   if (backend != "mpi") {
     GlooOptions gloo;
     gloo.rank = world.rank;

@@ -177,7 +177,64 @@ INSTANTIATE_TEST_SUITE_P(
                       BadArgs{{"-np", "2", "--master-port", "70000", "--", "true"}, "--master-port 70000"},
                       BadArgs{{"-np", "2", "--backend", "nccl", "--", "true"}, "--backend nccl: expected gloo, mpi or auto"},
                       BadArgs{{"-np", "2", "--backend", "mpi", "--nnodes", "2", "--master-port", "1234", "--", "true"},
-                              "--backend mpi starts workers on this node only"}));
+                              "--backend mpi starts workers on this node only"},
+                      BadArgs{{"-np", "2", "--nnodes", "2", "--master-port", "1234", "--", "true"},
+                              "--nnodes 2: every node must hold the same job token"},
+                      BadArgs{{"-np", "2", "--token-file", "/no/such/token", "--", "true"},
+                              "--token-file: cannot read the job token file '/no/such/token'"},
+                      BadArgs{{"-np", "2", "--max-restarts", "-1", "--", "true"}, "--max-restarts -1: must be 0 or more"},
+                      BadArgs{{"-H", "a:2,b:1", "--", "true"}, "-H: every host needs the same number of slots"},
+                      BadArgs{{"-H", "a:2,,b:2", "--", "true"}, "-H 'a:2,,b:2': empty host in entry 2"},
+                      BadArgs{{"-H", "a:x", "--", "true"}, "-H entry 'a:x': slots"},
+                      BadArgs{{"-H", "a:2,b:2", "-np", "3", "--", "true"}, "-np 3 does not match -H a:2,b:2 (4 slots"},
+                      BadArgs{{"-H", "a:2", "--rsh", "no-such-rsh", "--", "true"}, "--rsh: 'no-such-rsh' not found"}));
+
+TEST(Launcher, RestartsAreBoundedByMaxRestarts) {
+  // A fault that recurs in every attempt: two restarts, then the launcher gives up with the cause.
+  auto r = run({"-np", "2", "--max-restarts", "2", "--", "sh", "-c",
+                "echo attempt $LOCKSTEP_RESTART_COUNT; [ $LOCKSTEP_RANK = 1 ] && exit 7; sleep 30"});
+  EXPECT_EQ(r.exitCode, 7) << r.err;
+  for (const char* line : {"[1] attempt 0", "[1] attempt 1", "[1] attempt 2"}) EXPECT_TRUE(contains(r.out, line)) << r.out;
+  EXPECT_FALSE(contains(r.out, "attempt 3")) << r.out;
+  EXPECT_TRUE(contains(r.err, "lockstep run: rank 1 failed; restarting all 2 worker(s) of node 0 (restart 2 of 2)")) << r.err;
+  EXPECT_TRUE(contains(r.err, "giving up: the group failed 3 time(s) and --max-restarts is 2")) << r.err;
+  EXPECT_LT(r.seconds, 25) << "the surviving rank was not stopped after each failure";
+}
+
+TEST(Launcher, HostListsParse) {
+  auto hosts = parseHosts("node1:2,10.0.0.7,[fe80::1]:3");
+  ASSERT_EQ(hosts.size(), 3u);
+  EXPECT_EQ(hosts[0].host, "node1");
+  EXPECT_EQ(hosts[0].slots, 2);
+  EXPECT_EQ(hosts[1].host, "10.0.0.7");
+  EXPECT_EQ(hosts[1].slots, 1);
+  EXPECT_EQ(hosts[2].host, "fe80::1");
+  EXPECT_EQ(hosts[2].slots, 3);
+}
+
+TEST(Launcher, RemoteCommandQuotesForTheShellAndCarriesNoToken) {
+  LaunchOptions o;
+  o.hosts = {{"a", 2}, {"b", 2}};
+  o.nprocPerNode = 2;
+  o.masterAddr = "a";
+  o.masterPort = 29500;
+  o.maxRestarts = 1;
+  o.token = "s3cret-token";
+  o.command = {"/bin/echo", "it's", "two words", "$HOME"};
+  std::string cmd = remoteLaunchCommand(o, 1, "/opt/lockstep/bin/lockstep", "/work dir",
+                                        {{"LOCKSTEP_LOG_LEVEL", "debug"}});
+  EXPECT_EQ(cmd.find("s3cret"), std::string::npos) << cmd;
+  EXPECT_TRUE(contains(cmd, "--nnodes 2 --node-rank 1 --master-addr a --master-port 29500 -np 2 --token-stdin")) << cmd;
+  EXPECT_TRUE(contains(cmd, "--max-restarts 1")) << cmd;
+  EXPECT_TRUE(contains(cmd, "LOCKSTEP_LOG_LEVEL=debug")) << cmd;
+  // What the remote shell runs: the program must receive its arguments unchanged.
+  o.command = {"/bin/echo", "it's", "two words", "$HOME"};
+  std::string echo;
+  for (const auto& word : o.command) echo += (echo.empty() ? "" : " ") + shellQuote(word);
+  auto r = runProcess({"sh", "-c", echo});
+  EXPECT_EQ(r.out, "it's two words $HOME\n");
+  EXPECT_EQ(shellQuote("plain-word_1.2:3"), "plain-word_1.2:3");
+}
 
 TEST(Launcher, MpiBackendCommandLine) {
   LaunchOptions o;

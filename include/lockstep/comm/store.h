@@ -23,7 +23,6 @@ struct TcpStoreOptions {
   std::string host = "127.0.0.1";  ///< the master address
   int port = 29500;                ///< 0 with isServer: any free port (see Store::port)
   bool isServer = false;           ///< rank 0 serves, the others connect
-  int worldSize = 1;               ///< informational
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
   /// The job's shared secret; required. Connections that cannot prove they
   /// know it are refused (and logged by the server with their address).
