@@ -8,7 +8,8 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
+#include <initializer_list>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -34,9 +35,10 @@ void fsyncPath(const std::string& path, int flags) {
   ::close(fd);
   if (rc != 0) throw Error(fmt::format("fsync of {} failed: {}", path, std::strerror(saved)));
 }
-}  // namespace
 
-void writeFileAtomically(const std::string& path, const std::string& bytes) {
+/// Writes the concatenation of `pieces` to `path` atomically (see checkpoint.h),
+/// without concatenating them in memory first.
+void writePiecesAtomically(const std::string& path, std::initializer_list<std::string_view> pieces) {
   fs::path target(path);
   fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
   std::error_code ec;
@@ -46,18 +48,24 @@ void writeFileAtomically(const std::string& path, const std::string& bytes) {
   {
     int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) throw Error(fmt::format("cannot create {}: {}", tmp, errnoText()));
+    size_t total = 0;
+    for (std::string_view piece : pieces) total += piece.size();
     size_t done = 0;
-    while (done < bytes.size()) {
-      ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        int saved = errno;
-        ::close(fd);
-        ::unlink(tmp.c_str());
-        throw Error(fmt::format("writing {} failed after {} of {} bytes: {}", tmp, done, bytes.size(),
-                                std::strerror(saved)));
+    for (std::string_view piece : pieces) {
+      size_t written = 0;
+      while (written < piece.size()) {
+        ssize_t n = ::write(fd, piece.data() + written, piece.size() - written);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+          int saved = errno;
+          ::close(fd);
+          ::unlink(tmp.c_str());
+          throw Error(fmt::format("writing {} failed after {} of {} bytes: {}", tmp, done + written, total,
+                                  std::strerror(saved)));
+        }
+        written += static_cast<size_t>(n);
       }
-      done += static_cast<size_t>(n);
+      done += written;
     }
     if (::fsync(fd) != 0 || ::close(fd) != 0) {
       ::unlink(tmp.c_str());
@@ -72,42 +80,83 @@ void writeFileAtomically(const std::string& path, const std::string& bytes) {
   fsyncPath(dir.string(), O_RDONLY | O_DIRECTORY);
 }
 
-std::string frameCheckpoint(const std::string& payload) {
+/// The 32-byte frame header of `payload`.
+std::string frameHeader(std::string_view payload) {
   std::string out(kHeaderSize, '\0');
   std::memcpy(out.data(), kMagic, sizeof(kMagic));
   uint64_t size = payload.size();
   uint32_t crc = crc32c(payload.data(), payload.size());
   for (int i = 0; i < 8; ++i) out[16 + i] = static_cast<char>((size >> (8 * i)) & 0xFF);
   for (int i = 0; i < 4; ++i) out[24 + i] = static_cast<char>((crc >> (8 * i)) & 0xFF);
-  out += payload;
   return out;
 }
 
-std::string readCheckpoint(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw CheckpointError(fmt::format("cannot open checkpoint {}: {}", path, errnoText()));
-  std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (data.size() >= sizeof(kMagicV1) && std::memcmp(data.data(), kMagicV1, sizeof(kMagicV1)) == 0) {
-    throw ObsoleteCheckpointError(fmt::format("{} was written by an older lockstep (torch archive format); it cannot "
-                                              "be loaded safely — retrain or convert", path));
+/// Reads up to `n` bytes into `out`, fewer only at the end of the file. Throws CheckpointError.
+size_t readUpTo(int fd, char* out, size_t n, const std::string& path) {
+  size_t done = 0;
+  while (done < n) {
+    ssize_t got = ::read(fd, out + done, n - done);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) throw CheckpointError(fmt::format("cannot read checkpoint {}: {}", path, errnoText()));
+    if (got == 0) break;
+    done += static_cast<size_t>(got);
   }
-  if (data.size() < kHeaderSize || std::memcmp(data.data(), kMagic, sizeof(kMagic)) != 0) {
+  return done;
+}
+
+/// Closes a descriptor when the scope ends.
+struct FdCloser {
+  int fd;
+  ~FdCloser() { ::close(fd); }
+};
+
+}  // namespace
+
+ObsoleteCheckpointError ObsoleteCheckpointError::about(const std::string& path) {
+  return ObsoleteCheckpointError(fmt::format(
+      "{} was written by an older lockstep (torch archive format); it cannot be loaded safely — retrain or convert",
+      path));
+}
+
+void writeFileAtomically(const std::string& path, const std::string& bytes) { writePiecesAtomically(path, {bytes}); }
+
+std::string frameCheckpoint(const std::string& payload) { return frameHeader(payload) + payload; }
+
+std::string readCheckpoint(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw CheckpointError(fmt::format("cannot open checkpoint {}: {}", path, errnoText()));
+  FdCloser closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) throw CheckpointError(fmt::format("cannot stat checkpoint {}: {}", path, errnoText()));
+  const uint64_t fileSize = static_cast<uint64_t>(st.st_size);
+  char header[kHeaderSize];
+  const size_t headerBytes = readUpTo(fd, header, kHeaderSize, path);
+  if (headerBytes >= sizeof(kMagicV1) && std::memcmp(header, kMagicV1, sizeof(kMagicV1)) == 0) {
+    throw ObsoleteCheckpointError::about(path);
+  }
+  if (headerBytes < kHeaderSize || std::memcmp(header, kMagic, sizeof(kMagic)) != 0) {
     throw CheckpointError(fmt::format("{} is not a lockstep checkpoint (no LOCKSTEP-CKPT-v2 header; {} bytes)", path,
-                                      data.size()));
+                                      fileSize));
   }
   uint64_t size = 0;
   uint32_t crc = 0;
-  for (int i = 0; i < 8; ++i) size |= static_cast<uint64_t>(static_cast<uint8_t>(data[16 + i])) << (8 * i);
-  for (int i = 0; i < 4; ++i) crc |= static_cast<uint32_t>(static_cast<uint8_t>(data[24 + i])) << (8 * i);
-  if (data.size() - kHeaderSize < size) {
-    throw CheckpointError(fmt::format("checkpoint {} is truncated: {} of {} bytes present", path, data.size(),
+  for (int i = 0; i < 8; ++i) size |= static_cast<uint64_t>(static_cast<uint8_t>(header[16 + i])) << (8 * i);
+  for (int i = 0; i < 4; ++i) crc |= static_cast<uint32_t>(static_cast<uint8_t>(header[24 + i])) << (8 * i);
+  // Sizes are checked against the file before anything of `size` is allocated.
+  if (fileSize - kHeaderSize < size) {
+    throw CheckpointError(fmt::format("checkpoint {} is truncated: {} of {} bytes present", path, fileSize,
                                       size + kHeaderSize));
   }
-  if (data.size() - kHeaderSize > size) {
+  if (fileSize - kHeaderSize > size) {
     throw CheckpointError(fmt::format("checkpoint {} has {} unexpected trailing bytes", path,
-                                      data.size() - kHeaderSize - size));
+                                      fileSize - kHeaderSize - size));
   }
-  std::string payload = data.substr(kHeaderSize);
+  std::string payload(static_cast<size_t>(size), '\0');
+  const size_t got = readUpTo(fd, payload.data(), payload.size(), path);
+  if (got != size) {  // shrunk since fstat
+    throw CheckpointError(fmt::format("checkpoint {} is truncated: {} of {} bytes present", path, kHeaderSize + got,
+                                      size + kHeaderSize));
+  }
   uint32_t actual = crc32c(payload.data(), payload.size());
   if (actual != crc) {
     throw CheckpointError(fmt::format("checkpoint {} is corrupt: CRC-32C {:08x} does not match the recorded {:08x}",
@@ -126,7 +175,7 @@ std::string CheckpointDir::pathFor(int64_t step) const {
 
 std::string CheckpointDir::save(int64_t step, const std::string& payload) {
   std::string path = pathFor(step);
-  writeFileAtomically(path, frameCheckpoint(payload));
+  writePiecesAtomically(path, {frameHeader(payload), payload});
   auto entries = list();
   while (static_cast<int>(entries.size()) > keepLast_) {
     std::error_code ec;

@@ -255,8 +255,9 @@ size_t TensorArchive::size() const { return impl_->entries.size(); }
 const std::string& TensorArchive::label() const { return impl_->label; }
 
 std::string TensorArchive::serialize() const {
-  // Dense CPU copies first, so the output can be sized once.
-  std::map<std::string, at::Tensor> dense;
+  // Dense CPU tensors first (a copy only where one is not already), in entry
+  // order, so the output can be sized once.
+  std::vector<at::Tensor> dense;
   size_t total = sizeof(kMagic) + 4 + 4 + 8;
   for (const auto& [key, value] : impl_->entries) {
     total += 4 + key.size() + 1;
@@ -264,7 +265,7 @@ std::string TensorArchive::serialize() const {
       at::Tensor c = t->is_cpu() ? *t : t->cpu();
       c = c.contiguous();
       total += 2 + 8 * static_cast<size_t>(c.dim()) + 8 + c.nbytes();
-      dense.emplace(key, std::move(c));
+      dense.push_back(std::move(c));
     } else if (const auto* s = std::get_if<std::string>(&value)) {
       total += 8 + s->size();
     } else if (std::holds_alternative<bool>(value)) {
@@ -279,13 +280,14 @@ std::string TensorArchive::serialize() const {
   appendU32(out, kVersion);
   appendU32(out, 0);
   appendU64(out, impl_->entries.size());
+  auto nextDense = dense.begin();
   for (const auto& [key, value] : impl_->entries) {
     appendU32(out, static_cast<uint32_t>(key.size()));
     out += key;
     appendU8(out, static_cast<uint8_t>(kindOf(value)));
     switch (kindOf(value)) {
       case Kind::kTensor: {
-        const at::Tensor& t = dense.at(key);
+        const at::Tensor& t = *nextDense++;
         appendU8(out, byType(t.scalar_type())->code);
         appendU8(out, static_cast<uint8_t>(t.dim()));
         for (int64_t size : t.sizes()) appendU64(out, static_cast<uint64_t>(size));
@@ -319,8 +321,7 @@ TensorArchive TensorArchive::parse(std::string_view bytes, std::string label) {
   const std::string& name = archive.impl_->label;
   if (bytes.size() >= 4 && bytes.substr(0, 4) == std::string_view("PK\x03\x04", 4)) {
     // LibTorch's archives are TorchScript zips; loading one runs code stored in it.
-    throw ObsoleteCheckpointError(fmt::format("{} was written by an older lockstep (torch archive format); it "
-                                              "cannot be loaded safely — retrain or convert", name));
+    throw ObsoleteCheckpointError::about(name);
   }
   Reader r(bytes, name);
   std::string_view magic = r.take(sizeof(kMagic), "the magic number");

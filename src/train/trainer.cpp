@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <chrono>
 #include <set>
+#include <string_view>
 
 #include "lockstep/common/error.h"
 #include "lockstep/common/logging.h"
@@ -75,13 +76,16 @@ std::string describe(const at::Tensor& t) {
   return fmt::format("{}[{}]", c10::toString(t.scalar_type()), shape);
 }
 
+constexpr std::string_view kModelPrefix = "model/";
+
+/// Every defined parameter and buffer of `model`, keyed "model/<name>".
 std::vector<std::pair<std::string, at::Tensor>> modelTensors(const torch::nn::Module& model) {
   std::vector<std::pair<std::string, at::Tensor>> out;
   for (const auto& p : model.named_parameters(/*recurse=*/true)) {
-    if (p.value().defined()) out.emplace_back("model/" + p.key(), p.value());
+    if (p.value().defined()) out.emplace_back(std::string(kModelPrefix) + p.key(), p.value());
   }
   for (const auto& b : model.named_buffers(/*recurse=*/true)) {
-    if (b.value().defined()) out.emplace_back("model/" + b.key(), b.value());
+    if (b.value().defined()) out.emplace_back(std::string(kModelPrefix) + b.key(), b.value());
   }
   return out;
 }
@@ -93,32 +97,28 @@ void saveModel(const torch::nn::Module& model, TensorArchive& archive) {
 /// Checks every tensor of `model` against the archive first, then copies:
 /// a checkpoint that does not fit leaves the model untouched.
 void loadModel(const TensorArchive& archive, torch::nn::Module& model) {
-  const std::string& label = archive.label();
+  auto misfit = [&](const std::string& what) {
+    return CheckpointError(fmt::format("checkpoint {} does not fit this model: {}", archive.label(), what));
+  };
   auto targets = modelTensors(model);
   std::set<std::string> expected;
   std::vector<at::Tensor> sources;
   for (const auto& [key, target] : targets) {
-    std::string name = key.substr(6);
+    std::string name = key.substr(kModelPrefix.size());
     expected.insert(key);
-    if (!archive.contains(key)) {
-      throw CheckpointError(fmt::format("checkpoint {} does not fit this model: it has no '{}' ({} here)", label,
-                                        name, describe(target)));
-    }
+    if (!archive.contains(key)) throw misfit(fmt::format("it has no '{}' ({} here)", name, describe(target)));
     if (archive.kind(key) != TensorArchive::Kind::kTensor) {
-      throw CheckpointError(fmt::format("checkpoint {} does not fit this model: '{}' is not a tensor but a value "
-                                        "of kind {}", label, name, toString(archive.kind(key))));
+      throw misfit(fmt::format("'{}' is not a tensor but a value of kind {}", name, toString(archive.kind(key))));
     }
     at::Tensor source = archive.getTensor(key);
     if (source.scalar_type() != target.scalar_type() || !source.sizes().equals(target.sizes())) {
-      throw CheckpointError(fmt::format("checkpoint {} does not fit this model: '{}' is {} here but {} in the file",
-                                        label, name, describe(target), describe(source)));
+      throw misfit(fmt::format("'{}' is {} here but {} in the file", name, describe(target), describe(source)));
     }
     sources.push_back(std::move(source));
   }
-  for (const auto& key : archive.keys("model/")) {
+  for (const auto& key : archive.keys(kModelPrefix)) {
     if (!expected.count(key)) {
-      throw CheckpointError(fmt::format("checkpoint {} does not fit this model: it has '{}', which this model lacks",
-                                        label, key.substr(6)));
+      throw misfit(fmt::format("it has '{}', which this model lacks", key.substr(kModelPrefix.size())));
     }
   }
   at::NoGradGuard noGrad;
@@ -382,8 +382,12 @@ CheckpointInfo readInfo(const TensorArchive& archive) {
   return info;
 }
 
-/// Reads, verifies and parses a checkpoint file. Never runs code from it.
-TensorArchive loadArchive(const std::string& path) { return TensorArchive::parse(readCheckpoint(path), path); }
+/// Reads, verifies and parses a checkpoint file (or its `payload`, when already
+/// read and verified). Never runs code from it.
+TensorArchive loadArchive(const std::string& path, const std::optional<std::string>& payload = std::nullopt) {
+  if (payload) return TensorArchive::parse(*payload, path);
+  return TensorArchive::parse(readCheckpoint(path), path);
+}
 
 }  // namespace
 
@@ -403,14 +407,7 @@ CheckpointInfo readCheckpointInfo(const std::string& path) { return readInfo(loa
 CheckpointInfo loadModelFromCheckpoint(const std::string& path, torch::nn::Module& model) {
   TensorArchive archive = loadArchive(path);
   CheckpointInfo info = readInfo(archive);
-  try {
-    loadModel(archive, model);
-  } catch (const CheckpointError&) {
-    throw;
-  } catch (const std::exception& e) {
-    throw CheckpointError(fmt::format("checkpoint {} does not fit this model: {}", path,
-                                      std::string(e.what()).substr(0, 300)));
-  }
+  loadModel(archive, model);  // checks every tensor before copying: nothing else to catch
   return info;
 }
 
@@ -466,6 +463,7 @@ FitResult Trainer::fit(std::shared_ptr<torch::nn::Module> model, const LossFn& l
   std::unique_ptr<CheckpointDir> checkpoints;
   if (!o.checkpointDir.empty()) checkpoints = std::make_unique<CheckpointDir>(o.checkpointDir, o.keepLast);
   std::string resumePath;
+  std::optional<std::string> verifiedPayload;  // rank 0's read of the chosen file, parsed without reading it again
   if (o.resume != "none" && o.resume != "auto") {
     resumePath = o.resume;
   } else if (o.resume == "auto" && checkpoints) {
@@ -478,7 +476,7 @@ FitResult Trainer::fit(std::shared_ptr<torch::nn::Module> model, const LossFn& l
       auto entries = checkpoints->list();
       for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
         try {
-          readCheckpoint(it->path);
+          verifiedPayload = readCheckpoint(it->path);
           chosen = it->step;
           break;
         } catch (const ObsoleteCheckpointError& e) {
@@ -501,7 +499,8 @@ FitResult Trainer::fit(std::shared_ptr<torch::nn::Module> model, const LossFn& l
     if (chosen >= 0) resumePath = checkpoints->pathFor(chosen);
   }
   if (!resumePath.empty()) {
-    TensorArchive archive = loadArchive(resumePath);
+    TensorArchive archive = loadArchive(resumePath, verifiedPayload);
+    verifiedPayload.reset();
     CheckpointInfo info;
     try {
       info = readInfo(archive);

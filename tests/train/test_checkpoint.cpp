@@ -22,6 +22,7 @@ using namespace std::string_literals;
 #include "lockstep/train/checkpoint.h"
 #include "lockstep/train/tensor_archive.h"
 #include "lockstep/train/trainer.h"
+#include "support/expect.h"
 #include "support/subprocess.h"
 #include "support/thread_ranks.h"
 
@@ -93,6 +94,17 @@ TEST(Checkpoint, TruncatedCorruptAndForeignFilesAreNamed) {
     EXPECT_NE(std::string(e.what()).find("is not a lockstep checkpoint"), std::string::npos) << e.what();
   }
   EXPECT_THROW(readCheckpoint(dir + "/missing.ckpt"), CheckpointError);
+  EXPECT_THROW(readCheckpoint(dir), CheckpointError);
+  // A length field of 2^62: refused from the file's size, before anything that large is allocated.
+  std::string huge = framed;
+  huge[23] = 0x40;
+  writeAll(path, huge);
+  try {
+    readCheckpoint(path);
+    ADD_FAILURE();
+  } catch (const CheckpointError& e) {
+    EXPECT_HAS(std::string(e.what()), path + " is truncated: 1032 of 4611686018427388936 bytes present");
+  }
 }
 
 TEST(Checkpoint, DirectoryKeepsTheLastK) {
@@ -105,6 +117,8 @@ TEST(Checkpoint, DirectoryKeepsTheLastK) {
   EXPECT_EQ(entries[1].step, 20);
   EXPECT_EQ(readCheckpoint(entries[1].path), "s20");
   EXPECT_EQ(fs::path(entries[1].path).filename(), "step-000000020.ckpt");
+  // save() writes header and payload separately: the same bytes as frameCheckpoint.
+  EXPECT_EQ(readAll(entries[1].path), frameCheckpoint("s20"));
   EXPECT_THROW(CheckpointDir(dir, 0), Error);
 }
 
@@ -292,90 +306,71 @@ TEST(TensorArchive, FlippedBytesNeverCrash) {
   EXPECT_GT(refused, 0);
 }
 
-TEST(TensorArchive, CorruptLengthsCodesAndKeysAreNamed) {
-  auto expectError = [](const std::string& bytes, const std::string& expected) {
+/// One corruption of a good archive: the bytes to overwrite and what the error must contain.
+struct Corruption {
+  std::vector<std::pair<size_t, char>> edits;
+  std::string expected;
+};
+
+void expectCorruptionsNamed(const std::string& good, const std::vector<Corruption>& cases) {
+  for (const auto& c : cases) {
+    std::string bytes = good;
+    for (const auto& [at, value] : c.edits) bytes[at] = value;
     std::string message = checkpointErrorOf([&] { TensorArchive::parse(bytes, "f.ckpt"); });
-    EXPECT_NE(message.find(expected), std::string::npos) << message;
-  };
+    EXPECT_HAS(message, c.expected);
+  }
+}
+
+TEST(TensorArchive, CorruptLengthsCodesAndKeysAreNamed) {
   // One string entry: header 0-31, key length 32-35, key 36, kind 37, length 38-45, "hello" 46-50.
   TensorArchive s;
   s.putString("s", "hello");
   const std::string str = s.serialize();
   ASSERT_EQ(str.size(), 51u);
-  std::string c = str;
-  c[45] = '\x7f';
-  expectError(c, "at byte 46 of 51, in entry 's': a string needs 9151314442816847877 bytes but only 5 remain");
-  c = str;
-  c[38] = 6;
-  expectError(c, "at byte 46 of 51, in entry 's': a string needs 6 bytes but only 5 remain");
-  c = str;
-  c[34] = 1;
-  expectError(c, "at byte 32 of 51: entry 0 has a key of 65537 bytes (1 to 4096 allowed)");
-  c = str;
-  c[32] = 0;
-  expectError(c, "entry 0 has a key of 0 bytes");
-  c = str;
-  c[37] = 9;
-  expectError(c, "at byte 37 of 51, in entry 's': unknown value kind 9");
-  c = str;
-  c[31] = '\x7f';
-  expectError(c, "at byte 24 of 51: it claims 9151314442816847873 entries but only 19 bytes follow");
-  c = str;
-  c[16] = 2;
-  expectError(c, "format version 2 is not supported");
-  c = str;
-  c[20] = 1;
-  expectError(c, "unknown flags 0x1");
-  c = str;
-  c[0] = 'X';
-  expectError(c, "at byte 0 of 51: it does not start with LOCKSTEP-TENSORS");
+  expectCorruptionsNamed(str, {
+      {{{45, '\x7f'}}, "at byte 46 of 51, in entry 's': a string needs 9151314442816847877 bytes but only 5 remain"},
+      {{{38, 6}}, "at byte 46 of 51, in entry 's': a string needs 6 bytes but only 5 remain"},
+      {{{34, 1}}, "at byte 32 of 51: entry 0 has a key of 65537 bytes (1 to 4096 allowed)"},
+      {{{32, 0}}, "entry 0 has a key of 0 bytes"},
+      {{{37, 9}}, "at byte 37 of 51, in entry 's': unknown value kind 9"},
+      {{{31, '\x7f'}}, "at byte 24 of 51: it claims 9151314442816847873 entries but only 19 bytes follow"},
+      {{{16, 2}}, "format version 2 is not supported"},
+      {{{20, 1}}, "unknown flags 0x1"},
+      {{{0, 'X'}}, "at byte 0 of 51: it does not start with LOCKSTEP-TENSORS"},
+  });
 
   // One Float[2, 3] tensor: kind 37, dtype 38, ndim 39, sizes 40-55, byte count 56-63, data 64-87.
   TensorArchive t;
   t.putTensor("t", at::zeros({2, 3}));
   const std::string ten = t.serialize();
   ASSERT_EQ(ten.size(), 88u);
-  c = ten;
-  c[38] = 99;
-  expectError(c, "at byte 38 of 88, in entry 't': unknown dtype code 99");
-  c = ten;
-  c[39] = static_cast<char>(200);
-  expectError(c, "at byte 39 of 88, in entry 't': 200 dimensions (at most 32 are allowed)");
-  c = ten;
-  c[47] = '\x7f';
-  expectError(c, "at byte 40 of 88, in entry 't': dimension 0 has size");
-  c = ten;
-  c[40] = 3;
-  expectError(c, "at byte 56 of 88, in entry 't': the tensor's byte count is 24 but a Float tensor of 9 elements "
-                 "takes 36");
-  c = ten;
-  c[40] = 3;
-  c[56] = 36;
-  expectError(c, "at byte 64 of 88, in entry 't': the tensor's data needs 36 bytes but only 24 remain");
-  c = ten;
-  c[56] = 25;
-  expectError(c, "the tensor's byte count is 25");
+  expectCorruptionsNamed(ten, {
+      {{{38, 99}}, "at byte 38 of 88, in entry 't': unknown dtype code 99"},
+      {{{39, static_cast<char>(200)}}, "at byte 39 of 88, in entry 't': 200 dimensions (at most 32 are allowed)"},
+      {{{47, '\x7f'}}, "at byte 40 of 88, in entry 't': dimension 0 has size"},
+      {{{40, 3}}, "at byte 56 of 88, in entry 't': the tensor's byte count is 24 but a Float tensor of 9 elements "
+                  "takes 36"},
+      {{{40, 3}, {56, 36}}, "at byte 64 of 88, in entry 't': the tensor's data needs 36 bytes but only 24 remain"},
+      {{{56, 25}}, "the tensor's byte count is 25"},
+  });
 
   // Bools must be 0 or 1, in a value and in a tensor.
   TensorArchive bools;
   bools.putBool("b", true);
-  c = bools.serialize();
-  c[38] = 2;
-  expectError(c, "in entry 'b': a bool holds 2");
+  expectCorruptionsNamed(bools.serialize(), {{{{38, 2}}, "in entry 'b': a bool holds 2"}});
   TensorArchive boolTensor;
   boolTensor.putTensor("b", at::ones({2}, at::kBool));
-  c = boolTensor.serialize();
-  c[c.size() - 1] = 7;
-  expectError(c, "in entry 'b': a bool tensor holds a byte other than 0 or 1");
+  const std::string boolBytes = boolTensor.serialize();
+  expectCorruptionsNamed(boolBytes,
+                         {{{{boolBytes.size() - 1, 7}}, "in entry 'b': a bool tensor holds a byte other than 0 or 1"}});
 
   // Keys "a" and "b" of the same size; the second renamed to the first.
   TensorArchive two;
   two.putInt("a", 1);
   two.putInt("b", 2);
-  c = two.serialize();
-  ASSERT_EQ(c[50], 'b');
-  c[50] = 'a';
-  expectError(c, "at byte 46 of 60, in entry 'a': the key appears twice");
+  const std::string twoBytes = two.serialize();
+  ASSERT_EQ(twoBytes[50], 'b');
+  expectCorruptionsNamed(twoBytes, {{{{50, 'a'}}, "at byte 46 of 60, in entry 'a': the key appears twice"}});
 }
 
 // ---- checkpoints of the Trainer --------------------------------------------
@@ -469,11 +464,12 @@ TEST(Checkpoint, ModelLoadChecksEveryNameShapeAndDtype) {
             "checkpoint " + path + " does not fit this model: 'weight' is Float[2, 4] here but Float[2, 3] in the file");
   EXPECT_TRUE(at::equal(wide->weight, before));
 
+  // Each refused file holds a usable weight that differs from the loaded one: copying before checking all would show.
   auto expectRefused = [&](const std::function<void(TensorArchive&)>& fill, const std::string& expected) {
     writeTrainerCheckpoint(path, fill);
     at::Tensor weight = target->weight.clone();
     std::string message = checkpointErrorOf([&] { loadModelFromCheckpoint(path, *target); });
-    EXPECT_NE(message.find(expected), std::string::npos) << message;
+    EXPECT_HAS(message, expected);
     EXPECT_TRUE(at::equal(target->weight, weight)) << "a refused checkpoint changed the model";
   };
   expectRefused(
@@ -487,13 +483,13 @@ TEST(Checkpoint, ModelLoadChecksEveryNameShapeAndDtype) {
                 "does not fit this model: it has no 'bias' (Float[2] here)");
   expectRefused(
       [&](TensorArchive& a) {
-        a.putTensor("model/weight", source->weight.to(at::kDouble));
-        a.putTensor("model/bias", source->bias);
+        a.putTensor("model/weight", source->weight * 2);
+        a.putTensor("model/bias", source->bias.to(at::kDouble));
       },
-      "'weight' is Float[2, 3] here but Double[2, 3] in the file");
+      "'bias' is Float[2] here but Double[2] in the file");
   expectRefused(
       [&](TensorArchive& a) {
-        a.putTensor("model/weight", source->weight);
+        a.putTensor("model/weight", source->weight * 2);
         a.putString("model/bias", "zeros");
       },
       "'bias' is not a tensor but a value of kind string");
@@ -555,8 +551,7 @@ TEST(Checkpoint, ResumeIsBitIdenticalForEveryOptimizer) {
   std::string dir = test::makeTempDir();
   trainMlp("sgd", dir, 3);
   std::string message = checkpointErrorOf([&] { trainMlp("adam", dir, 6); });
-  EXPECT_NE(message.find("step-000000003.ckpt holds sgd optimizer state, but this run uses adam"), std::string::npos)
-      << message;
+  EXPECT_HAS(message, "step-000000003.ckpt holds sgd optimizer state, but this run uses adam");
 }
 
 TEST(Checkpoint, AutomaticResumeStopsAtAnOldFormatCheckpoint) {
@@ -566,8 +561,8 @@ TEST(Checkpoint, AutomaticResumeStopsAtAnOldFormatCheckpoint) {
   old[15] = '1';
   writeAll(dir + "/step-000000009.ckpt", old);
   std::string message = checkpointErrorOf([&] { trainMlp("sgd", dir, 3); });
-  EXPECT_NE(message.find(dir + "/step-000000009.ckpt" + kObsolete), std::string::npos) << message;
-  EXPECT_NE(message.find("move the old checkpoints out of " + dir), std::string::npos) << message;
+  EXPECT_HAS(message, dir + "/step-000000009.ckpt" + kObsolete);
+  EXPECT_HAS(message, "move the old checkpoints out of " + dir);
   EXPECT_EQ(readAll(dir + "/step-000000009.ckpt"), old);
   EXPECT_FALSE(fs::exists(dir + "/step-000000003.ckpt"));
 }

@@ -72,6 +72,21 @@ LossFn mse() {
   };
 }
 
+/// One worker fits a fresh MLP (seed 1) on the setup's data, with the first 40 rows as validation if asked.
+FitResult fitOneWorker(const RunSetup& s, bool validate) {
+  torch::manual_seed(1);
+  Mlp model(MlpOptions{12, {16}, 5});
+  FitResult result;
+  test::runRanks(1, [&](int, Communicator& comm) {
+    auto shared = std::shared_ptr<Communicator>(&comm, [](Communicator*) {});
+    Trainer trainer(shared, s.options);
+    TensorDataset train(s.x, s.y);
+    TensorDataset validation(s.x.narrow(0, 0, 40), s.y.narrow(0, 0, 40));
+    result = trainer.fit(model.ptr(), mse(), train, validate ? &validation : nullptr);
+  });
+  return result;
+}
+
 constexpr double kSlackUs = 1.0;  // rounding of the microsecond conversion
 
 /// The phases of a step: in the order the loop runs them, tiling the step.
@@ -110,16 +125,7 @@ TEST(TrainerCallbacks, OneWorkerSeesEveryStepLogValidationAndTheEnd) {
   RunSetup s = makeSetup();
   auto recorder = std::make_shared<Recorder>();
   s.options.callbacks = {recorder};
-  torch::manual_seed(1);
-  Mlp model(MlpOptions{12, {16}, 5});
-  FitResult result;
-  test::runRanks(1, [&](int, Communicator& comm) {
-    auto shared = std::shared_ptr<Communicator>(&comm, [](Communicator*) {});
-    Trainer trainer(shared, s.options);
-    TensorDataset train(s.x, s.y);
-    TensorDataset validation(s.x.narrow(0, 0, 40), s.y.narrow(0, 0, 40));
-    result = trainer.fit(model.ptr(), mse(), train, &validation);
-  });
+  FitResult result = fitOneWorker(s, /*validate=*/true);
   const Recorder& r = *recorder;
   // 200 samples / batch 20 = 10 steps; logs at 4, 8 and the last step; one epoch-end validation.
   std::vector<std::string> expected{"fit_start"};
@@ -197,15 +203,7 @@ TEST(TrainerCallbacks, AccumulatedMicroBatchesEachGetTheirPhases) {
   s.options.accumulation = 2;
   auto recorder = std::make_shared<Recorder>();
   s.options.callbacks = {recorder};
-  torch::manual_seed(1);
-  Mlp model(MlpOptions{12, {16}, 5});
-  FitResult result;
-  test::runRanks(1, [&](int, Communicator& comm) {
-    auto shared = std::shared_ptr<Communicator>(&comm, [](Communicator*) {});
-    Trainer trainer(shared, s.options);
-    TensorDataset train(s.x, s.y);
-    result = trainer.fit(model.ptr(), mse(), train);
-  });
+  FitResult result = fitOneWorker(s, /*validate=*/false);
   ASSERT_EQ(recorder->steps.size(), 10u);
   for (const auto& step : recorder->steps) expectPhasesTileTheStep(step, 2);
   EXPECT_TRUE(recorder->validations.empty());

@@ -32,6 +32,9 @@ class CheckpointError : public Error {
 class ObsoleteCheckpointError : public CheckpointError {
  public:
   using CheckpointError::CheckpointError;
+  /// "<path> was written by an older lockstep (torch archive format); …": the
+  /// one message for an old frame and for a LibTorch payload in a current one.
+  static ObsoleteCheckpointError about(const std::string& path);
 };
 
 /// Writes `bytes` to `path` atomically (see above). Throws lockstep::Error naming the path.
@@ -39,8 +42,9 @@ void writeFileAtomically(const std::string& path, const std::string& bytes);
 
 /// Frames a payload as a checkpoint file's content.
 std::string frameCheckpoint(const std::string& payload);
-/// Reads and verifies a checkpoint file; returns its payload. Throws CheckpointError
-/// (ObsoleteCheckpointError for a v1 file).
+/// Reads and verifies a checkpoint file; returns its payload (read once, straight
+/// into the returned string). Throws CheckpointError (ObsoleteCheckpointError
+/// for a v1 file).
 std::string readCheckpoint(const std::string& path);
 
 struct CheckpointEntry {
@@ -52,7 +56,8 @@ struct CheckpointEntry {
 class CheckpointDir {
  public:
   CheckpointDir(std::string dir, int keepLast);
-  /// Writes step's checkpoint and deletes all but the newest keepLast. Returns its path.
+  /// Writes step's checkpoint (the frame header, then `payload` as it is: no
+  /// framed copy) and deletes all but the newest keepLast. Returns its path.
   std::string save(int64_t step, const std::string& payload);
   std::vector<CheckpointEntry> list() const;
   const std::string& dir() const { return dir_; }
