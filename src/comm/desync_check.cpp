@@ -1,13 +1,13 @@
 // desync_check.cpp — the fingerprint exchange before collectives (desync_check.h).
 //
 // Shape of the wrapper: operations that need no check and find nothing
-// waiting go straight to the inner communicator on the caller's thread.
-// Everything else becomes an Item in `queue`; the issuer thread takes items
-// in order, runs the fingerprint allgather for checked ones (waiting for its
-// result: it runs after every earlier operation of the inner communicator),
-// compares, and issues the real operation; the finisher thread waits for the
-// real operations in order and completes the Work the caller holds. State
-// lives in a block the threads share.
+// waiting go straight to the inner communicator on the caller's thread, with
+// no lock taken (two atomic loads decide it). Everything else becomes an Item
+// in `queue`; the issuer thread takes items in order, runs the fingerprint
+// allgather for checked ones (waiting for its result: it runs after every
+// earlier operation of the inner communicator), compares, and issues the real
+// operation; the finisher thread waits for the real operations in order and
+// completes the Work the caller holds. State lives in a block the threads share.
 #include "lockstep/comm/desync_check.h"
 
 #include <ATen/ATen.h>
@@ -21,6 +21,7 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -30,15 +31,6 @@
 #include "lockstep/common/error.h"
 
 namespace lockstep {
-
-const char* toString(DesyncCheckMode mode) {
-  switch (mode) {
-    case DesyncCheckMode::kOff: return "off";
-    case DesyncCheckMode::kSampled: return "sampled";
-    case DesyncCheckMode::kAll: return "all";
-  }
-  return "?";
-}
 
 namespace {
 
@@ -81,10 +73,11 @@ DesyncCheckOptions desyncCheckFromEnv(const Environment& env) {
     options.mode = DesyncCheckMode::kSampled;
   } else if (v.rfind("sample:", 0) == 0) {
     options.mode = DesyncCheckMode::kSampled;
-    std::string n = v.substr(7);
-    if (n.empty() || n.find_first_not_of("0123456789") != std::string::npos || n.size() > 9) throw bad();
-    options.every = std::stoi(n);
-    if (options.every < 1) throw bad();
+    try {
+      options.every = static_cast<int>(parseInt(v.substr(7), env::kDesyncCheck, 1, std::numeric_limits<int>::max()));
+    } catch (const ConfigError&) {
+      throw bad();  // names the whole value and every form accepted, not just the number
+    }
   } else {
     throw bad();
   }
@@ -250,78 +243,59 @@ class DesyncCheckingCommunicator final : public Communicator {
   std::string backendName() const override { return state_->inner->backendName(); }
   std::chrono::milliseconds defaultTimeout() const override { return state_->inner->defaultTimeout(); }
 
-  // Each collective hands collective() four lambdas: the direct call, the argument check (which
-  // also builds the error context), the fingerprint, and — built only when the operation is
-  // queued — the deferred call, holding its own copies of the tensor handles.
+  // Each collective hands collective() its argument check (which also builds the error context),
+  // its fingerprint, and the call of the inner communicator followed by the call's tensor
+  // arguments: made at once with the caller's own, or, when queued, later with copies of the
+  // tensor handles (the same storage).
   WorkHandle allreduce(std::vector<at::Tensor>& tensors, ReduceOp op, const CollectiveOptions& options) override {
     return collective(
-        [&] { return inner().allreduce(tensors, op, options); }, [&] { return args_.allreduce(tensors, op); },
-        [&](uint64_t k) { return fingerprint(k, OpKind::kAllreduce, op, -1, tensors); },
-        [&]() -> Issue {
-          return [c = state_->inner, tensors, op, options]() mutable { return c->allreduce(tensors, op, options); };
-        },
-        options);
+        [&] { return args_.allreduce(tensors, op); },
+        [&](uint64_t k) { return fingerprint(k, OpKind::kAllreduce, op, -1, tensors); }, options,
+        [op, options](Communicator& c, std::vector<at::Tensor>& t) { return c.allreduce(t, op, options); }, tensors);
   }
 
   WorkHandle broadcast(std::vector<at::Tensor>& tensors, int root, const CollectiveOptions& options) override {
     return collective(
-        [&] { return inner().broadcast(tensors, root, options); }, [&] { return args_.broadcast(tensors, root); },
-        [&](uint64_t k) { return fingerprint(k, OpKind::kBroadcast, std::nullopt, root, tensors); },
-        [&]() -> Issue {
-          return [c = state_->inner, tensors, root, options]() mutable { return c->broadcast(tensors, root, options); };
-        },
-        options);
+        [&] { return args_.broadcast(tensors, root); },
+        [&](uint64_t k) { return fingerprint(k, OpKind::kBroadcast, std::nullopt, root, tensors); }, options,
+        [root, options](Communicator& c, std::vector<at::Tensor>& t) { return c.broadcast(t, root, options); },
+        tensors);
   }
 
   WorkHandle allgather(const at::Tensor& input, at::Tensor& output, const CollectiveOptions& options) override {
-    return collective(
-        [&] { return inner().allgather(input, output, options); }, [&] { return args_.allgather(input, output); },
-        [&](uint64_t k) { return fingerprint(k, OpKind::kAllgather, std::nullopt, -1, {input}); },
-        [&]() -> Issue {
-          return [c = state_->inner, input, output, options]() mutable { return c->allgather(input, output, options); };
-        },
-        options);
+    return gather(input, output, options);
   }
 
   WorkHandle allgather(const at::Tensor& input, std::vector<at::Tensor>& outputs,
                        const CollectiveOptions& options) override {
-    return collective(
-        [&] { return inner().allgather(input, outputs, options); }, [&] { return args_.allgather(input, outputs); },
-        [&](uint64_t k) { return fingerprint(k, OpKind::kAllgather, std::nullopt, -1, {input}); },
-        [&]() -> Issue {
-          return [c = state_->inner, input, outputs, options]() mutable { return c->allgather(input, outputs, options); };
-        },
-        options);
+    return gather(input, outputs, options);
   }
 
   WorkHandle reduceScatter(const at::Tensor& input, at::Tensor& output, ReduceOp op,
                            const CollectiveOptions& options) override {
     return collective(
-        [&] { return inner().reduceScatter(input, output, op, options); },
         [&] { return args_.reduceScatter(input, output, op); },
-        [&](uint64_t k) { return fingerprint(k, OpKind::kReduceScatter, op, -1, {input}); },
-        [&]() -> Issue {
-          return [c = state_->inner, input, output, op, options]() mutable {
-            return c->reduceScatter(input, output, op, options);
-          };
+        [&](uint64_t k) { return fingerprint(k, OpKind::kReduceScatter, op, -1, {input}); }, options,
+        [op, options](Communicator& c, const at::Tensor& in, at::Tensor& out) {
+          return c.reduceScatter(in, out, op, options);
         },
-        options);
+        input, output);
   }
 
   WorkHandle barrier(const CollectiveOptions& options) override {
-    return collective(
-        [&] { return inner().barrier(options); }, [&] { return args_.info("barrier", ""); },
-        [&](uint64_t k) { return fingerprint(k, OpKind::kBarrier, std::nullopt, -1, {}); },
-        [&]() -> Issue { return [c = state_->inner, options] { return c->barrier(options); }; }, options);
+    return collective([&] { return args_.info("barrier", ""); },
+                      [&](uint64_t k) { return fingerprint(k, OpKind::kBarrier, std::nullopt, -1, {}); }, options,
+                      [options](Communicator& c) { return c.barrier(options); });
   }
 
-  // Point to point: peers and sizes differ between ranks by design, so never checked, never queued.
+  // Point to point: peers and sizes differ between ranks by design, so never checked, never queued
+  // (the backends issue them without blocking later operations, so no order between ranks is at stake).
   WorkHandle send(const at::Tensor& tensor, int dst, int tag, const CollectiveOptions& options) override {
-    if (auto failed = failedIfPoisoned([&] { return args_.send(tensor, dst, tag); })) return failed;
+    if (state_->poisoned) return aborted(args_.send(tensor, dst, tag));  // arguments checked first, as backends do
     return state_->inner->send(tensor, dst, tag, options);
   }
   WorkHandle recv(at::Tensor& tensor, int src, int tag, const CollectiveOptions& options) override {
-    if (auto failed = failedIfPoisoned([&] { return args_.recv(tensor, src, tag); })) return failed;
+    if (state_->poisoned) return aborted(args_.recv(tensor, src, tag));
     return state_->inner->recv(tensor, src, tag, options);
   }
 
@@ -329,13 +303,12 @@ class DesyncCheckingCommunicator final : public Communicator {
   using Issue = std::function<WorkHandle()>;
   enum class Phase { kQueued, kChecking, kIssued };
   struct Item {
-    WorkHandle outer;        ///< what the caller holds
-    CommErrorInfo info;      ///< the operation's error context; sequence = k
-    bool check = false;
-    Fingerprint fingerprint;
-    Issue issue;             ///< submits the real operation to the inner communicator
+    WorkHandle outer;                        ///< what the caller holds
+    CommErrorInfo info;                      ///< the operation's error context; sequence = k
+    std::optional<Fingerprint> fingerprint;  ///< set when k is checked
+    Issue issue;                             ///< submits the real operation to the inner communicator
     CollectiveOptions options;
-    WorkHandle inner;        ///< the real operation, once issued
+    WorkHandle inner;                        ///< the real operation, once issued
     std::shared_ptr<std::atomic<Phase>> phase;  ///< where it is, for the timeout's message
   };
   struct State {
@@ -345,11 +318,12 @@ class DesyncCheckingCommunicator final : public Communicator {
     std::condition_variable cv;
     std::deque<Item> queue;      // waiting to be issued (in submission order)
     std::deque<Item> finishing;  // issued, waiting for the inner operation
-    int busy = 0;                // items the issuer took but has not issued yet
     bool stop = false;
-    uint64_t collectives = 0;    // collectives counted so far (k of the last one)
     uint64_t lastChecked = 0;    // k of the last check that matched
     std::optional<CommErrorInfo> failure;  // first failure seen by this wrapper: poisons it
+    // Written under the mutex; read without it by the submitting thread to pick the direct path.
+    std::atomic<int> unissued{0};       // items queued or held by the issuer, not yet issued or failed
+    std::atomic<bool> poisoned{false};  // failure has a value
   };
 
   static bool shouldCheck(const DesyncCheckOptions& o, uint64_t k) {
@@ -363,43 +337,48 @@ class DesyncCheckingCommunicator final : public Communicator {
     return work;
   }
 
-  /// A failed Work when the wrapper is poisoned (arguments validated first, as the backends do), else null.
-  template <typename Info>
-  WorkHandle failedIfPoisoned(Info info) {
+  /// The failed Work of operation `info`, submitted after the wrapper was poisoned.
+  WorkHandle aborted(const CommErrorInfo& info) {
     std::lock_guard<std::mutex> lock(state_->mutex);
-    if (!state_->failure) return nullptr;
-    CommErrorInfo i = info();
-    return completedWork(i, detail::abortedError(i, *state_->failure));
+    return completedWork(info, detail::abortedError(info, *state_->failure));
   }
 
   /// Records the first failure and fails every queued item. Caller holds the mutex.
   static void poisonLocked(State& state, const CommErrorInfo& info) {
     if (state.failure) return;
     state.failure = info;
+    state.poisoned = true;
     for (auto& item : state.queue) item.outer->complete(detail::abortedError(item.info, info));
+    state.unissued -= static_cast<int>(state.queue.size());
     state.queue.clear();
   }
 
-  Communicator& inner() const { return *state_->inner; }
+  template <typename Output>
+  WorkHandle gather(const at::Tensor& input, Output& output, const CollectiveOptions& options) {
+    return collective(
+        [&] { return args_.allgather(input, output); },
+        [&](uint64_t k) { return fingerprint(k, OpKind::kAllgather, std::nullopt, -1, {input}); }, options,
+        [options](Communicator& c, const at::Tensor& in, Output& out) { return c.allgather(in, out, options); },
+        input, output);
+  }
 
-  template <typename Direct, typename Validate, typename Print, typename MakeIssue>
-  WorkHandle collective(Direct direct, Validate validate, Print print, MakeIssue makeIssue,
-                        const CollectiveOptions& options) {
+  template <typename Validate, typename Print, typename Call, typename... Args>
+  WorkHandle collective(Validate validate, Print print, const CollectiveOptions& options, Call call, Args&... args) {
     State& s = *state_;
-    std::unique_lock<std::mutex> lock(s.mutex);
-    uint64_t k = s.collectives + 1;
+    uint64_t k = collectives_ + 1;
     bool check = shouldCheck(s.options, k);
-    if (!check && s.queue.empty() && s.busy == 0 && !s.failure) {
-      // Nothing ahead of it in this wrapper: straight to the inner communicator, under the lock so
-      // the issuer cannot slip an operation in between. Counted only once the backend accepted it:
-      // an invalid call throws there and, as in the backend, is not counted.
-      WorkHandle work = direct();
-      s.collectives = k;
+    if (!check && s.unissued == 0 && !s.poisoned) {
+      // Nothing of this wrapper's waits to be issued, and only this thread adds any: straight to the
+      // inner communicator, no lock. Counted only once the backend accepted it: an invalid call
+      // throws there and, as in the backend, is not counted.
+      WorkHandle work = call(*s.inner, args...);
+      collectives_ = k;
       return work;
     }
     CommErrorInfo info = validate();  // kInvalidArgument throws here, at submission, nothing counted
     info.sequence = k;
-    s.collectives = k;
+    collectives_ = k;
+    std::unique_lock<std::mutex> lock(s.mutex);
     if (s.failure) return completedWork(info, detail::abortedError(info, *s.failure));
     auto timeout = options.timeout.count() > 0 ? std::min(options.timeout, s.inner->defaultTimeout())
                                                : s.inner->defaultTimeout();
@@ -423,17 +402,17 @@ class DesyncCheckingCommunicator final : public Communicator {
       }
       return std::make_exception_ptr(timedOut);
     };
-    auto outer = std::make_shared<Work>(fmt::format("{} #{}", info.op, k), Work::Clock::now() + timeout,
-                                        std::move(onTimeout));
     Item item;
-    item.outer = outer;
+    item.outer = std::make_shared<Work>(fmt::format("{} #{}", info.op, k), Work::Clock::now() + timeout,
+                                        std::move(onTimeout));
     item.info = std::move(info);
-    item.check = check;
-    item.phase = phase;
     if (check) item.fingerprint = print(k);
-    item.issue = makeIssue();
+    item.issue = [c = s.inner, call, args...]() mutable { return call(*c, args...); };
     item.options = options;
+    item.phase = phase;
+    WorkHandle outer = item.outer;
     s.queue.push_back(std::move(item));
+    ++s.unissued;
     lock.unlock();
     s.cv.notify_all();
     return outer;
@@ -443,7 +422,7 @@ class DesyncCheckingCommunicator final : public Communicator {
   static std::exception_ptr exchange(State& s, const Item& item) {
     int world = s.inner->size();
     at::Tensor mine = at::empty({Fingerprint::kFields}, at::kLong);
-    std::copy(item.fingerprint.f.begin(), item.fingerprint.f.end(), mine.data_ptr<int64_t>());
+    std::copy(item.fingerprint->f.begin(), item.fingerprint->f.end(), mine.data_ptr<int64_t>());
     at::Tensor all = at::empty({world * Fingerprint::kFields}, at::kLong);
     try {
       s.inner->allgather(mine, all, item.options)->wait();
@@ -494,6 +473,24 @@ class DesyncCheckingCommunicator final : public Communicator {
     return std::make_exception_ptr(CommError(info));
   }
 
+  /// Submits `item` to the inner communicator; returns the error to fail it with. Caller holds the mutex.
+  static std::exception_ptr issueLocked(State& s, Item& item) {
+    try {
+      item.inner = item.issue();
+      item.phase->store(Phase::kIssued);
+      return nullptr;
+    } catch (const CommError& e) {
+      if (e.kind() != CommErrorKind::kInvalidArgument) poisonLocked(s, e.info());
+      return std::current_exception();
+    } catch (const std::exception& e) {
+      CommErrorInfo info = item.info;
+      info.kind = CommErrorKind::kBackend;
+      info.detail = e.what();
+      poisonLocked(s, info);
+      return std::make_exception_ptr(CommError(info));
+    }
+  }
+
   static void runIssuer(std::shared_ptr<State> state) {
     State& s = *state;
     for (;;) {
@@ -503,36 +500,18 @@ class DesyncCheckingCommunicator final : public Communicator {
         s.cv.wait(lock, [&] { return s.stop || !s.queue.empty(); });
         if (s.queue.empty()) return;  // stop requested and nothing left
         item = std::move(s.queue.front());
-        s.queue.pop_front();
-        ++s.busy;
+        s.queue.pop_front();  // still counted in unissued until issued or failed
       }
       std::exception_ptr error;
-      if (item.check) {
-        {
-          std::lock_guard<std::mutex> lock(s.mutex);
-          if (s.failure) error = detail::abortedError(item.info, *s.failure);  // poisoned while it was taken
-        }
+      if (item.fingerprint && !s.poisoned) {
         item.phase->store(Phase::kChecking);
-        if (!error) error = exchange(s, item);
+        error = exchange(s, item);
       }
-      std::unique_lock<std::mutex> lock(s.mutex);
+      std::lock_guard<std::mutex> lock(s.mutex);
       if (!error && s.failure) error = detail::abortedError(item.info, *s.failure);  // e.g. an earlier timeout
-      if (!error) {
-        try {
-          item.inner = item.issue();  // under the lock: keeps submission order with the direct path
-          item.phase->store(Phase::kIssued);
-        } catch (const CommError& e) {
-          error = std::current_exception();
-          if (e.kind() != CommErrorKind::kInvalidArgument) poisonLocked(s, e.info());
-        } catch (const std::exception& e) {
-          CommErrorInfo info = item.info;
-          info.kind = CommErrorKind::kBackend;
-          info.detail = e.what();
-          error = std::make_exception_ptr(CommError(info));
-          poisonLocked(s, info);
-        }
-      }
-      --s.busy;
+      if (!error) error = issueLocked(s, item);
+      // Only after the issue: the direct path may go ahead of nothing that was submitted before it.
+      --s.unissued;
       if (error) {
         item.outer->complete(error);
       } else {
@@ -548,7 +527,7 @@ class DesyncCheckingCommunicator final : public Communicator {
       Item item;
       {
         std::unique_lock<std::mutex> lock(s.mutex);
-        s.cv.wait(lock, [&] { return (s.stop && s.queue.empty() && s.busy == 0) || !s.finishing.empty(); });
+        s.cv.wait(lock, [&] { return (s.stop && s.unissued == 0) || !s.finishing.empty(); });
         if (s.finishing.empty()) return;
         item = std::move(s.finishing.front());
         s.finishing.pop_front();
@@ -566,6 +545,7 @@ class DesyncCheckingCommunicator final : public Communicator {
 
   std::shared_ptr<State> state_;
   detail::CollectiveArgs args_;
+  uint64_t collectives_ = 0;  // collectives counted so far (k of the last one); only the submitting thread uses it
   std::thread issuer_;
   std::thread finisher_;
 };

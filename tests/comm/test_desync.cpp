@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <future>
+#include <mutex>
 
 #include "lockstep/comm/desync_check.h"
 #include "support/expect.h"
@@ -22,7 +23,7 @@ namespace {
 
 using test::runRanks;
 
-/// Forwards to a communicator it does not own and counts what reaches it.
+/// Forwards to a communicator it does not own and records what reaches it, in order.
 class CountingCommunicator final : public Communicator {
  public:
   explicit CountingCommunicator(Communicator& inner) : inner_(inner) {}
@@ -32,41 +33,62 @@ class CountingCommunicator final : public Communicator {
   std::chrono::milliseconds defaultTimeout() const override { return inner_.defaultTimeout(); }
   WorkHandle allreduce(std::vector<at::Tensor>& t, ReduceOp op, const CollectiveOptions& o) override {
     ++allreduces;
-    return inner_.allreduce(t, op, o);
+    return note("allreduce " + std::to_string(t.empty() ? 0 : t[0].numel()), inner_.allreduce(t, op, o));
   }
   WorkHandle broadcast(std::vector<at::Tensor>& t, int root, const CollectiveOptions& o) override {
     ++broadcasts;
-    return inner_.broadcast(t, root, o);
+    return note("broadcast", inner_.broadcast(t, root, o));
   }
   WorkHandle allgather(const at::Tensor& in, at::Tensor& out, const CollectiveOptions& o) override {
     ++allgathers;
-    return inner_.allgather(in, out, o);
+    return note("allgather", inner_.allgather(in, out, o));
   }
   WorkHandle allgather(const at::Tensor& in, std::vector<at::Tensor>& outs, const CollectiveOptions& o) override {
     ++allgathers;
-    return inner_.allgather(in, outs, o);
+    return note("allgather", inner_.allgather(in, outs, o));
   }
   WorkHandle reduceScatter(const at::Tensor& in, at::Tensor& out, ReduceOp op, const CollectiveOptions& o) override {
     ++others;
-    return inner_.reduceScatter(in, out, op, o);
+    return note("reduce_scatter", inner_.reduceScatter(in, out, op, o));
   }
   WorkHandle barrier(const CollectiveOptions& o) override {
     ++barriers;
-    return inner_.barrier(o);
+    return note("barrier", inner_.barrier(o));
   }
   WorkHandle send(const at::Tensor& t, int dst, int tag, const CollectiveOptions& o) override {
     ++others;
-    return inner_.send(t, dst, tag, o);
+    return note("send", inner_.send(t, dst, tag, o));
   }
   WorkHandle recv(at::Tensor& t, int src, int tag, const CollectiveOptions& o) override {
     ++others;
-    return inner_.recv(t, src, tag, o);
+    return note("recv", inner_.recv(t, src, tag, o));
+  }
+
+  /// The calls that reached this communicator, in order ("allreduce N" with N the first tensor's numel).
+  std::vector<std::string> calls() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return calls_;
+  }
+  /// The Work this communicator returned last.
+  WorkHandle lastWork() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return last_;
   }
 
   std::atomic<int> allreduces{0}, broadcasts{0}, allgathers{0}, barriers{0}, others{0};
 
  private:
+  WorkHandle note(std::string call, WorkHandle work) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    calls_.push_back(std::move(call));
+    last_ = work;
+    return work;
+  }
+
   Communicator& inner_;
+  mutable std::mutex mutex_;
+  std::vector<std::string> calls_;
+  WorkHandle last_;
 };
 
 DesyncCheckOptions all() {
@@ -197,10 +219,14 @@ TEST(DesyncCheck, SampledModeChecksOnlySampledCollectivesAndCatchesAMismatchTher
     auto comm = withDesyncCheck(counting, sampled);
     for (int k = 1; k <= 7; ++k) {
       auto t = ones(4);
-      comm->allreduce(t)->wait();
+      WorkHandle work = comm->allreduce(t);
+      // Unchecked (#3, #5, #6, #7), with nothing queued: went straight through, the caller holds the
+      // backend's own Work. Checked (#1, #2, #4): the wrapper's.
+      bool checked = k <= 2 || k % 4 == 0;
+      EXPECT_EQ(work == counting->lastWork(), !checked) << "collective #" << k;
+      work->wait();
       EXPECT_EQ(t[0][0].item<float>(), 2.0f);
     }
-    // Checked: #1, #2 (the first two) and #4; not #3, #5, #6, #7.
     EXPECT_EQ(counting->allgathers.load(), 3);
     EXPECT_EQ(counting->allreduces.load(), 7);
     auto t = ones(rank == 0 ? 4 : 6);  // #8 is sampled
@@ -212,6 +238,41 @@ TEST(DesyncCheck, SampledModeChecksOnlySampledCollectivesAndCatchesAMismatchTher
               std::string::npos) << e.what();
     EXPECT_EQ(counting->allgathers.load(), 4);
     EXPECT_EQ(counting->allreduces.load(), 7);
+    // Poisoned: an unchecked collective (#9) no longer goes straight through either.
+    auto after = ones(4);
+    CommError a = test::commErrorOf([&] { comm->allreduce(after)->wait(); });
+    EXPECT_EQ(a.kind(), CommErrorKind::kAborted) << a.what();
+    EXPECT_EQ(counting->allreduces.load(), 7);
+  });
+}
+
+TEST(DesyncCheck, SampledModeKeepsSubmissionOrderWhenCollectivesQueueBehindACheck) {
+  runRanks(2, [](int rank, Communicator& gloo) {
+    auto counting = std::make_shared<CountingCommunicator>(gloo);
+    DesyncCheckOptions sampled;
+    sampled.mode = DesyncCheckMode::kSampled;
+    sampled.every = 3;
+    sampled.first = 0;
+    auto comm = withDesyncCheck(counting, sampled);
+    // Submitted without waiting, as DDP submits its buckets: #3 and #6 are checked, and the
+    // unchecked ones after them must wait behind them instead of overtaking them.
+    std::vector<std::vector<at::Tensor>> sums;
+    std::vector<WorkHandle> works;
+    for (int k = 1; k <= 7; ++k) {
+      sums.push_back({at::full({k}, rank + 1.0)});
+      works.push_back(comm->allreduce(sums.back()));
+    }
+    for (auto& w : works) w->wait();
+    for (int k = 1; k <= 7; ++k) EXPECT_TRUE(at::allclose(sums[k - 1][0], at::full({k}, 3.0))) << "#" << k;
+    std::vector<std::string> expected{"allreduce 1", "allreduce 2", "allgather",   "allreduce 3", "allreduce 4",
+                                      "allreduce 5", "allgather",   "allreduce 6", "allreduce 7"};
+    EXPECT_EQ(counting->calls(), expected);
+    // The queue drained: the next unchecked collective (#8) goes straight through again.
+    auto t = ones(4);
+    WorkHandle work = comm->allreduce(t);
+    EXPECT_EQ(work, counting->lastWork());
+    work->wait();
+    EXPECT_EQ(t[0][0].item<float>(), 2.0f);
   });
 }
 
@@ -294,9 +355,12 @@ TEST(DesyncCheck, OffAndWorldOfOneAddNothing) {
 TEST(DesyncCheck, BadOptionsAreRejected) {
   runRanks(2, [](int, Communicator& gloo) {
     auto counting = std::make_shared<CountingCommunicator>(gloo);
-    DesyncCheckOptions o;
-    o.every = 0;
-    EXPECT_THROW(withDesyncCheck(counting, o), ConfigError);
+    DesyncCheckOptions every;
+    every.every = 0;
+    EXPECT_HAS(test::errorOf([&] { withDesyncCheck(counting, every); }), "DesyncCheckOptions::every=0");
+    DesyncCheckOptions first;
+    first.first = -1;
+    EXPECT_HAS(test::errorOf([&] { withDesyncCheck(counting, first); }), "DesyncCheckOptions::first=-1");
   });
 }
 

@@ -18,11 +18,13 @@
 // - Every rank must wrap its communicator with the same options (the ranks
 //   decide independently which k to check; identical options make them agree).
 // - Submitting still never blocks on the network: a checked collective, and
-//   every operation submitted after it until it is issued, waits in this
+//   every collective submitted after it until it is issued, waits in this
 //   wrapper's queue while a background thread exchanges the fingerprints, then
-//   goes to the inner communicator in submission order. Unchecked operations
-//   submitted while nothing waits go straight to the inner one (a lock and a
-//   counter). Invalid arguments still throw at submission.
+//   goes to the inner communicator in submission order. Unchecked collectives
+//   submitted while nothing waits go straight to the inner one on the caller's
+//   thread, and their Work is the inner one's (this wrapper adds no lock and
+//   no allocation: two atomic loads and a counter). Invalid arguments still
+//   throw at submission.
 // - Point-to-point operations (send/recv) are never checked — their peers and
 //   sizes differ between ranks by design — and always go straight through.
 // - Every wait is bounded: the fingerprint exchange runs under the operation's
@@ -52,7 +54,6 @@ enum class DesyncCheckMode {
   kSampled,  ///< collective k is checked when k <= first or k % every == 0
   kAll,      ///< every collective is checked
 };
-const char* toString(DesyncCheckMode mode);
 
 struct DesyncCheckOptions {
   DesyncCheckMode mode = DesyncCheckMode::kSampled;
