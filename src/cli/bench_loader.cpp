@@ -12,7 +12,7 @@
 #include <iostream>
 
 #include "cli/commands.h"
-#include "cli/image_task.h"
+#include "lockstep/workloads/tasks.h"
 #include "lockstep/common/error.h"
 #include "lockstep/data/loader.h"
 #include "lockstep/data/sampler.h"
@@ -44,13 +44,13 @@ int benchLoader(const std::vector<std::string>& args) {
   Context ctx = init({}, Environment::fromProcess());
   auto [trainImages, testImages] = openImageSets(config.data);
   ImageClassificationSet set(trainImages, transformsFor(config, true));
-  DistributedSampler sampler(SamplerOptions{set.size(), 0, 1, true, static_cast<uint64_t>(config.trainer.seed), false});
+  DistributedSampler sampler(SamplerOptions{set.size(), 0, 1, true, config.trainer.seed, false});
   int64_t available = sampler.numBatches(config.trainer.batchSize, true);
   batches = std::min(batches, available);
   std::vector<std::vector<int64_t>> plan;
   for (int64_t b = 0; b < batches; ++b) plan.push_back(sampler.batch(b, config.trainer.batchSize));
 
-  LoaderOptions loaderOptions{static_cast<int>(config.data.numWorkers), static_cast<int>(config.data.prefetch)};
+  LoaderOptions loaderOptions = config.trainer.loader;
   std::vector<Batch> kept;
   double loaderSeconds = 0;
   {

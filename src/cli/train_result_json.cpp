@@ -14,10 +14,9 @@
 
 #include <fmt/format.h>
 
-#include <cstdio>
-#include <fstream>
 
 #include "cli/commands.h"
+#include "common/posix_io.h"
 #include "lockstep/common/error.h"
 #include "lockstep/train/trainer.h"
 
@@ -63,16 +62,12 @@ class ResultJsonWriter : public TrainerCallback {
 
   void onFitEnd(const FitResult& result) override {
     if (rank_ != 0) return;
-    // Temporary file and rename: a reader never sees half a document.
-    std::string temporary = path_ + ".tmp";
-    {
-      std::ofstream out(temporary, std::ios::trunc);
-      out << toJson(result, rank_, threads_).dump(2) << "\n";
-      out.close();
-      if (!out) throw Error(fmt::format("--result-json: cannot write {}", temporary));
-    }
-    if (std::rename(temporary.c_str(), path_.c_str()) != 0) {
-      throw Error(fmt::format("--result-json: cannot rename {} to {}", temporary, path_));
+    // A reader never sees half a document.
+    try {
+      detail::writeFileAtomically(path_, {toJson(result, rank_, threads_).dump(2) + "\n"},
+                                  detail::Durability::kProcessCrash);
+    } catch (const Error& e) {
+      throw Error(fmt::format("--result-json: {}", e.what()));
     }
   }
 

@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include "lockstep/common/tensor_text.h"
+
 namespace lockstep::detail {
 
 bool isFloating(at::ScalarType t) {
@@ -14,26 +16,6 @@ bool isSupported(at::ScalarType t) {
   return isFloating(t) || t == at::kChar || t == at::kByte || t == at::kInt || t == at::kLong;
 }
 
-std::string dtypeName(at::ScalarType t) {
-  switch (t) {
-    case at::kFloat: return "float32";
-    case at::kDouble: return "float64";
-    case at::kHalf: return "float16";
-    case at::kBFloat16: return "bfloat16";
-    case at::kChar: return "int8";
-    case at::kByte: return "uint8";
-    case at::kInt: return "int32";
-    case at::kLong: return "int64";
-    default: return c10::toString(t);
-  }
-}
-
-std::string describe(const at::Tensor& t) {
-  std::string shape;
-  for (int64_t d = 0; d < t.dim(); ++d) shape += (d ? "," : "") + std::to_string(t.size(d));
-  return fmt::format("{}[{}]", dtypeName(t.scalar_type()), shape);
-}
-
 std::string describe(const std::vector<at::Tensor>& ts) {
   int64_t bytes = 0;
   for (const auto& t : ts) {
@@ -41,7 +23,7 @@ std::string describe(const std::vector<at::Tensor>& ts) {
   }
   std::string text = fmt::format("{} tensor{}, {} B", ts.size(), ts.size() == 1 ? "" : "s", bytes);
   for (size_t i = 0; i < ts.size() && i < 4; ++i) {
-    text += (i ? " " : ": ") + (ts[i].defined() ? describe(ts[i]) : std::string("undefined"));
+    text += (i ? " " : ": ") + describeTensor(ts[i]);
   }
   if (ts.size() > 4) text += " ...";
   return text;
@@ -88,7 +70,7 @@ void CollectiveArgs::tensor(const at::Tensor& t, const CommErrorInfo& info) cons
   if (!t.defined()) invalid(info, "a tensor is undefined");
   if (!t.device().is_cpu()) invalid(info, fmt::format("the {} backend needs CPU tensors, got {}", backend_, t.device().str()));
   if (t.is_sparse()) invalid(info, "sparse tensors are not supported");
-  if (!t.is_contiguous()) invalid(info, "tensors must be contiguous; call .contiguous() first: " + describe(t));
+  if (!t.is_contiguous()) invalid(info, "tensors must be contiguous; call .contiguous() first: " + describeTensor(t));
   if (!isSupported(t.scalar_type())) {
     invalid(info, "unsupported dtype " + dtypeName(t.scalar_type()) +
                       "; expected float32, float64, float16, bfloat16, int8, uint8, int32 or int64");
@@ -108,7 +90,7 @@ void CollectiveArgs::rank(int r, const char* what, const CommErrorInfo& info) co
 
 void CollectiveArgs::reduceOp(ReduceOp op, const at::Tensor& t, const CommErrorInfo& info) const {
   if (op == ReduceOp::kAvg && !isFloating(t.scalar_type())) {
-    invalid(info, "ReduceOp::kAvg needs a floating-point tensor, got " + describe(t));
+    invalid(info, "ReduceOp::kAvg needs a floating-point tensor, got " + describeTensor(t));
   }
 }
 

@@ -13,15 +13,13 @@
 
 #include "lockstep/comm/comm_error.h"
 #include "lockstep/comm/communicator.h"
+#include "lockstep/common/tensor_text.h"  // dtypeName, describeTensor
 
 namespace lockstep::detail {
 
 bool isFloating(at::ScalarType t);
 /// float32/64, float16, bfloat16, int8, uint8, int32, int64.
 bool isSupported(at::ScalarType t);
-std::string dtypeName(at::ScalarType t);
-/// "float32[4,5]"
-std::string describe(const at::Tensor& t);
 /// "2 tensors, 4096 B: float32[1024] float32[0]"
 std::string describe(const std::vector<at::Tensor>& ts);
 

@@ -86,7 +86,6 @@ DesyncCheckOptions desyncCheckFromEnv(const Environment& env) {
 
 namespace {
 
-using detail::dtypeName;
 
 enum class OpKind : int64_t { kAllreduce = 1, kBroadcast, kAllgather, kReduceScatter, kBarrier };
 

@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "lockstep/common/enum_names.h"
 #include "lockstep/common/env.h"
 #include "lockstep/common/error.h"
 
@@ -50,16 +51,11 @@ Level level() { return static_cast<Level>(levelStorage().load()); }
 void setRank(int rank) { gRank.store(rank); }
 
 Level parseLevel(const std::string& text, const std::string& what) {
-  std::string lower(text);
-  std::transform(lower.begin(), lower.end(), lower.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  if (lower == "trace") return Level::kTrace;
-  if (lower == "debug") return Level::kDebug;
-  if (lower == "info") return Level::kInfo;
-  if (lower == "warn" || lower == "warning") return Level::kWarn;
-  if (lower == "error") return Level::kError;
-  if (lower == "off" || lower == "none") return Level::kOff;
-  throw ConfigError(what + "='" + text + "' is not a log level; expected trace, debug, info, warn, error or off");
+  static constexpr EnumName<Level> kNames[] = {{Level::kTrace, "trace"}, {Level::kDebug, "debug"},
+                                               {Level::kInfo, "info"},   {Level::kWarn, "warn"},
+                                               {Level::kWarn, "warning"}, {Level::kError, "error"},
+                                               {Level::kOff, "off"},     {Level::kOff, "none"}};
+  return parseEnum(kNames, text, what);
 }
 
 void write(Level l, const std::string& message) {

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "common/posix_io.h"
 #include "dashboard/assets.h"
 #include "dashboard/run_reader.h"
 
@@ -55,16 +56,6 @@ std::string runNameOf(const std::string& runDir) {
   return path.filename().string();
 }
 
-void writeAll(int fd, const std::string& data, const std::string& path) {
-  size_t done = 0;
-  while (done < data.size()) {
-    ssize_t n = ::write(fd, data.data() + done, data.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw Error(fmt::format("cannot write '{}': {}", path, std::strerror(errno)));
-    done += static_cast<size_t>(n);
-  }
-}
-
 }  // namespace
 
 std::string buildReport(const std::string& runDir) {
@@ -103,32 +94,7 @@ std::string buildReport(const std::string& runDir) {
 }
 
 void writeReport(const std::string& runDir, const std::string& output) {
-  std::string page = buildReport(runDir);
-  fs::path target(output);
-  fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
-  std::string tmpTemplate = (dir / ("." + target.filename().string() + ".tmp-XXXXXX")).string();
-  std::vector<char> tmpName(tmpTemplate.begin(), tmpTemplate.end());
-  tmpName.push_back('\0');
-  int fd = ::mkstemp(tmpName.data());
-  if (fd < 0) throw Error(fmt::format("cannot create a temporary file in '{}': {}", dir.string(), std::strerror(errno)));
-  std::string tmp(tmpName.data());
-  try {
-    writeAll(fd, page, tmp);
-    // mkstemp makes 0600; give the report the mode any new file would get.
-    mode_t mask = ::umask(0);
-    ::umask(mask);
-    ::fchmod(fd, 0666 & ~mask);
-    if (::fsync(fd) != 0) throw Error(fmt::format("cannot fsync '{}': {}", tmp, std::strerror(errno)));
-    ::close(fd);
-    fd = -1;
-    if (::rename(tmp.c_str(), output.c_str()) != 0) {
-      throw Error(fmt::format("cannot rename '{}' to '{}': {}", tmp, output, std::strerror(errno)));
-    }
-  } catch (...) {
-    if (fd >= 0) ::close(fd);
-    ::unlink(tmp.c_str());
-    throw;
-  }
+  detail::writeFileAtomically(output, {buildReport(runDir)}, detail::Durability::kMachineCrash);
 }
 
 }  // namespace lockstep::dashboard

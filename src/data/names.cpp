@@ -1,6 +1,9 @@
 #include "lockstep/data/names.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+#include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -41,162 +44,6 @@ std::string trim(const std::string& s) {
 
 bool endsWithNoCase(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && lower(s.substr(s.size() - suffix.size())) == suffix;
-}
-
-void appendUtf8(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
-
-/// Four hex digits at text[pos]; throws naming `what` when malformed.
-uint32_t parseHex4(const std::string& text, size_t pos, const std::string& what) {
-  if (pos + 4 > text.size()) throw Error(fmt::format("{}: truncated \\u escape", what));
-  uint32_t v = 0;
-  for (size_t k = pos; k < pos + 4; ++k) {
-    const char c = text[k];
-    v <<= 4;
-    if (c >= '0' && c <= '9') v |= static_cast<uint32_t>(c - '0');
-    else if (c >= 'a' && c <= 'f') v |= static_cast<uint32_t>(c - 'a' + 10);
-    else if (c >= 'A' && c <= 'F') v |= static_cast<uint32_t>(c - 'A' + 10);
-    else throw Error(fmt::format("{}: bad \\u escape \"{}\"", what, text.substr(pos, 4)));
-  }
-  return v;
-}
-
-/// A double-quoted string (JSON or YAML) starting at text[pos] == '"'; leaves pos after the closing quote.
-std::string parseDoubleQuoted(const std::string& text, size_t& pos, const std::string& what) {
-  std::string out;
-  ++pos;
-  while (pos < text.size()) {
-    const char c = text[pos++];
-    if (c == '"') return out;
-    if (c != '\\') {
-      out += c;
-      continue;
-    }
-    if (pos >= text.size()) break;
-    const char e = text[pos++];
-    switch (e) {
-      case 'n': out += '\n'; break;
-      case 't': out += '\t'; break;
-      case 'r': out += '\r'; break;
-      case 'b': out += '\b'; break;
-      case 'f': out += '\f'; break;
-      case 'u': {
-        uint32_t cp = parseHex4(text, pos, what);
-        pos += 4;
-        if (cp >= 0xD800 && cp < 0xDC00 && pos + 6 <= text.size() && text[pos] == '\\' && text[pos + 1] == 'u') {
-          const uint32_t low = parseHex4(text, pos + 2, what);
-          if (low >= 0xDC00 && low < 0xE000) {
-            cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
-            pos += 6;
-          }
-        }
-        appendUtf8(out, cp);
-        break;
-      }
-      default: out += e; break;  // \" \\ \/ and YAML's others: the character itself
-    }
-  }
-  throw Error(fmt::format("{}: a double-quoted string is not closed", what));
-}
-
-/// A YAML single-quoted scalar starting at text[pos] == '\''; '' is a quote.
-std::string parseSingleQuoted(const std::string& text, size_t& pos, const std::string& what) {
-  std::string out;
-  ++pos;
-  while (pos < text.size()) {
-    const char c = text[pos++];
-    if (c != '\'') {
-      out += c;
-    } else if (pos < text.size() && text[pos] == '\'') {
-      out += '\'';
-      ++pos;
-    } else {
-      return out;
-    }
-  }
-  throw Error(fmt::format("{}: a single-quoted string is not closed", what));
-}
-
-/// A YAML scalar of a block item (`- value`): quoted, or plain up to a ` #` comment.
-std::string yamlBlockScalar(const std::string& body, const std::string& what) {
-  size_t pos = 0;
-  if (!body.empty() && body[0] == '"') return parseDoubleQuoted(body, pos, what);
-  if (!body.empty() && body[0] == '\'') return parseSingleQuoted(body, pos, what);
-  std::string plain = body;
-  if (auto hash = plain.find(" #"); hash != std::string::npos) plain.resize(hash);
-  return trim(plain);
-}
-
-/// Parses a flow sequence starting at text[pos] == '['. Returns nullopt when
-/// `text` ends before the closing bracket (the caller appends the next line).
-std::optional<std::vector<std::string>> yamlFlowSequence(const std::string& text, const std::string& what) {
-  std::vector<std::string> items;
-  size_t pos = 1;
-  for (;;) {
-    while (pos < text.size() && isSpace(text[pos])) ++pos;
-    if (pos >= text.size()) return std::nullopt;
-    char c = text[pos];
-    if (c == ']') return items;
-    if (c == '[' || c == '{') throw Error(fmt::format("{}: nested collections are not supported in a name list", what));
-    std::string item;
-    if (c == '"' || c == '\'') {
-      // An unclosed quote may continue on the next line.
-      if (text.find(c, pos + 1) == std::string::npos) return std::nullopt;
-      item = c == '"' ? parseDoubleQuoted(text, pos, what) : parseSingleQuoted(text, pos, what);
-    } else {
-      const size_t end = text.find_first_of(",]", pos);
-      if (end == std::string::npos) return std::nullopt;
-      item = trim(text.substr(pos, end - pos));
-      pos = end;
-    }
-    while (pos < text.size() && isSpace(text[pos])) ++pos;
-    if (pos >= text.size()) return std::nullopt;
-    c = text[pos];
-    if (c != ',' && c != ']') throw Error(fmt::format("{}: expected ',' or ']' after \"{}\" in a list", what, item));
-    if (!item.empty()) items.push_back(std::move(item));
-    if (c == ',') ++pos;
-  }
-}
-
-struct Line {
-  int indent = 0;
-  std::string body;  // without indentation and trailing spaces/CR
-};
-
-std::vector<Line> yamlLines(const std::string& text) {
-  std::vector<Line> lines;
-  std::istringstream in(text);
-  std::string raw;
-  while (std::getline(in, raw)) {
-    Line line;
-    size_t i = 0;
-    while (i < raw.size() && raw[i] == ' ') ++i;
-    line.indent = static_cast<int>(i);
-    size_t e = raw.size();
-    while (e > i && isSpace(raw[e - 1])) --e;
-    line.body = raw.substr(i, e - i);
-    lines.push_back(std::move(line));
-  }
-  return lines;
-}
-
-bool yamlSkippable(const Line& line) {
-  return line.body.empty() || line.body[0] == '#' || line.body == "---";
 }
 
 }  // namespace
@@ -291,86 +138,44 @@ std::vector<std::string> csvColumn(const std::string& text, const std::string& c
 
 std::optional<std::vector<std::string>> parseYamlList(const std::string& text, const std::vector<std::string>& keyPath,
                                                       const std::string& what) {
-  const auto lines = yamlLines(text);
-  std::vector<std::pair<int, std::string>> stack;  // (indent, key) of the enclosing mappings
-  for (size_t i = 0; i < lines.size(); ++i) {
-    const Line& line = lines[i];
-    if (yamlSkippable(line) || line.body[0] == '-') continue;
-    // `key: value` or `"key": value`
-    std::string key;
-    size_t colon = std::string::npos;
-    if (line.body[0] == '"' || line.body[0] == '\'') {
-      size_t pos = 0;
-      key = line.body[0] == '"' ? parseDoubleQuoted(line.body, pos, what) : parseSingleQuoted(line.body, pos, what);
-      if (pos < line.body.size() && line.body[pos] == ':') colon = pos;
-    } else {
-      for (size_t k = 0; k < line.body.size(); ++k) {
-        if (line.body[k] == ':' && (k + 1 == line.body.size() || line.body[k + 1] == ' ')) {
-          colon = k;
-          break;
-        }
-      }
-      if (colon != std::string::npos) key = trim(line.body.substr(0, colon));
-    }
-    if (colon == std::string::npos) continue;  // a continuation of a multi-line scalar
-    while (!stack.empty() && stack.back().first >= line.indent) stack.pop_back();
-    stack.emplace_back(line.indent, key);
-    if (stack.size() != keyPath.size()) continue;
-    bool match = true;
-    for (size_t k = 0; k < keyPath.size() && match; ++k) match = stack[k].second == keyPath[k];
-    if (!match) continue;
-
-    const std::string path = fmt::format("{}", fmt::join(keyPath, "."));
-    std::string value = trim(line.body.substr(colon + 1));
-    if (!value.empty() && value[0] == '#') value.clear();
-    if (!value.empty() && value[0] == '[') {
-      for (size_t j = i + 1;; ++j) {
-        if (auto items = yamlFlowSequence(value, fmt::format("{} ({})", what, path))) return items;
-        if (j >= lines.size()) throw Error(fmt::format("{}: the list {} is not closed with ']'", what, path));
-        value += ' ' + lines[j].body;
-      }
-    }
-    if (!value.empty()) throw Error(fmt::format("{}: {} is \"{}\", expected a list of names", what, path, value));
-    std::vector<std::string> items;
-    for (size_t j = i + 1; j < lines.size(); ++j) {
-      const Line& item = lines[j];
-      if (yamlSkippable(item)) continue;
-      if (item.indent < line.indent || item.body[0] != '-') break;
-      if (item.body.size() > 1 && item.body[1] != ' ') break;  // "-x" is a plain scalar, not an item
-      const std::string scalar = yamlBlockScalar(trim(item.body.substr(1)), what);
-      if (!scalar.empty()) items.push_back(scalar);
-    }
-    return items;
+  const std::string path = fmt::format("{}", fmt::join(keyPath, "."));
+  YAML::Node node;
+  try {
+    node = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    throw Error(fmt::format("{} is not valid YAML at line {}, column {}: {}", what, e.mark.line + 1,
+                            e.mark.column + 1, e.msg));
   }
-  return std::nullopt;
+  for (const auto& key : keyPath) {
+    if (!node.IsMap()) return std::nullopt;
+    node = node[key];
+    if (!node.IsDefined() || node.IsNull()) return std::nullopt;
+  }
+  if (!node.IsSequence()) throw Error(fmt::format("{}: {} is not a sequence; expected a list of names", what, path));
+  std::vector<std::string> items;
+  for (const auto& item : node) {
+    if (!item.IsScalar()) throw Error(fmt::format("{}: {} holds a non-scalar item; expected a list of names", what, path));
+    items.push_back(item.Scalar());
+  }
+  return items;
 }
 
 std::vector<std::string> parseJsonStringArray(const std::string& text, const std::string& what) {
-  std::vector<std::string> items;
-  size_t pos = text.compare(0, 3, "\xEF\xBB\xBF") == 0 ? 3 : 0;
-  auto skipSpace = [&] {
-    while (pos < text.size() && isSpace(text[pos])) ++pos;
-  };
-  auto fail = [&](const char* expected) {
-    return Error(fmt::format("{}: expected {} at byte {} of a JSON array of strings", what, expected, pos));
-  };
-  skipSpace();
-  if (pos >= text.size() || text[pos] != '[') throw fail("'['");
-  ++pos;
-  skipSpace();
-  if (pos < text.size() && text[pos] == ']') return items;
-  for (;;) {
-    skipSpace();
-    if (pos >= text.size() || text[pos] != '"') throw fail("a string");
-    items.push_back(parseDoubleQuoted(text, pos, what));
-    skipSpace();
-    if (pos < text.size() && text[pos] == ',') {
-      ++pos;
-      continue;
-    }
-    if (pos < text.size() && text[pos] == ']') return items;
-    throw fail("',' or ']'");
+  nlohmann::json json;
+  try {
+    json = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw Error(fmt::format("{} is not valid JSON: {}", what, e.what()));
   }
+  if (!json.is_array()) throw Error(fmt::format("{}: expected a JSON array of names, got a {}", what, json.type_name()));
+  std::vector<std::string> items;
+  for (const auto& item : json) {
+    if (!item.is_string()) {
+      throw Error(fmt::format("{}: expected a JSON array of strings, found a {}", what, item.type_name()));
+    }
+    items.push_back(item.get<std::string>());
+  }
+  return items;
 }
 
 }  // namespace detail

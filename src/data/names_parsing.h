@@ -1,5 +1,6 @@
-// The small parsers behind loadNames (names.cpp): just enough CSV, YAML and
-// JSON for the files the name sources use. Internal; tested directly.
+// The parsers behind loadNames (names.cpp): CSV of our own (RFC 4180), and
+// the lists inside YAML and JSON files through yaml-cpp and nlohmann-json.
+// Internal; tested directly.
 #pragma once
 
 #include <optional>
@@ -21,16 +22,15 @@ std::vector<std::string> csvColumn(const std::string& text, const std::string& c
                                    const std::string& what);
 
 /// The sequence under the mapping keys `keyPath` (e.g. {"en","faker","name",
-/// "male_first_name"}) of a block-style YAML document, given either as a flow
-/// sequence (`key: [a, "b", 'c']`, may span lines) or as block items
-/// (`- a` lines below the key). Plain, single- and double-quoted scalars.
-/// nullopt when the key path is absent; throws lockstep::Error for a value
-/// that is not such a sequence.
+/// "male_first_name"}) of a YAML document, flow or block style. nullopt when
+/// the key path is absent; throws lockstep::Error naming `what` for invalid
+/// YAML or a value that is not a sequence of scalars.
 std::optional<std::vector<std::string>> parseYamlList(const std::string& text,
                                                       const std::vector<std::string>& keyPath,
                                                       const std::string& what);
 
 /// A JSON array of strings (`["a", "b\u00e9"]`); \u escapes become UTF-8.
+/// Throws lockstep::Error naming `what` for invalid JSON or another shape.
 std::vector<std::string> parseJsonStringArray(const std::string& text, const std::string& what);
 
 }  // namespace lockstep::detail

@@ -3,23 +3,19 @@
 #include <ATen/ATen.h>
 
 #include "lockstep/common/error.h"
+#include "lockstep/common/enum_names.h"
 
 namespace lockstep {
 
-const char* toString(GradCompression c) {
-  switch (c) {
-    case GradCompression::kNone: return "none";
-    case GradCompression::kFp16: return "fp16";
-    case GradCompression::kBf16: return "bf16";
-  }
-  return "?";
-}
+namespace {
+constexpr EnumName<GradCompression> kCompressionNames[] = {
+    {GradCompression::kNone, "none"}, {GradCompression::kFp16, "fp16"}, {GradCompression::kBf16, "bf16"}};
+}  // namespace
+
+const char* toString(GradCompression c) { return enumName(kCompressionNames, c); }
 
 GradCompression parseGradCompression(const std::string& text, const std::string& what) {
-  if (text == "none") return GradCompression::kNone;
-  if (text == "fp16") return GradCompression::kFp16;
-  if (text == "bf16") return GradCompression::kBf16;
-  throw ConfigError(what + "='" + text + "' is not a gradient compression; expected none, fp16 or bf16");
+  return parseEnum(kCompressionNames, text, what);
 }
 
 namespace {

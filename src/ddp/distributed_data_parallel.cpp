@@ -7,17 +7,13 @@
 #include <numeric>
 
 #include "lockstep/common/error.h"
+#include "lockstep/common/tensor_text.h"
 #include "lockstep/common/logging.h"
 
 namespace lockstep {
 
 namespace {
 
-std::string describeTensor(const at::Tensor& t) {
-  std::string shape;
-  for (int64_t d = 0; d < t.dim(); ++d) shape += (d ? "," : "") + std::to_string(t.size(d));
-  return fmt::format("{}[{}]", c10::toString(t.scalar_type()), shape);
-}
 
 }  // namespace
 
@@ -209,7 +205,7 @@ struct DistributedDataParallel::Impl {
         }
       }
     }
-    if (options.broadcastBuffersEachSync) {
+    if (options.broadcastBuffers) {
       std::vector<at::Tensor> buffers;
       for (auto& b : module->buffers(true)) buffers.push_back(b.detach());
       if (!buffers.empty()) comm->broadcast(buffers, 0)->wait();

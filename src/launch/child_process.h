@@ -7,29 +7,9 @@
 #include <string>
 #include <vector>
 
+#include "common/posix_io.h"  // Fd
+
 namespace lockstep::detail {
-
-/// A file descriptor closed on destruction.
-class Fd {
- public:
-  Fd() = default;
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() { reset(); }
-  Fd(Fd&& other) noexcept : fd_(other.release()) {}
-  Fd& operator=(Fd&& other) noexcept {
-    if (this != &other) { reset(); fd_ = other.release(); }
-    return *this;
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-  bool valid() const { return fd_ >= 0; }
-  int release() { int fd = fd_; fd_ = -1; return fd; }
-  void reset();
-
- private:
-  int fd_ = -1;
-};
 
 /// A started child in its own process group. The destructor kills the group
 /// (SIGKILL) and reaps it if it is still running, so no worker outlives us.

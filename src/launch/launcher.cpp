@@ -21,9 +21,11 @@
 #include <fmt/format.h>
 
 #include "launch/child_process.h"
+#include "launch/output_relay.h"
 #include "lockstep/common/env.h"
 #include "lockstep/common/error.h"
 #include "lockstep/common/token.h"
+#include "lockstep/rendezvous/world.h"
 
 namespace lockstep {
 
@@ -53,6 +55,9 @@ std::string resolveProgram(const std::string& program) {
 }
 
 namespace {
+
+using detail::OutputRelay;
+using detail::writeAll;  // errors writing our own stdout/stderr are ignored: nothing better to do
 
 // ---- signals: a self-pipe, so the poll loop sees them ----------------------
 int gSignalPipe[2] = {-1, -1};
@@ -100,24 +105,9 @@ class SignalGuard {
   struct sigaction oldPipe_ {};
 };
 
-void writeAll(int fd, std::string_view text) {
-  while (!text.empty()) {
-    ssize_t n = ::write(fd, text.data(), text.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;
-    text.remove_prefix(static_cast<size_t>(n));
-  }
-}
-
 std::string signalName(int sig) {
   const char* abbrev = ::sigabbrev_np(sig);
   return abbrev ? fmt::format("SIG{}", abbrev) : fmt::format("signal {}", sig);
-}
-
-std::string hostName() {
-  char name[256] = {0};
-  if (::gethostname(name, sizeof(name) - 1) != 0) return "?";
-  return name;
 }
 
 std::string selfPath() {
@@ -134,22 +124,39 @@ int usableCores() {
   return std::max(1u, std::thread::hardware_concurrency());
 }
 
-/// One worker and the line splitting of its two streams.
+/// One child of this launcher (a worker, mpirun, or a launcher on another host) and its output.
 struct Worker {
   int rank = 0;
   std::unique_ptr<ChildProcess> process;
-  std::string outBuffer;
-  std::string errBuffer;
-  std::deque<std::string> tail;
+  std::unique_ptr<OutputRelay> relay;
   RankResult result;
   Clock::time_point started;
   bool isMpirun = false;  ///< one process, mpirun, whose output carries "[job,rank]<stream>:" tags
-  bool isNode = false;    ///< a launcher on another host (-H): its lines already carry "[rank] "
 };
 
 class Runner {
  public:
   explicit Runner(const LaunchOptions& o) : o_(o) {}
+
+  std::unique_ptr<OutputRelay> makeRelay(int rank, OutputRelay::Source source) const {
+    return std::make_unique<OutputRelay>(rank, source, o_.prefixOutput, o_.tailLines,
+                                         [](int fd, std::string_view text) { writeAll(fd, text); });
+  }
+
+  /// The variables a worker finds its place by, in lockstep's and torchrun's forms.
+  std::map<std::string, std::string> workerEnvironment(int rank, int localRank) const {
+    WorldInfo w;
+    w.rank = rank;
+    w.worldSize = o_.nprocPerNode * o_.nnodes;
+    w.localRank = localRank;
+    w.localWorldSize = o_.nprocPerNode;
+    w.nodeRank = o_.nodeRank;
+    w.masterAddr = o_.masterAddr;
+    w.masterPort = o_.masterPort;
+    auto env = environmentFor(w, WorldSource::kLockstep);
+    env.merge(environmentFor(w, WorldSource::kTorchrun));
+    return env;
+  }
 
   LaunchResult run(const std::map<std::string, std::string>& baseEnv) {
     SignalGuard signals;
@@ -157,6 +164,7 @@ class Runner {
     if (o_.backend == "mpi") {
       auto w = std::make_unique<Worker>();
       w->isMpirun = true;
+      w->relay = makeRelay(0, OutputRelay::Source::kMpirun);
       w->started = Clock::now();
       w->process = std::make_unique<ChildProcess>(mpirunCommand(o_, usableCores(), ::geteuid() == 0), baseEnv);
       w->result.pid = w->process->pid();
@@ -167,13 +175,9 @@ class Runner {
     for (int local = 0; local < o_.nprocPerNode; ++local) {
       auto w = std::make_unique<Worker>();
       w->rank = o_.nodeRank * o_.nprocPerNode + local;
+      w->relay = makeRelay(w->rank, OutputRelay::Source::kWorker);
       auto env = baseEnv;
-      std::string rank = std::to_string(w->rank);
-      std::string localRank = std::to_string(local);
-      for (auto [key, value] :
-           {std::pair{env::kRank, rank}, {"RANK", rank}, {env::kLocalRank, localRank}, {"LOCAL_RANK", localRank}}) {
-        env[key] = value;
-      }
+      for (auto& [key, value] : workerEnvironment(w->rank, local)) env[key] = value;
       w->started = Clock::now();
       w->process = std::make_unique<ChildProcess>(o_.command, env);
       w->result.rank = w->rank;
@@ -182,7 +186,7 @@ class Runner {
     }
     std::string placement;
     for (auto& w : workers_) placement += fmt::format("{}rank {} pid {}", placement.empty() ? "" : ", ", w->rank, w->result.pid);
-    writeAll(STDERR_FILENO, fmt::format("lockstep run: node {} of {} ({}): {}\n", o_.nodeRank, o_.nnodes, hostName(),
+    writeAll(STDERR_FILENO, fmt::format("lockstep run: node {} of {} ({}): {}\n", o_.nodeRank, o_.nnodes, detail::hostName(),
                                         placement));
     loop(signals.readFd());
     return finish();
@@ -200,7 +204,7 @@ class Runner {
     for (size_t k = 0; k < o_.hosts.size(); ++k) {
       auto w = std::make_unique<Worker>();
       w->rank = static_cast<int>(k);
-      w->isNode = true;
+      w->relay = makeRelay(w->rank, OutputRelay::Source::kNode);
       std::vector<std::string> argv = o_.rsh;
       argv.push_back(o_.hosts[k].host);
       argv.push_back(remoteLaunchCommand(o_, static_cast<int>(k), self, cwd, forward));
@@ -262,9 +266,9 @@ class Runner {
         Fd& fd = isErr ? worker->process->stderrFd() : worker->process->stdoutFd();
         ssize_t got = ::read(fd.get(), buffer.data(), buffer.size());
         if (got > 0) {
-          onOutput(*worker, isErr, std::string_view(buffer.data(), static_cast<size_t>(got)));
+          worker->relay->feed(isErr, std::string_view(buffer.data(), static_cast<size_t>(got)));
         } else if (got == 0 || (errno != EINTR && errno != EAGAIN)) {
-          flushPartial(*worker, isErr);
+          worker->relay->flush(isErr);
           fd.reset();
         }
       }
@@ -284,8 +288,8 @@ class Runner {
         while (!w->process->poll()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
         record(*w);
       }
-      flushPartial(*w, false);
-      flushPartial(*w, true);
+      w->relay->flush(false);
+      w->relay->flush(true);
     }
   }
 
@@ -358,88 +362,14 @@ class Runner {
     }
   }
 
-  void onOutput(Worker& w, bool isErr, std::string_view chunk) {
-    std::string& buf = isErr ? w.errBuffer : w.outBuffer;
-    buf.append(chunk);
-    size_t start = 0;
-    size_t nl;
-    while ((nl = buf.find('\n', start)) != std::string::npos) {
-      emit(w, isErr, std::string_view(buf).substr(start, nl - start));
-      start = nl + 1;
-    }
-    buf.erase(0, start);
-    // A very long line without a newline is written in pieces rather than held forever.
-    if (buf.size() > (1 << 20)) {
-      emit(w, isErr, buf);
-      buf.clear();
-    }
-  }
-
-  void flushPartial(Worker& w, bool isErr) {
-    std::string& buf = isErr ? w.errBuffer : w.outBuffer;
-    if (!buf.empty()) emit(w, isErr, buf);
-    buf.clear();
-  }
-
-  void emit(Worker& w, bool isErr, std::string_view line) {
-    if (w.isMpirun) return emitMpirun(w, isErr, line);
-    std::string text = o_.prefixOutput && !w.isNode ? fmt::format("[{}] {}\n", w.rank, line)
-                                                    : fmt::format("{}\n", line);
-    writeAll(isErr ? STDERR_FILENO : STDOUT_FILENO, text);
-    if (isErr && o_.tailLines > 0) {
-      w.tail.emplace_back(line);
-      if (static_cast<int>(w.tail.size()) > o_.tailLines) w.tail.pop_front();
-    }
-  }
-
-  /// mpirun --tag-output writes "[1,3]<stderr>:text" for rank 3, tagging each chunk the
-  /// rank wrote: a line written in pieces arrives as several tagged segments on
-  /// one physical line ("[1,3]<stderr>:a [1,3]<stderr>:b\n"). Untagged lines are mpirun's own.
-  void emitMpirun(Worker& w, bool isErr, std::string_view line) {
-    static const std::regex tag(R"(\[\d+,(\d+)\]<(stdout|stderr)>:)");
-    // "mpirun noticed that process rank 1 with PID ..." (signals) or "Process name: [[27543,1],1]" (exit codes).
-    static const std::regex failedRank(R"(process rank (\d+)|Process name: \[\[\d+,\d+\],(\d+)\])");
-    std::string text(line);
-    std::smatch m;
-    if (!std::regex_search(text, m, tag) || m.position(0) != 0) {
-      writeAll(isErr ? STDERR_FILENO : STDOUT_FILENO, o_.prefixOutput ? "[mpirun] " + text + "\n" : text + "\n");
-      if (mpiFailedRank_ < 0 && std::regex_search(text, m, failedRank)) {
-        mpiFailedRank_ = std::stoi(m[1].matched ? m[1].str() : m[2].str());
-      }
-      if (isErr && o_.tailLines > 0) {
-        w.tail.push_back(text);
-        if (static_cast<int>(w.tail.size()) > o_.tailLines) w.tail.pop_front();
-      }
-      return;
-    }
-    std::pair<int, bool> last{0, false};
-    for (auto it = std::sregex_iterator(text.begin(), text.end(), tag); it != std::sregex_iterator(); ++it) {
-      const auto& match = *it;
-      size_t begin = static_cast<size_t>(match.position(0) + match.length(0));
-      auto next = std::next(it);
-      size_t end = next == std::sregex_iterator() ? text.size() : static_cast<size_t>(next->position(0));
-      last = {std::stoi(match[1].str()), match[2].str() == "stderr"};
-      mpiPartial_[last] += text.substr(begin, end - begin);
-    }
-    // The newline ends the line of the last segment's rank and stream.
-    auto [rank, toErr] = last;
-    std::string body = std::move(mpiPartial_[last]);
-    mpiPartial_.erase(last);
-    writeAll(toErr ? STDERR_FILENO : STDOUT_FILENO, o_.prefixOutput ? fmt::format("[{}] {}\n", rank, body) : body + "\n");
-    if (toErr && o_.tailLines > 0) {
-      auto& tail = mpiTails_[rank];
-      tail.push_back(body);
-      if (static_cast<int>(tail.size()) > o_.tailLines) tail.pop_front();
-    }
-  }
-
   LaunchResult finishMpirun() {
     const Worker& w = *workers_.front();
     LaunchResult result;
     result.interruptSignal = interruptSignal_;
-    result.firstFailedRank = w.result.failed() ? mpiFailedRank_ : -1;
+    result.firstFailedRank = w.result.failed() ? w.relay->mpiFailedRank() : -1;
     RankResult r = w.result;
-    r.stderrTail.assign(w.tail.begin(), w.tail.end());
+    r.stderrTail.assign(w.relay->tail().begin(), w.relay->tail().end());
+    const int failedRank = w.relay->mpiFailedRank();
     result.ranks.push_back(r);
     std::string s;
     if (interruptSignal_ != 0) {
@@ -450,14 +380,14 @@ class Runner {
       s += fmt::format("lockstep run: mpirun (pid {}) {} after {:.1f} s\n", r.pid,
                        r.signal ? "was killed by " + signalName(r.signal) : fmt::format("exited with code {}", r.exitCode),
                        r.seconds);
-      if (mpiFailedRank_ >= 0) {
-        s += fmt::format("lockstep run: mpirun reports rank {} as the first worker to fail\n", mpiFailedRank_);
-        auto it = mpiTails_.find(mpiFailedRank_);
-        if (it == mpiTails_.end() || it->second.empty()) {
-          s += fmt::format("lockstep run: rank {} wrote nothing on stderr\n", mpiFailedRank_);
+      if (failedRank >= 0) {
+        s += fmt::format("lockstep run: mpirun reports rank {} as the first worker to fail\n", failedRank);
+        const auto* tail = w.relay->rankTail(failedRank);
+        if (!tail || tail->empty()) {
+          s += fmt::format("lockstep run: rank {} wrote nothing on stderr\n", failedRank);
         } else {
-          s += fmt::format("lockstep run: last {} line(s) of rank {}'s stderr:\n", it->second.size(), mpiFailedRank_);
-          for (const auto& line : it->second) s += "    " + line + "\n";
+          s += fmt::format("lockstep run: last {} line(s) of rank {}'s stderr:\n", tail->size(), failedRank);
+          for (const auto& line : *tail) s += "    " + line + "\n";
         }
       }
     }
@@ -475,7 +405,7 @@ class Runner {
     result.firstFailedRank = firstFailed_;
     result.interruptSignal = interruptSignal_;
     for (auto& w : workers_) {
-      w->result.stderrTail.assign(w->tail.begin(), w->tail.end());
+      w->result.stderrTail.assign(w->relay->tail().begin(), w->relay->tail().end());
       result.ranks.push_back(w->result);
     }
     std::string s;
@@ -520,10 +450,7 @@ class Runner {
   std::vector<std::unique_ptr<Worker>> workers_;
   int firstFailed_ = -1;
   int interruptSignal_ = 0;
-  int mpiFailedRank_ = -1;
   bool parentGone_ = false;
-  std::map<int, std::deque<std::string>> mpiTails_;
-  std::map<std::pair<int, bool>, std::string> mpiPartial_;  ///< (rank, stderr?) -> text of an unfinished line
 };
 
 void validate(const LaunchOptions& o) {
@@ -585,79 +512,6 @@ void validate(const LaunchOptions& o) {
 
 }  // namespace
 
-std::vector<HostSlots> parseHosts(const std::string& text) {
-  std::vector<HostSlots> hosts;
-  size_t start = 0;
-  while (start <= text.size()) {
-    size_t end = text.find(',', start);
-    std::string entry = text.substr(start, end == std::string::npos ? std::string::npos : end - start);
-    HostSlots h;
-    size_t colon = entry.rfind(':');
-    // "host:N"; an IPv6 address needs brackets: "[fe80::1]:2".
-    bool bracketed = !entry.empty() && entry.front() == '[';
-    if (colon != std::string::npos && (!bracketed || colon > entry.find(']'))) {
-      h.host = entry.substr(0, colon);
-      h.slots = static_cast<int>(parseInt(entry.substr(colon + 1), fmt::format("-H entry '{}': slots", entry), 1, 4096));
-    } else {
-      h.host = entry;
-    }
-    if (bracketed && h.host.size() > 2 && h.host.back() == ']') h.host = h.host.substr(1, h.host.size() - 2);
-    if (h.host.empty()) {
-      throw ConfigError(fmt::format("-H '{}': empty host in entry {}; expected host[:slots],host[:slots],...", text,
-                                    hosts.size() + 1));
-    }
-    hosts.push_back(h);
-    if (end == std::string::npos) break;
-    start = end + 1;
-  }
-  return hosts;
-}
-
-std::string shellQuote(const std::string& word) {
-  bool plain = !word.empty() && std::all_of(word.begin(), word.end(), [](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) || std::strchr("@%+=:,./_-", c) != nullptr;
-  });
-  if (plain) return word;
-  std::string out = "'";
-  for (char c : word) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
-std::string remoteLaunchCommand(const LaunchOptions& o, int nodeRank, const std::string& selfPath,
-                                const std::string& workingDir, const std::map<std::string, std::string>& forwardEnv) {
-  std::vector<std::string> words{"cd", shellQuote(workingDir), "&&", "exec", "env"};
-  for (const auto& [k, v] : forwardEnv) words.push_back(shellQuote(k + "=" + v));
-  for (std::string w : {selfPath, std::string("run"), std::string("--nnodes"), std::to_string(o.hosts.size()),
-                        std::string("--node-rank"), std::to_string(nodeRank), std::string("--master-addr"),
-                        o.masterAddr, std::string("--master-port"), std::to_string(o.masterPort),
-                        std::string("-np"), std::to_string(o.nprocPerNode), std::string("--token-stdin"),
-                        std::string("--stop-grace"), fmt::format("{}", o.stopGrace.count() / 1000.0)}) {
-    words.push_back(shellQuote(w));
-  }
-  if (o.threadsPerWorker) words.insert(words.end(), {"--threads", std::to_string(*o.threadsPerWorker)});
-  if (o.commTimeoutSeconds) words.insert(words.end(), {"--comm-timeout", fmt::format("{}", *o.commTimeoutSeconds)});
-  if (o.maxRestarts > 0) words.insert(words.end(), {"--max-restarts", std::to_string(o.maxRestarts)});
-  if (!o.iface.empty()) words.insert(words.end(), {"--iface", shellQuote(o.iface)});
-  if (!o.prefixOutput) words.push_back("--no-prefix");
-  words.push_back("--");
-  for (const auto& c : o.command) words.push_back(shellQuote(c));
-  std::string out;
-  for (const auto& w : words) out += (out.empty() ? "" : " ") + w;
-  return out;
-}
-
-std::vector<std::string> mpirunCommand(const LaunchOptions& o, int cores, bool asRoot) {
-  std::vector<std::string> argv{"mpirun", "-np", std::to_string(o.nprocPerNode), "--tag-output",
-                                // lockstep sets the threads per worker; OpenMPI's binding to one core
-                                // would squeeze a worker's threads onto it.
-                                "--bind-to", "none"};
-  if (asRoot) argv.push_back("--allow-run-as-root");
-  if (o.nprocPerNode > cores) argv.push_back("--oversubscribe");
-  argv.insert(argv.end(), o.mpirunArgs.begin(), o.mpirunArgs.end());
-  argv.insert(argv.end(), o.command.begin(), o.command.end());
-  return argv;
-}
-
 LaunchResult launch(const LaunchOptions& input) {
   LaunchOptions o = input;
   if (!o.hosts.empty()) {
@@ -690,7 +544,6 @@ LaunchResult launch(const LaunchOptions& input) {
   if (!o.iface.empty()) env[env::kIface] = o.iface;
   if (!o.hosts.empty()) return Runner(o).run(env);
   bool pickPort = o.masterPort == 0;
-  int world = o.nprocPerNode * o.nnodes;
   // An explicit --threads wins; else a count the user exported is kept and
   // followed by the variables they left unset; else cores / workers.
   std::string threadText = std::to_string(std::max(1, usableCores() / o.nprocPerNode));
@@ -711,24 +564,13 @@ LaunchResult launch(const LaunchOptions& input) {
                                       o.masterPort));
       }
     }
-    std::string port = std::to_string(o.masterPort);
-    std::map<std::string, std::string> shared = {
-        {env::kWorldSize, std::to_string(world)},       {"WORLD_SIZE", std::to_string(world)},
-        {env::kLocalWorldSize, std::to_string(o.nprocPerNode)}, {"LOCAL_WORLD_SIZE", std::to_string(o.nprocPerNode)},
-        {env::kNodeRank, std::to_string(o.nodeRank)},   {"GROUP_RANK", std::to_string(o.nodeRank)},
-        {env::kMasterAddr, o.masterAddr},               {"MASTER_ADDR", o.masterAddr},
-        {env::kMasterPort, port},                       {"MASTER_PORT", port},
-        {env::kRestartCount, std::to_string(attempt)},    {"TORCHELASTIC_RESTART_COUNT", std::to_string(attempt)},
-    };
-    for (auto& [k, v] : shared) env[k] = v;
+    env[env::kRestartCount] = env["TORCHELASTIC_RESTART_COUNT"] = std::to_string(attempt);
     if (o.backend == "mpi") {
       // The workers learn rank and world from mpirun (OMPI_COMM_WORLD_*); the
-      // store still meets at MASTER_ADDR/MASTER_PORT.
-      for (const char* var : {env::kRank, "RANK", env::kLocalRank, "LOCAL_RANK", env::kWorldSize, "WORLD_SIZE",
-                              env::kLocalWorldSize, "LOCAL_WORLD_SIZE", env::kNodeRank, "GROUP_RANK",
-                              env::kMasterAddr, env::kMasterPort}) {
-        env.erase(var);
-      }
+      // store still meets at the master variables OpenMPI workers read.
+      const WorldVariables& mpi = worldVariables(WorldSource::kOpenMpi);
+      env[mpi.masterAddr] = o.masterAddr;
+      env[mpi.masterPort] = std::to_string(o.masterPort);
       env[env::kBackend] = "mpi";
     }
     LaunchResult result = Runner(o).run(env);

@@ -35,7 +35,7 @@ MetricsWriter::MetricsWriter(const std::string& dir, const std::string& runName,
       jsonl_(std::make_unique<detail::AppendFile>()),
       csv_(std::make_unique<detail::AppendFile>()) {
   detail::createDirectories(dir_);
-  detail::writeFileAtomically(join(dir_, "config.yaml"), configText);
+  detail::writeFileAtomically(join(dir_, "config.yaml"), {configText}, detail::Durability::kProcessCrash);
   jsonl_->open(join(dir_, "metrics.jsonl"));
   csv_->open(join(dir_, "metrics.csv"));
   if (csv_->wasEmpty()) csv_->writeLine(kCsvHeader);
@@ -62,7 +62,7 @@ void MetricsWriter::writeRunJson(const char* status) {
   run["start_step"] = info_.startStep;
   run["pid"] = static_cast<int64_t>(::getpid());
   try {
-    detail::writeFileAtomically(join(dir_, "run.json"), run.dump(2) + "\n");
+    detail::writeFileAtomically(join(dir_, "run.json"), {run.dump(2) + "\n"}, detail::Durability::kProcessCrash);
   } catch (const std::exception& e) {
     detail::warnOnce(warned_, "writing run.json", e.what());
   }

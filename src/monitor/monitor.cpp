@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "lockstep/common/error.h"
+#include "lockstep/common/enum_names.h"
 #include "lockstep/monitor/metrics_writer.h"
 #include "lockstep/monitor/progress.h"
 #include "lockstep/monitor/step_timeline.h"
@@ -26,12 +27,10 @@ std::string lower(std::string text) {
 }  // namespace
 
 ProgressMode parseProgressMode(const std::string& text, const std::string& what) {
-  auto t = lower(text);
-  if (t == "auto") return ProgressMode::kAuto;
-  if (t == "bar") return ProgressMode::kBar;
-  if (t == "lines") return ProgressMode::kLines;
-  if (t == "off" || t == "none" || t == "false") return ProgressMode::kOff;
-  throw ConfigError(fmt::format("{} '{}' is unknown; expected auto, bar, lines or off", what, text));
+  static constexpr EnumName<ProgressMode> kNames[] = {{ProgressMode::kAuto, "auto"}, {ProgressMode::kBar, "bar"},
+                                                      {ProgressMode::kLines, "lines"}, {ProgressMode::kOff, "off"},
+                                                      {ProgressMode::kOff, "none"}, {ProgressMode::kOff, "false"}};
+  return parseEnum(kNames, text, what);
 }
 
 std::string defaultRunDir(const std::string& configFile) {

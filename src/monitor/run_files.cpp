@@ -32,54 +32,10 @@ void createDirectories(const std::string& dir) {
   }
 }
 
-namespace {
-
-bool writeAll(int fd, const char* data, size_t size) {
-  while (size > 0) {
-    ssize_t n = ::write(fd, data, size);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    data += n;
-    size -= static_cast<size_t>(n);
-  }
-  return true;
-}
-
-}  // namespace
-
-void writeFileAtomically(const std::string& path, std::string_view text) {
-  std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw Error(fmt::format("monitor: cannot write {}: {}", tmp, std::strerror(errno)));
-  bool written = writeAll(fd, text.data(), text.size());
-  int saved = errno;
-  if (::close(fd) != 0 && written) {
-    written = false;
-    saved = errno;
-  }
-  if (!written) {
-    ::unlink(tmp.c_str());
-    throw Error(fmt::format("monitor: cannot write {}: {}", tmp, std::strerror(saved)));
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    saved = errno;
-    ::unlink(tmp.c_str());
-    throw Error(fmt::format("monitor: cannot rename {} to {}: {}", tmp, path, std::strerror(saved)));
-  }
-}
-
 std::string runNameOf(const std::string& dir) {
   auto path = fs::absolute(dir).lexically_normal();
   if (!path.has_filename()) path = path.parent_path();
   return path.filename().string();
-}
-
-std::string hostName() {
-  char name[256] = {};
-  if (::gethostname(name, sizeof(name) - 1) != 0 || name[0] == '\0') return "unknown";
-  return name;
 }
 
 double unixNow() {
@@ -109,8 +65,8 @@ void AppendFile::append(std::string_view text) {
 
 void AppendFile::flush() {
   if (fd_ < 0 || buffer_.empty()) return;
-  if (!writeAll(fd_, buffer_.data(), buffer_.size())) {
-    fail("write", errno);
+  if (int error = writeAll(fd_, buffer_)) {
+    fail("write", error);
     return;
   }
   buffer_.clear();

@@ -9,20 +9,15 @@
 #include <string>
 #include <string_view>
 
+#include "common/posix_io.h"  // writeFileAtomically, hostName: the run files use both
+
 namespace lockstep::detail {
 
 /// Creates `dir` and its parents; throws Error naming `dir` when it cannot.
 void createDirectories(const std::string& dir);
 
-/// Writes `text` to `path` through `path.tmp` and a rename, so a reader sees
-/// the old or the new file, never a half-written one. Throws Error naming the path.
-void writeFileAtomically(const std::string& path, std::string_view text);
-
 /// The last component of `dir` (runs/fashion/ gives "fashion").
 std::string runNameOf(const std::string& dir);
-
-/// The machine's host name ("unknown" when it has none).
-std::string hostName();
 
 /// Seconds since the Unix epoch, with sub-second precision.
 double unixNow();

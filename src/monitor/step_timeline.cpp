@@ -101,7 +101,7 @@ StepTimeline::StepTimeline(const std::string& dir, int rank, int64_t traceSteps)
     detail::createDirectories((std::filesystem::path(dir) / "timeline").string());
     tracePath_ = join(dir, "timeline", fmt::format("rank{}.trace.json", rank));
     // Fail now, not at the end of the run, when the file cannot be written.
-    detail::writeFileAtomically(tracePath_, chromeTraceJson({}, rank_, 0));
+    detail::writeFileAtomically(tracePath_, {chromeTraceJson({}, rank_, 0)}, detail::Durability::kProcessCrash);
   }
 }
 
@@ -142,7 +142,8 @@ void StepTimeline::onFitEnd(const FitResult& /*result*/) {
 void StepTimeline::writeTrace() {
   traceWritten_ = true;
   try {
-    detail::writeFileAtomically(tracePath_, chromeTraceJson(traced_, rank_, info_.unixTimeAtOrigin));
+    detail::writeFileAtomically(tracePath_, {chromeTraceJson(traced_, rank_, info_.unixTimeAtOrigin)},
+                                detail::Durability::kProcessCrash);
   } catch (const std::exception& e) {
     detail::warnOnce(warned_, "writing the timeline", e.what());
   }

@@ -3,25 +3,21 @@
 #include <cmath>
 
 #include "lockstep/common/error.h"
+#include "lockstep/common/enum_names.h"
 
 namespace lockstep {
 
-const char* toString(LrScalingRule rule) {
-  switch (rule) {
-    case LrScalingRule::kNone: return "none";
-    case LrScalingRule::kLinear: return "linear";
-    case LrScalingRule::kSqrt: return "sqrt";
-    case LrScalingRule::kPow23: return "pow2/3";
-  }
-  return "?";
-}
+namespace {
+constexpr EnumName<LrScalingRule> kRuleNames[] = {{LrScalingRule::kNone, "none"},
+                                                   {LrScalingRule::kLinear, "linear"},
+                                                   {LrScalingRule::kSqrt, "sqrt"},
+                                                   {LrScalingRule::kPow23, "pow2/3"}};
+}  // namespace
+
+const char* toString(LrScalingRule rule) { return enumName(kRuleNames, rule); }
 
 LrScalingRule parseLrScalingRule(const std::string& text, const std::string& what) {
-  if (text == "none") return LrScalingRule::kNone;
-  if (text == "linear") return LrScalingRule::kLinear;
-  if (text == "sqrt") return LrScalingRule::kSqrt;
-  if (text == "pow2/3") return LrScalingRule::kPow23;
-  throw ConfigError(what + "='" + text + "' is not a scaling rule; expected none, linear, sqrt or pow2/3");
+  return parseEnum(kRuleNames, text, what);
 }
 
 double scaledLearningRate(double baseLr, int64_t globalBatch, const LrScalingOptions& o) {

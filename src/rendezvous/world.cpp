@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <functional>
 
 #include "lockstep/common/error.h"
@@ -27,6 +28,19 @@ std::string WorldInfo::describe() const {
 namespace {
 
 constexpr int64_t kMaxWorld = 1 << 20;
+
+constexpr WorldVariables kLockstepVariables{env::kRank,          env::kWorldSize, env::kLocalRank,
+                                            env::kLocalWorldSize, env::kNodeRank,  env::kMasterAddr,
+                                            env::kMasterPort};
+constexpr WorldVariables kTorchrunVariables{"RANK",       "WORLD_SIZE",  "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+                                            "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT"};
+constexpr WorldVariables kOpenMpiVariables{"OMPI_COMM_WORLD_RANK",       "OMPI_COMM_WORLD_SIZE",
+                                           "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE",
+                                           "OMPI_COMM_WORLD_NODE_RANK",  "MASTER_ADDR",
+                                           "MASTER_PORT"};
+constexpr WorldVariables kSlurmVariables{"SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID",
+                                         "SLURM_STEP_TASKS_PER_NODE", "SLURM_NODEID", "MASTER_ADDR",
+                                         "MASTER_PORT"};
 
 struct Reader {
   const Environment& env;
@@ -84,35 +98,20 @@ void readMaster(WorldInfo& w, const Environment& env, const char* addrVar, const
   }
 }
 
-WorldInfo fromLockstep(const Environment& env) {
-  Reader r{env, "lockstep run"};
-  r.firstVar = env::kRank;
+/// lockstep's and torchrun's variables: the same shape, different names.
+WorldInfo fromLauncher(const Environment& env, WorldSource source, const char* hint, const char* masterHint) {
+  const WorldVariables& v = worldVariables(source);
+  Reader r{env, toString(source)};
+  r.firstVar = v.rank;
   WorldInfo w;
-  w.source = WorldSource::kLockstep;
-  w.worldSize = r.required(env::kWorldSize, 1, kMaxWorld, "was the worker started by `lockstep run`?");
-  w.rank = *r.integer(env::kRank, 0, kMaxWorld);
-  w.localRank = r.integer(env::kLocalRank, 0, kMaxWorld).value_or(w.rank);
-  w.localWorldSize = r.integer(env::kLocalWorldSize, 1, kMaxWorld).value_or(w.worldSize);
-  w.nodeRank = r.integer(env::kNodeRank, 0, kMaxWorld).value_or(0);
-  validate(w, env::kRank, env::kWorldSize, env::kLocalRank, env::kLocalWorldSize);
-  readMaster(w, env, env::kMasterAddr, env::kMasterPort, std::nullopt, std::nullopt,
-             "`lockstep run` sets both; set them when starting workers by hand.");
-  return w;
-}
-
-WorldInfo fromTorchrun(const Environment& env) {
-  Reader r{env, "torchrun"};
-  r.firstVar = "RANK";
-  WorldInfo w;
-  w.source = WorldSource::kTorchrun;
-  w.worldSize = r.required("WORLD_SIZE", 1, kMaxWorld, "torchrun sets RANK and WORLD_SIZE together.");
-  w.rank = *r.integer("RANK", 0, kMaxWorld);
-  w.localRank = r.integer("LOCAL_RANK", 0, kMaxWorld).value_or(w.rank);
-  w.localWorldSize = r.integer("LOCAL_WORLD_SIZE", 1, kMaxWorld).value_or(w.worldSize);
-  w.nodeRank = r.integer("GROUP_RANK", 0, kMaxWorld).value_or(0);
-  validate(w, "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE");
-  readMaster(w, env, "MASTER_ADDR", "MASTER_PORT", std::nullopt, std::nullopt,
-             "torchrun sets MASTER_ADDR and MASTER_PORT.");
+  w.source = source;
+  w.worldSize = r.required(v.world, 1, kMaxWorld, hint);
+  w.rank = *r.integer(v.rank, 0, kMaxWorld);
+  w.localRank = r.integer(v.localRank, 0, kMaxWorld).value_or(w.rank);
+  w.localWorldSize = r.integer(v.localWorld, 1, kMaxWorld).value_or(w.worldSize);
+  w.nodeRank = r.integer(v.nodeRank, 0, kMaxWorld).value_or(0);
+  validate(w, v.rank, v.world, v.localRank, v.localWorld);
+  readMaster(w, env, v.masterAddr, v.masterPort, std::nullopt, std::nullopt, masterHint);
   return w;
 }
 
@@ -122,22 +121,22 @@ int derivedPort(const std::string& jobKey) {
 }
 
 WorldInfo fromOpenMpi(const Environment& env) {
+  const WorldVariables& v = kOpenMpiVariables;
   Reader r{env, "OpenMPI"};
-  r.firstVar = "OMPI_COMM_WORLD_RANK";
+  r.firstVar = v.rank;
   WorldInfo w;
   w.source = WorldSource::kOpenMpi;
-  w.worldSize = r.required("OMPI_COMM_WORLD_SIZE", 1, kMaxWorld, "mpirun sets both.");
-  w.rank = *r.integer("OMPI_COMM_WORLD_RANK", 0, kMaxWorld);
-  w.localRank = r.integer("OMPI_COMM_WORLD_LOCAL_RANK", 0, kMaxWorld).value_or(w.rank);
-  w.localWorldSize = r.integer("OMPI_COMM_WORLD_LOCAL_SIZE", 1, kMaxWorld).value_or(w.worldSize);
-  w.nodeRank = r.integer("OMPI_COMM_WORLD_NODE_RANK", 0, kMaxWorld).value_or(0);
-  validate(w, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
-           "OMPI_COMM_WORLD_LOCAL_SIZE");
+  w.worldSize = r.required(v.world, 1, kMaxWorld, "mpirun sets both.");
+  w.rank = *r.integer(v.rank, 0, kMaxWorld);
+  w.localRank = r.integer(v.localRank, 0, kMaxWorld).value_or(w.rank);
+  w.localWorldSize = r.integer(v.localWorld, 1, kMaxWorld).value_or(w.worldSize);
+  w.nodeRank = r.integer(v.nodeRank, 0, kMaxWorld).value_or(0);
+  validate(w, v.rank, v.world, v.localRank, v.localWorld);
   // On one node every rank can meet on loopback at a port derived from the job id.
   bool oneNode = w.localWorldSize == w.worldSize;
   std::optional<std::string> jobId = env.get("OMPI_MCA_ess_base_jobid");
   if (!jobId) jobId = env.get("OMPI_MCA_orte_ess_jobid");
-  readMaster(w, env, "MASTER_ADDR", "MASTER_PORT",
+  readMaster(w, env, v.masterAddr, v.masterPort,
              oneNode ? std::optional<std::string>("127.0.0.1") : std::nullopt,
              oneNode && jobId ? std::optional<int>(derivedPort("ompi:" + *jobId)) : std::nullopt,
              "Pass them to every rank, e.g. `mpirun -x MASTER_ADDR=host0 -x MASTER_PORT=29500 ...`.");
@@ -226,11 +225,44 @@ int slurmTasksOnNode(const std::string& list, int nodeId) {
 }
 
 WorldInfo detectWorld(const Environment& env) {
-  if (env.has(env::kRank)) return fromLockstep(env);
-  if (env.has("RANK")) return fromTorchrun(env);
-  if (env.has("OMPI_COMM_WORLD_RANK")) return fromOpenMpi(env);
-  if (env.has("SLURM_PROCID")) return fromSlurm(env);
+  if (env.has(kLockstepVariables.rank)) {
+    return fromLauncher(env, WorldSource::kLockstep, "was the worker started by `lockstep run`?",
+                        "`lockstep run` sets both; set them when starting workers by hand.");
+  }
+  if (env.has(kTorchrunVariables.rank)) {
+    return fromLauncher(env, WorldSource::kTorchrun, "torchrun sets RANK and WORLD_SIZE together.",
+                        "torchrun sets MASTER_ADDR and MASTER_PORT.");
+  }
+  if (env.has(kOpenMpiVariables.rank)) return fromOpenMpi(env);
+  if (env.has(kSlurmVariables.rank)) return fromSlurm(env);
   return WorldInfo{};
+}
+
+const WorldVariables& worldVariables(WorldSource source) {
+  switch (source) {
+    case WorldSource::kLockstep: return kLockstepVariables;
+    case WorldSource::kTorchrun: return kTorchrunVariables;
+    case WorldSource::kOpenMpi: return kOpenMpiVariables;
+    case WorldSource::kSlurm: return kSlurmVariables;
+    case WorldSource::kSingle: break;
+  }
+  LOCKSTEP_ASSERT(false, "a single process has no world variables");
+}
+
+std::map<std::string, std::string> environmentFor(const WorldInfo& w, WorldSource form) {
+  const WorldVariables& v = worldVariables(form);
+  std::map<std::string, std::string> env{
+      {v.rank, std::to_string(w.rank)},           {v.world, std::to_string(w.worldSize)},
+      {v.localRank, std::to_string(w.localRank)}, {v.localWorld, std::to_string(w.localWorldSize)},
+      {v.nodeRank, std::to_string(w.nodeRank)},   {v.masterAddr, w.masterAddr},
+  };
+  if (w.masterPort > 0) env[v.masterPort] = std::to_string(w.masterPort);
+  if (form == WorldSource::kSlurm) {
+    // A tasks-per-node list: this node's count, repeated over the nodes it fills evenly.
+    const int nodes = std::max(1, w.worldSize / w.localWorldSize);
+    env[v.localWorld] = nodes > 1 ? fmt::format("{}(x{})", w.localWorldSize, nodes) : std::to_string(w.localWorldSize);
+  }
+  return env;
 }
 
 }  // namespace lockstep

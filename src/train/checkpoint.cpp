@@ -13,6 +13,7 @@
 
 #include <fmt/format.h>
 
+#include "common/posix_io.h"
 #include "lockstep/common/checksum.h"
 
 namespace lockstep {
@@ -26,59 +27,6 @@ constexpr char kMagicV1[16] = {'L', 'O', 'C', 'K', 'S', 'T', 'E', 'P', '-', 'C',
 constexpr size_t kHeaderSize = 32;
 
 std::string errnoText() { return std::strerror(errno); }
-
-void fsyncPath(const std::string& path, int flags) {
-  int fd = ::open(path.c_str(), flags | O_CLOEXEC);
-  if (fd < 0) throw Error(fmt::format("cannot open {} to sync it: {}", path, errnoText()));
-  int rc = ::fsync(fd);
-  int saved = errno;
-  ::close(fd);
-  if (rc != 0) throw Error(fmt::format("fsync of {} failed: {}", path, std::strerror(saved)));
-}
-
-/// Writes the concatenation of `pieces` to `path` atomically (see checkpoint.h),
-/// without concatenating them in memory first.
-void writePiecesAtomically(const std::string& path, std::initializer_list<std::string_view> pieces) {
-  fs::path target(path);
-  fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) throw Error(fmt::format("cannot create directory {}: {}", dir.string(), ec.message()));
-  std::string tmp = (dir / ("." + target.filename().string() + ".tmp-" + std::to_string(::getpid()))).string();
-  {
-    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) throw Error(fmt::format("cannot create {}: {}", tmp, errnoText()));
-    size_t total = 0;
-    for (std::string_view piece : pieces) total += piece.size();
-    size_t done = 0;
-    for (std::string_view piece : pieces) {
-      size_t written = 0;
-      while (written < piece.size()) {
-        ssize_t n = ::write(fd, piece.data() + written, piece.size() - written);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) {
-          int saved = errno;
-          ::close(fd);
-          ::unlink(tmp.c_str());
-          throw Error(fmt::format("writing {} failed after {} of {} bytes: {}", tmp, done + written, total,
-                                  std::strerror(saved)));
-        }
-        written += static_cast<size_t>(n);
-      }
-      done += written;
-    }
-    if (::fsync(fd) != 0 || ::close(fd) != 0) {
-      ::unlink(tmp.c_str());
-      throw Error(fmt::format("syncing {} failed: {}", tmp, errnoText()));
-    }
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    int saved = errno;
-    ::unlink(tmp.c_str());
-    throw Error(fmt::format("renaming {} to {} failed: {}", tmp, path, std::strerror(saved)));
-  }
-  fsyncPath(dir.string(), O_RDONLY | O_DIRECTORY);
-}
 
 /// The 32-byte frame header of `payload`.
 std::string frameHeader(std::string_view payload) {
@@ -104,28 +52,15 @@ size_t readUpTo(int fd, char* out, size_t n, const std::string& path) {
   return done;
 }
 
-/// Closes a descriptor when the scope ends.
-struct FdCloser {
-  int fd;
-  ~FdCloser() { ::close(fd); }
-};
-
 }  // namespace
 
-ObsoleteCheckpointError ObsoleteCheckpointError::about(const std::string& path) {
-  return ObsoleteCheckpointError(fmt::format(
-      "{} was written by an older lockstep (torch archive format); it cannot be loaded safely — retrain or convert",
-      path));
-}
-
-void writeFileAtomically(const std::string& path, const std::string& bytes) { writePiecesAtomically(path, {bytes}); }
 
 std::string frameCheckpoint(const std::string& payload) { return frameHeader(payload) + payload; }
 
 std::string readCheckpoint(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw CheckpointError(fmt::format("cannot open checkpoint {}: {}", path, errnoText()));
-  FdCloser closer{fd};
+  detail::Fd closer(fd);
   struct stat st {};
   if (::fstat(fd, &st) != 0) throw CheckpointError(fmt::format("cannot stat checkpoint {}: {}", path, errnoText()));
   const uint64_t fileSize = static_cast<uint64_t>(st.st_size);
@@ -175,7 +110,7 @@ std::string CheckpointDir::pathFor(int64_t step) const {
 
 std::string CheckpointDir::save(int64_t step, const std::string& payload) {
   std::string path = pathFor(step);
-  writePiecesAtomically(path, {frameHeader(payload), payload});
+  detail::writeFileAtomically(path, {frameHeader(payload), payload}, detail::Durability::kMachineCrash);
   auto entries = list();
   while (static_cast<int>(entries.size()) > keepLast_) {
     std::error_code ec;

@@ -10,13 +10,28 @@
 #include <variant>
 
 #include "lockstep/common/error.h"
+#include "lockstep/ddp/comm_hook.h"
+#include "lockstep/optim/lr_scaling.h"
+#include "lockstep/optim/optimizer.h"
 
 namespace lockstep {
 
 namespace {
 
-using Target = std::variant<int64_t*, double*, bool*, std::string*, std::vector<std::string>*, std::vector<double>*,
-                            std::vector<int64_t>*>;
+/// A setting chosen from names (an enum): set() parses and throws ConfigError naming the key.
+struct Choice {
+  std::function<void(const std::string& text, const std::string& key)> set;
+  std::function<std::string()> get;
+};
+
+template <typename E>
+Choice choice(E* target, E (*parse)(const std::string&, const std::string&)) {
+  return Choice{[target, parse](const std::string& text, const std::string& key) { *target = parse(text, key); },
+                [target] { return std::string(toString(*target)); }};
+}
+
+using Target = std::variant<int64_t*, int*, uint64_t*, double*, bool*, std::string*, std::vector<std::string>*,
+                            std::vector<double>*, std::vector<int64_t>*, Choice>;
 
 struct Field {
   std::string path;
@@ -38,8 +53,8 @@ std::vector<Field> fieldsOf(TrainConfig& c) {
       {"data.image_size", &c.data.imageSize},
       {"data.channels", &c.data.channels},
       {"data.bad_images", &c.data.badImages},
-      {"data.num_workers", &c.data.numWorkers},
-      {"data.prefetch", &c.data.prefetch},
+      {"data.num_workers", &c.trainer.loader.numWorkers},
+      {"data.prefetch", &c.trainer.loader.prefetch},
       {"data.random_flip", &c.data.randomFlip},
       {"data.crop_padding", &c.data.cropPadding},
       {"data.mean", &c.data.mean},
@@ -52,24 +67,24 @@ std::vector<Field> fieldsOf(TrainConfig& c) {
       {"trainer.seed", &c.trainer.seed},
       {"trainer.log_every", &c.trainer.logEvery},
       {"trainer.validate", &c.trainer.validate},
-      {"optimizer.type", &c.optimizer.type},
-      {"optimizer.lr", &c.optimizer.lr},
-      {"optimizer.momentum", &c.optimizer.momentum},
-      {"optimizer.weight_decay", &c.optimizer.weightDecay},
-      {"optimizer.beta1", &c.optimizer.beta1},
-      {"optimizer.beta2", &c.optimizer.beta2},
-      {"lr_scaling.rule", &c.lrScaling.rule},
-      {"lr_scaling.base_batch", &c.lrScaling.baseBatch},
-      {"lr_scaling.warmup_steps", &c.lrScaling.warmupSteps},
-      {"ddp.bucket_cap_mb", &c.ddp.bucketCapMb},
-      {"ddp.first_bucket_cap_mb", &c.ddp.firstBucketCapMb},
-      {"ddp.find_unused_parameters", &c.ddp.findUnusedParameters},
-      {"ddp.broadcast_buffers", &c.ddp.broadcastBuffers},
-      {"ddp.compression", &c.ddp.compression},
-      {"checkpoint.dir", &c.checkpoint.dir},
-      {"checkpoint.every", &c.checkpoint.every},
-      {"checkpoint.keep_last", &c.checkpoint.keepLast},
-      {"checkpoint.resume", &c.checkpoint.resume},
+      {"optimizer.type", choice(&c.trainer.optimizer.type, parseOptimizerType)},
+      {"optimizer.lr", &c.trainer.optimizer.lr},
+      {"optimizer.momentum", &c.trainer.optimizer.momentum},
+      {"optimizer.weight_decay", &c.trainer.optimizer.weightDecay},
+      {"optimizer.beta1", &c.trainer.optimizer.beta1},
+      {"optimizer.beta2", &c.trainer.optimizer.beta2},
+      {"lr_scaling.rule", choice(&c.trainer.lrScaling.rule, parseLrScalingRule)},
+      {"lr_scaling.base_batch", &c.trainer.lrScaling.baseBatch},
+      {"lr_scaling.warmup_steps", &c.trainer.lrScaling.warmupSteps},
+      {"ddp.bucket_cap_mb", &c.trainer.ddp.bucketCapMb},
+      {"ddp.first_bucket_cap_mb", &c.trainer.ddp.firstBucketCapMb},
+      {"ddp.find_unused_parameters", &c.trainer.ddp.findUnusedParameters},
+      {"ddp.broadcast_buffers", &c.trainer.ddp.broadcastBuffers},
+      {"ddp.compression", choice(&c.trainer.ddp.compression, parseGradCompression)},
+      {"checkpoint.dir", &c.trainer.checkpoint.dir},
+      {"checkpoint.every", &c.trainer.checkpoint.every},
+      {"checkpoint.keep_last", &c.trainer.checkpoint.keepLast},
+      {"checkpoint.resume", &c.trainer.checkpoint.resume},
       {"generate.samples", &c.generate.samples},
       {"generate.temperature", &c.generate.temperature},
       {"monitor.dir", &c.monitor.dir},
@@ -91,10 +106,20 @@ void assign(const Field& field, const YAML::Node& node, const std::string& where
   auto fail = [&](const char* expected) {
     throw ConfigError(fmt::format("{}: key '{}' expects {}, got '{}'", where, field.path, expected, scalarText(node)));
   };
+  if (const auto* c = std::get_if<Choice>(&field.target)) {
+    if (!node.IsScalar()) fail("a single value");
+    try {
+      c->set(node.Scalar(), field.path);
+    } catch (const ConfigError& e) {
+      throw ConfigError(fmt::format("{}: {}", where, e.what()));
+    }
+    return;
+  }
   std::visit(
-      [&](auto* target) {
+      [&](auto target) {
         using T = std::remove_pointer_t<decltype(target)>;
-        if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
+        if constexpr (std::is_same_v<T, Choice>) {
+        } else if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
           std::vector<int64_t> values;
           int64_t v = 0;
           if (node.IsScalar()) {
@@ -140,8 +165,10 @@ void assign(const Field& field, const YAML::Node& node, const std::string& where
         } else {
           if (!node.IsScalar()) fail("a single value");
           T value{};
-          if constexpr (std::is_same_v<T, int64_t>) {
-            if (!YAML::convert<int64_t>::decode(node, value)) fail("an integer");
+          if constexpr (std::is_same_v<T, int64_t> || std::is_same_v<T, int>) {
+            if (!YAML::convert<T>::decode(node, value)) fail("an integer");
+          } else if constexpr (std::is_same_v<T, uint64_t>) {
+            if (!YAML::convert<T>::decode(node, value)) fail("a non-negative integer");
           } else if constexpr (std::is_same_v<T, double>) {
             if (!YAML::convert<double>::decode(node, value)) fail("a number");
           } else if constexpr (std::is_same_v<T, bool>) {
@@ -198,14 +225,8 @@ void validate(const TrainConfig& c) {
   auto check = [](bool ok, const std::string& message) {
     if (!ok) throw ConfigError(message);
   };
-  bool names = c.data.dataset == "names";
-  check(names || c.data.dataset == "fashion-mnist" || c.data.dataset == "mnist" || c.data.dataset == "cifar10" ||
-            c.data.dataset == "imagefolder",
-        "data.dataset '" + c.data.dataset + "' is unknown; expected names, fashion-mnist, mnist, cifar10 or imagefolder");
-  check(names == (c.model.type == "charlstm"),
-        names ? "data.dataset names trains model.type charlstm, not '" + c.model.type + "'"
-              : "model.type charlstm needs data.dataset names, not '" + c.data.dataset + "'");
-  check(c.data.numWorkers >= 0 && c.data.prefetch >= 1, "data.num_workers must be >= 0 and data.prefetch >= 1");
+  check(c.trainer.loader.numWorkers >= 0 && c.trainer.loader.prefetch >= 1,
+        "data.num_workers must be >= 0 and data.prefetch >= 1");
   check(c.data.cropPadding >= 0 && c.data.imageSize >= 0, "data.crop_padding and data.image_size must not be negative");
   check(c.data.channels == 1 || c.data.channels == 3, "data.channels must be 1 or 3");
   check(c.data.badImages == "abort" || c.data.badImages == "skip", "data.bad_images must be abort or skip");
@@ -223,15 +244,13 @@ void validate(const TrainConfig& c) {
   check(c.trainer.accumulation > 0, "trainer.accumulation must be positive");
   check(c.trainer.clipGradNorm >= 0, "trainer.clip_grad_norm must not be negative");
   check(c.trainer.logEvery > 0, "trainer.log_every must be positive");
-  check(c.optimizer.type == "sgd" || c.optimizer.type == "adam" || c.optimizer.type == "adamw",
-        "optimizer.type '" + c.optimizer.type + "' is unknown; expected sgd, adam or adamw");
-  check(c.optimizer.lr > 0, "optimizer.lr must be positive");
-  check(c.lrScaling.baseBatch >= 0 && c.lrScaling.warmupSteps >= 0,
+  check(c.trainer.optimizer.lr > 0, "optimizer.lr must be positive");
+  check(c.trainer.lrScaling.baseBatch >= 0 && c.trainer.lrScaling.warmupSteps >= 0,
         "lr_scaling.base_batch and lr_scaling.warmup_steps must not be negative");
-  check(c.ddp.bucketCapMb > 0, "ddp.bucket_cap_mb must be positive");
-  check(c.ddp.firstBucketCapMb > 0, "ddp.first_bucket_cap_mb must be positive");
-  check(c.checkpoint.every >= 0, "checkpoint.every must not be negative");
-  check(c.checkpoint.keepLast >= 1, "checkpoint.keep_last must be at least 1");
+  check(c.trainer.ddp.bucketCapMb > 0, "ddp.bucket_cap_mb must be positive");
+  check(c.trainer.ddp.firstBucketCapMb > 0, "ddp.first_bucket_cap_mb must be positive");
+  check(c.trainer.checkpoint.every >= 0, "checkpoint.every must not be negative");
+  check(c.trainer.checkpoint.keepLast >= 1, "checkpoint.keep_last must be at least 1");
   check(c.generate.temperature > 0, "generate.temperature must be positive");
   check(c.monitor.systemInterval >= 0, "monitor.system_interval must not be negative (0 turns sampling off)");
   check(c.monitor.traceSteps >= -1, "monitor.trace_steps must be -1 (every step), 0 (no trace) or a step count");
@@ -301,7 +320,12 @@ std::string toYaml(const TrainConfig& constConfig) {
     auto dot = f.path.find('.');
     std::string section = f.path.substr(0, dot);
     std::string key = f.path.substr(dot + 1);
-    std::visit([&](auto* target) { root[section][key] = *target; }, f.target);
+    std::visit(
+        [&](const auto& target) {
+          if constexpr (std::is_same_v<std::decay_t<decltype(target)>, Choice>) root[section][key] = target.get();
+          else root[section][key] = *target;
+        },
+        f.target);
   }
   YAML::Emitter out;
   out << root;

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include "lockstep/common/enum_names.h"
 #include "lockstep/common/env.h"
 #include "lockstep/common/error.h"
 #include "lockstep/common/logging.h"
@@ -54,6 +55,22 @@ TEST(Logging, ParsesLevels) {
   EXPECT_EQ(log::parseLevel("DEBUG", "x"), log::Level::kDebug);
   EXPECT_EQ(log::parseLevel("warn", "x"), log::Level::kWarn);
   EXPECT_THROW(log::parseLevel("loud", "LOCKSTEP_LOG_LEVEL"), ConfigError);
+}
+
+enum class Fruit { kApple, kPear };
+constexpr EnumName<Fruit> kFruitNames[] = {{Fruit::kApple, "apple"}, {Fruit::kPear, "pear"}, {Fruit::kPear, "poire"}};
+
+TEST(EnumNames, OneTableGivesNamesParsingAliasesAndAnErrorListingTheNames) {
+  EXPECT_STREQ(enumName(kFruitNames, Fruit::kPear), "pear");  // the first entry is the name
+  EXPECT_EQ(parseEnum(kFruitNames, "Poire", "fruit"), Fruit::kPear);
+  EXPECT_EQ(parseEnum(kFruitNames, "APPLE", "fruit"), Fruit::kApple);
+  try {
+    parseEnum(kFruitNames, "plum", "basket.fruit");
+    ADD_FAILURE() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_STREQ(e.what(), "basket.fruit 'plum' is unknown; expected apple or pear");
+  }
+  EXPECT_EQ(log::parseLevel("warning", "LOCKSTEP_LOG_LEVEL"), log::Level::kWarn);
 }
 
 }  // namespace

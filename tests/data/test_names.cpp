@@ -338,6 +338,7 @@ TEST(NameParsers, Yaml) {
   EXPECT_FALSE(at("missing").has_value());
   EXPECT_EQ(detail::parseYamlList(yaml, {"en", "faker", "dog", "flow"}, "t.yml").value(), (Names{"Rex"}));
   EXPECT_HAS(errorOf([&] { at("other"); }), "expected a list");
+  EXPECT_HAS(errorOf([] { detail::parseYamlList("en: [Ann,\n", {"en"}, "bad.yml"); }), "bad.yml is not valid YAML");
 }
 
 TEST(NameParsers, Json) {
@@ -345,7 +346,8 @@ TEST(NameParsers, Json) {
             (Names{"Max", "Z\xC3\xB6" "e", "a\"b"}));
   EXPECT_TRUE(detail::parseJsonStringArray("[]", "t.json").empty());
   EXPECT_HAS(errorOf([] { detail::parseJsonStringArray("{\"a\": 1}", "t.json"); }), "t.json");
-  EXPECT_HAS(errorOf([] { detail::parseJsonStringArray("[\"a\" \"b\"]", "t.json"); }), "',' or ']'");
+  EXPECT_HAS(errorOf([] { detail::parseJsonStringArray("[\"a\" \"b\"]", "t.json"); }), "t.json is not valid JSON");
+  EXPECT_HAS(errorOf([] { detail::parseJsonStringArray("[\"a\", 3]", "t.json"); }), "array of strings");
 }
 
 }  // namespace

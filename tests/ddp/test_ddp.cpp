@@ -251,7 +251,7 @@ TEST(DdpConsistency, MismatchedModelsGiveAClearErrorOnEveryRank) {
   });
   for (const auto& m : messages) {
     EXPECT_NE(m.find("the model differs between ranks"), std::string::npos) << m;
-    EXPECT_NE(m.find("'parameter fc1.weight Float[16,24]' on rank 0 but 'parameter fc1.weight Float[17,24]' on rank 1"),
+    EXPECT_NE(m.find("'parameter fc1.weight float32[16,24]' on rank 0 but 'parameter fc1.weight float32[17,24]' on rank 1"),
               std::string::npos) << m;
   }
 }

@@ -32,10 +32,10 @@ TEST(MonitorFit, TwoRanksWriteTheRunDirectory) {
   TrainerOptions options;
   options.epochs = 2;
   options.batchSize = 16;  // per worker: 256 / 32 = 8 steps per epoch
-  options.optimizer = "sgd";
-  options.lr = 0.05;
+  options.optimizer.type = OptimizerType::kSgd;
+  options.optimizer.lr = 0.05;
   options.logEvery = 4;
-  options.bucketCapMb = 0.0005;  // several buckets, so the timeline has communication
+  options.ddp.bucketCapMb = 0.0005;  // several buckets, so the timeline has communication
   options.validate = true;
   options.loader.numWorkers = 0;
   std::vector<FitResult> results(2);

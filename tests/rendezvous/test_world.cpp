@@ -161,6 +161,43 @@ TEST(Init, UnknownBackendIsRejected) {
   }
 }
 
+// The launcher writes its workers' variables with environmentFor(); detectWorld
+// must read back exactly what was written, in every form it understands.
+TEST(World, EnvironmentForRoundTripsThroughDetectWorldInEveryForm) {
+  for (WorldSource form : {WorldSource::kLockstep, WorldSource::kTorchrun, WorldSource::kOpenMpi,
+                           WorldSource::kSlurm}) {
+    SCOPED_TRACE(toString(form));
+    for (int rank : {0, 5, 7}) {
+      WorldInfo w;
+      w.rank = rank;
+      w.worldSize = 8;
+      w.localRank = rank % 4;
+      w.localWorldSize = 4;
+      w.nodeRank = rank / 4;
+      w.masterAddr = "10.1.2.3";
+      w.masterPort = 29511;
+      w.source = form;
+      WorldInfo back = detectWorld(Environment(environmentFor(w, form)));
+      EXPECT_EQ(back.source, form);
+      EXPECT_EQ(back.rank, w.rank);
+      EXPECT_EQ(back.worldSize, w.worldSize);
+      EXPECT_EQ(back.localRank, w.localRank);
+      EXPECT_EQ(back.localWorldSize, w.localWorldSize);
+      EXPECT_EQ(back.nodeRank, w.nodeRank);
+      EXPECT_EQ(back.masterAddr, w.masterAddr);
+      EXPECT_EQ(back.masterPort, w.masterPort);
+    }
+  }
+  // One node: every form still carries the whole world.
+  WorldInfo single;
+  single.rank = 1;
+  single.worldSize = 2;
+  single.localRank = 1;
+  single.localWorldSize = 2;
+  single.masterPort = 1234;
+  EXPECT_EQ(detectWorld(Environment(environmentFor(single, WorldSource::kSlurm))).localWorldSize, 2);
+}
+
 TEST(Init, AutoPicksMpiOnlyForWorkersStartedByMpirun) {
   Vars mpirun{{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"}, {"OMPI_MCA_ess_base_jobid", "42"}};
   Vars ours{{"LOCKSTEP_RANK", "0"}, {"LOCKSTEP_WORLD_SIZE", "2"}, {"LOCKSTEP_MASTER_ADDR", "127.0.0.1"},

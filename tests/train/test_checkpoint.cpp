@@ -16,11 +16,12 @@ using namespace std::string_literals;
 #include <limits>
 #include <sstream>
 
+#include "common/posix_io.h"
 #include "lockstep/common/checksum.h"
 #include "lockstep/data/dataset.h"
 #include "lockstep/models/char_lstm.h"
 #include "lockstep/train/checkpoint.h"
-#include "lockstep/train/tensor_archive.h"
+#include "lockstep/common/tensor_archive.h"
 #include "lockstep/train/trainer.h"
 #include "support/expect.h"
 #include "support/subprocess.h"
@@ -28,6 +29,11 @@ using namespace std::string_literals;
 
 namespace lockstep {
 namespace {
+
+/// A checkpoint file written the way CheckpointDir writes one.
+void writeFileAtomically(const std::string& path, const std::string& bytes) {
+  detail::writeFileAtomically(path, {bytes}, detail::Durability::kMachineCrash);
+}
 
 namespace fs = std::filesystem;
 
@@ -131,6 +137,9 @@ TEST(Checkpoint, WriteIntoAnUnwritableDirectoryFailsWithoutDamage) {
   fs::create_directory(dir + "/blocked.ckpt/inner");
   EXPECT_THROW(writeFileAtomically(dir + "/blocked.ckpt", frameCheckpoint("new")), Error);
   EXPECT_EQ(readCheckpoint(path), "old");
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    EXPECT_EQ(entry.path().filename().string().find(".tmp-"), std::string::npos) << "left behind: " << entry.path();
+  }
 }
 
 // ---- TensorArchive: the checkpoint payload ----------------------------------
@@ -461,7 +470,7 @@ TEST(Checkpoint, ModelLoadChecksEveryNameShapeAndDtype) {
   torch::nn::Linear wide(4, 2);
   at::Tensor before = wide->weight.clone();
   EXPECT_EQ(checkpointErrorOf([&] { loadModelFromCheckpoint(path, *wide); }),
-            "checkpoint " + path + " does not fit this model: 'weight' is Float[2, 4] here but Float[2, 3] in the file");
+            "checkpoint " + path + " does not fit this model: 'weight' is float32[2,4] here but float32[2,3] in the file");
   EXPECT_TRUE(at::equal(wide->weight, before));
 
   // Each refused file holds a usable weight that differs from the loaded one: copying before checking all would show.
@@ -480,13 +489,13 @@ TEST(Checkpoint, ModelLoadChecksEveryNameShapeAndDtype) {
       },
       "does not fit this model: it has 'scale', which this model lacks");
   expectRefused([&](TensorArchive& a) { a.putTensor("model/weight", source->weight * 2); },
-                "does not fit this model: it has no 'bias' (Float[2] here)");
+                "does not fit this model: it has no 'bias' (float32[2] here)");
   expectRefused(
       [&](TensorArchive& a) {
         a.putTensor("model/weight", source->weight * 2);
         a.putTensor("model/bias", source->bias.to(at::kDouble));
       },
-      "'bias' is Float[2] here but Double[2] in the file");
+      "'bias' is float32[2] here but float64[2] in the file");
   expectRefused(
       [&](TensorArchive& a) {
         a.putTensor("model/weight", source->weight * 2);
@@ -502,19 +511,19 @@ TEST(Checkpoint, ModelLoadChecksEveryNameShapeAndDtype) {
 /// Trains an MLP on one worker up to `maxSteps`, checkpointing every 3 steps into `dir`.
 FitResult trainMlp(const std::string& optimizer, const std::string& dir, int64_t maxSteps) {
   TrainerOptions o;
-  o.optimizer = optimizer;
-  o.lr = 0.05;
-  o.momentum = 0.9;
-  o.weightDecay = 0.01;
+  o.optimizer.type = parseOptimizerType(optimizer, "optimizer");
+  o.optimizer.lr = 0.05;
+  o.optimizer.momentum = 0.9;
+  o.optimizer.weightDecay = 0.01;
   o.batchSize = 10;
   o.maxSteps = maxSteps;
   o.lrScaling.rule = LrScalingRule::kNone;
   o.validate = false;
   o.logEvery = 1000;
   o.seed = 3;
-  o.checkpointDir = dir;
-  o.checkpointEvery = 3;
-  o.keepLast = 5;
+  o.checkpoint.dir = dir;
+  o.checkpoint.every = 3;
+  o.checkpoint.keepLast = 5;
   torch::manual_seed(11);
   TensorDataset data(at::randn({60, 12}), at::randn({60, 5}));
   Mlp model(MlpOptions{12, {16}, 5});

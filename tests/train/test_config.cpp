@@ -32,9 +32,9 @@ TEST(TrainConfig, FileThenOverrides) {
                                   "trainer.validate=false"});
   EXPECT_EQ(c.trainer.batchSize, 8);
   EXPECT_EQ(c.trainer.epochs, 3);
-  EXPECT_EQ(c.optimizer.type, "sgd");
-  EXPECT_DOUBLE_EQ(c.optimizer.lr, 0.5);
-  EXPECT_EQ(c.ddp.compression, "bf16");
+  EXPECT_EQ(c.trainer.optimizer.type, OptimizerType::kSgd);
+  EXPECT_DOUBLE_EQ(c.trainer.optimizer.lr, 0.5);
+  EXPECT_EQ(c.trainer.ddp.compression, GradCompression::kBf16);
   EXPECT_EQ(c.data.sources, std::vector<std::string>{"x.txt"});
   EXPECT_EQ(c.data.csvColumn, "Name");
   EXPECT_FALSE(c.trainer.validate);

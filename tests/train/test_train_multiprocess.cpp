@@ -174,9 +174,9 @@ TEST(TrainMultiprocess, MismatchedModelsFailFastWithTheDifference) {
   auto r = test::runProcess({"sh", "-c", cmd});
   EXPECT_NE(r.exitCode, 0) << r.err;
   EXPECT_LT(r.seconds, 60);
-  EXPECT_NE(r.err.find("the model differs between ranks: entry #0 is 'parameter lstm.weight_ih_l0 Float[64,"),
+  EXPECT_NE(r.err.find("the model differs between ranks: entry #0 is 'parameter lstm.weight_ih_l0 float32[64,"),
             std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("on rank 0 but 'parameter lstm.weight_ih_l0 Float[68,"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("on rank 0 but 'parameter lstm.weight_ih_l0 float32[68,"), std::string::npos) << r.err;
 }
 
 TEST(TrainMultiprocess, TrainedCheckpointGeneratesNames) {

@@ -4,7 +4,9 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 #include <torch/nn/functional/loss.h>
+#include <torch/optim/sgd.h>
 
+#include "lockstep/data/sampler.h"
 #include "lockstep/models/char_lstm.h"
 #include "lockstep/train/trainer.h"
 #include "support/thread_ranks.h"
@@ -22,13 +24,13 @@ TrainSetup makeSetup() {
   torch::manual_seed(11);
   TrainSetup s{at::randn({200, 12}), at::randn({200, 5}), {}};
   s.options.epochs = 2;
-  s.options.optimizer = "sgd";
-  s.options.lr = 0.05;
-  s.options.momentum = 0.9;
+  s.options.optimizer.type = OptimizerType::kSgd;
+  s.options.optimizer.lr = 0.05;
+  s.options.optimizer.momentum = 0.9;
   s.options.lrScaling.rule = LrScalingRule::kNone;
   s.options.validate = false;
   s.options.logEvery = 1000;
-  s.options.bucketCapMb = 0.001;
+  s.options.ddp.bucketCapMb = 0.001;
   s.options.seed = 3;
   return s;
 }
@@ -96,6 +98,59 @@ TEST(Trainer, TooSmallDatasetIsAClearError) {
       EXPECT_NE(std::string(e.what()).find("the training set has 200 samples: too few"), std::string::npos) << e.what();
     }
   });
+}
+
+/// SGD with momentum and two parameter groups (the first layer learns faster).
+std::unique_ptr<torch::optim::Optimizer> twoGroupSgd(const std::vector<at::Tensor>& params) {
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(std::vector<at::Tensor>(params.begin(), params.begin() + 2),
+                      std::make_unique<torch::optim::SGDOptions>(torch::optim::SGDOptions(0.05).momentum(0.9)));
+  groups.emplace_back(std::vector<at::Tensor>(params.begin() + 2, params.end()),
+                      std::make_unique<torch::optim::SGDOptions>(torch::optim::SGDOptions(0.01).momentum(0.9)));
+  return std::make_unique<torch::optim::SGD>(std::move(groups), torch::optim::SGDOptions(0.1));
+}
+
+// A user's optimizer through the public API, against a plain loop written
+// here (no Trainer, no DDP, no loader): the same global batches in the same
+// order, each group keeping its own learning rate; every rank must match it.
+TEST(Trainer, UserSuppliedOptimizerMatchesAPlainLoopOnEveryRank) {
+  TrainSetup s = makeSetup();
+  s.options.batchSize = 10;
+  s.options.optimizerFactory = twoGroupSgd;
+  const int world = 2;
+  const int64_t globalBatch = 20;
+
+  torch::manual_seed(1);
+  Mlp reference(MlpOptions{12, {16}, 5});
+  std::vector<Mlp> models;
+  for (int r = 0; r < world; ++r) {
+    models.emplace_back(MlpOptions{12, {16}, 5});
+    auto from = reference->parameters();
+    auto to = models.back()->parameters();
+    at::NoGradGuard noGrad;
+    for (size_t i = 0; i < from.size(); ++i) to[i].copy_(r == 0 ? from[i] : at::randn_like(from[i]));
+  }
+  auto optimizer = twoGroupSgd(reference->parameters());
+  for (int64_t epoch = 0; epoch < s.options.epochs; ++epoch) {
+    auto order = globalOrder(s.x.size(0), /*shuffle=*/true, s.options.seed, epoch);
+    for (int64_t start = 0; start + globalBatch <= static_cast<int64_t>(order.size()); start += globalBatch) {
+      auto index = at::tensor(std::vector<int64_t>(order.begin() + start, order.begin() + start + globalBatch));
+      optimizer->zero_grad();
+      at::mse_loss(reference->forward(s.x.index_select(0, index)), s.y.index_select(0, index)).backward();
+      optimizer->step();
+    }
+  }
+
+  test::runRanks(world, [&](int rank, Communicator& comm) {
+    auto shared = std::shared_ptr<Communicator>(&comm, [](Communicator*) {});
+    TensorDataset data(s.x, s.y);
+    FitResult result = Trainer(shared, s.options).fit(models[rank].ptr(), mse(), data);
+    EXPECT_EQ(result.steps, 20);
+  });
+  for (int r = 0; r < world; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    expectSame(reference, models[r]);
+  }
 }
 
 }  // namespace

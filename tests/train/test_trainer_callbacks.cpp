@@ -57,11 +57,11 @@ RunSetup makeSetup() {
   RunSetup s{at::randn({200, 12}), at::randn({200, 5}), {}};
   s.options.epochs = 1;
   s.options.batchSize = 20;
-  s.options.optimizer = "sgd";
-  s.options.lr = 0.05;
+  s.options.optimizer.type = OptimizerType::kSgd;
+  s.options.optimizer.lr = 0.05;
   s.options.lrScaling.rule = LrScalingRule::kNone;
   s.options.logEvery = 4;
-  s.options.bucketCapMb = 0.001;  // a few buckets even for this small MLP
+  s.options.ddp.bucketCapMb = 0.001;  // a few buckets even for this small MLP
   s.options.seed = 3;
   return s;
 }

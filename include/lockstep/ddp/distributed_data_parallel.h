@@ -48,7 +48,7 @@ struct DdpOptions {
   /// in backward even when the whole model would fit in one bucket.
   double firstBucketCapMb = 1.0;
   bool findUnusedParameters = false;
-  bool broadcastBuffersEachSync = false;  ///< re-broadcast rank 0's buffers after each sync (BatchNorm stats)
+  bool broadcastBuffers = true;  ///< re-broadcast rank 0's buffers after each sync (BatchNorm statistics), as PyTorch's DDP does
   bool checkConsistency = true;           ///< exchange the parameter fingerprint at construction
   GradCompression compression = GradCompression::kNone;
   std::shared_ptr<CommHook> hook;         ///< overrides `compression` when set

@@ -8,9 +8,11 @@
 //   4. Slurm (srun)         SLURM_PROCID, SLURM_STEP_NUM_TASKS|SLURM_NTASKS, SLURM_LOCALID, ...
 // With none of them it is a single process of world 1. Inconsistent values
 // (rank >= world, a missing port when world > 1, non-numbers) throw
-// ConfigError naming the variable and the source.
+// ConfigError naming the variable and the source. environmentFor() is the
+// inverse, the one contract between a launcher and detectWorld().
 #pragma once
 
+#include <map>
 #include <string>
 
 #include "lockstep/common/env.h"
@@ -35,6 +37,27 @@ struct WorldInfo {
 };
 
 WorldInfo detectWorld(const Environment& env);
+
+/// The variable names of one source (the launcher and detectWorld share them).
+/// Slurm's localWorld is a tasks-per-node list ("2(x3)"), and its world
+/// variable inside a step; OpenMPI and Slurm share torchrun's master variables.
+struct WorldVariables {
+  const char* rank;
+  const char* world;
+  const char* localRank;
+  const char* localWorld;
+  const char* nodeRank;
+  const char* masterAddr;
+  const char* masterPort;
+};
+/// Throws InternalError for kSingle, which has no variables.
+const WorldVariables& worldVariables(WorldSource source);
+
+/// The environment a launcher of the given kind gives a worker of `world`:
+/// detectWorld() of exactly these variables returns `world` (source set to
+/// `form`). The launcher writes its workers' variables through this, in the
+/// lockstep and torchrun forms.
+std::map<std::string, std::string> environmentFor(const WorldInfo& world, WorldSource form);
 
 /// The first host of a Slurm host list: "node[03-05,7],gpu1" -> "node03".
 std::string firstSlurmHost(const std::string& hostList);

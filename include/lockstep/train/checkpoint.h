@@ -17,28 +17,15 @@
 #include <string>
 #include <vector>
 
-#include "lockstep/common/error.h"
+#include "lockstep/common/tensor_archive.h"  // CheckpointError, ObsoleteCheckpointError
+
+namespace torch::nn {
+class Module;
+}
 
 namespace lockstep {
 
-class CheckpointError : public Error {
- public:
-  using Error::Error;
-};
-
-/// A checkpoint in a format this lockstep refuses to read (a LibTorch archive
-/// written by an older lockstep). Unlike a damaged file it is not skipped by
-/// automatic resume: the user has to decide what to do with it.
-class ObsoleteCheckpointError : public CheckpointError {
- public:
-  using CheckpointError::CheckpointError;
-  /// "<path> was written by an older lockstep (torch archive format); …": the
-  /// one message for an old frame and for a LibTorch payload in a current one.
-  static ObsoleteCheckpointError about(const std::string& path);
-};
-
-/// Writes `bytes` to `path` atomically (see above). Throws lockstep::Error naming the path.
-void writeFileAtomically(const std::string& path, const std::string& bytes);
+class TensorArchive;
 
 /// Frames a payload as a checkpoint file's content.
 std::string frameCheckpoint(const std::string& payload);
@@ -67,5 +54,32 @@ class CheckpointDir {
   std::string dir_;
   int keepLast_;
 };
+
+/// The model's entries of a checkpoint: every parameter and buffer as
+/// "model/<name>". loadModelState checks every tensor (name, dtype, shape; no
+/// extra model entry in the archive) before it copies any, and throws
+/// CheckpointError naming the archive and the tensor.
+void saveModelState(const torch::nn::Module& model, TensorArchive& archive);
+void loadModelState(const TensorArchive& archive, torch::nn::Module& model);
+
+/// What a checkpoint written by the Trainer holds besides tensors.
+struct CheckpointInfo {
+  int64_t step = 0;
+  int64_t epoch = 0;
+  int64_t batchInEpoch = 0;  ///< micro-batches of `epoch` already consumed
+  int64_t worldSize = 0;
+  int64_t batchSize = 0;
+  std::vector<std::pair<std::string, std::string>> extras;
+};
+
+/// Loads a Trainer checkpoint's model weights into `model` and returns its info
+/// (lockstep generate uses it). Every parameter and buffer of `model` must be
+/// in the file with the same dtype and shape, and the file must hold no other
+/// model tensor; otherwise `model` is left unchanged. Never runs code from the
+/// file (docs/training.md, "What loading verifies"). Throws CheckpointError
+/// naming the file and, where one is at fault, the tensor.
+CheckpointInfo loadModelFromCheckpoint(const std::string& path, torch::nn::Module& model);
+/// Reads only the info of a checkpoint. Throws CheckpointError.
+CheckpointInfo readCheckpointInfo(const std::string& path);
 
 }  // namespace lockstep

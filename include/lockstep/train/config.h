@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "lockstep/train/trainer.h"
+
 namespace lockstep {
 
 struct TrainConfig {
@@ -31,49 +33,16 @@ struct TrainConfig {
     int64_t imageSize = 0;          ///< imagefolder: resize to this square size (0: keep)
     int64_t channels = 3;           ///< imagefolder: 1 or 3
     std::string badImages = "abort";  ///< imagefolder: abort or skip unreadable images
-    int64_t numWorkers = 2;         ///< loader threads (0: load in the training thread)
-    int64_t prefetch = 4;           ///< batches prepared ahead
     bool randomFlip = false;        ///< augmentation: random horizontal flip
     int64_t cropPadding = 0;        ///< augmentation: random crop after zero padding
     std::vector<double> mean;       ///< normalisation per channel; empty: the dataset's usual values
     std::vector<double> std;
   } data;
-  struct Trainer {
-    int64_t epochs = 1;
-    int64_t maxSteps = 0;   ///< 0: run `epochs` epochs; > 0: stop after this many optimizer steps
-    int64_t batchSize = 1024;  ///< per worker and micro-batch
-    int64_t accumulation = 1;  ///< micro-batches per optimizer step
-    double clipGradNorm = 0;   ///< 0: no clipping
-    int64_t seed = 0;
-    int64_t logEvery = 50;     ///< optimizer steps between progress lines
-    bool validate = true;      ///< validation loss at the end of every epoch
-  } trainer;
-  struct Optimizer {
-    std::string type = "adam";  ///< sgd, adam, adamw
-    double lr = 1e-3;
-    double momentum = 0.0;      ///< sgd
-    double weightDecay = 0.0;
-    double beta1 = 0.9;
-    double beta2 = 0.999;
-  } optimizer;
-  struct LrScaling {
-    std::string rule = "linear";  ///< none, linear, sqrt, pow2/3
-    int64_t baseBatch = 0;        ///< 0: the per-worker batch
-    int64_t warmupSteps = 0;
-  } lrScaling;
-  struct Ddp {
-    double bucketCapMb = 25;
-    double firstBucketCapMb = 1;
-    bool findUnusedParameters = false;
-    bool broadcastBuffers = true;  ///< keep BatchNorm statistics equal on every rank
-    std::string compression = "none";  ///< none, fp16, bf16
-  } ddp;
-  struct Checkpoint {
-    std::string dir = "runs/petnames/checkpoints";
-    int64_t every = 0;       ///< optimizer steps between checkpoints; 0: at the end of each epoch
-    int64_t keepLast = 3;
-    std::string resume = "auto";  ///< auto (newest valid in dir), none, or a checkpoint file
-  } checkpoint;
+  /// trainer.*, optimizer.*, lr_scaling.*, ddp.*, checkpoint.* and
+  /// data.num_workers/prefetch (the loader): the Trainer's own options, so
+  /// every default is the one TrainerOptions states. An empty checkpoint.dir
+  /// is resolved by `lockstep train` to runs/<config file stem>/checkpoints.
+  TrainerOptions trainer;
   struct Generate {
     int64_t samples = 20;   ///< names printed after training (0: none)
     double temperature = 0.8;

@@ -32,9 +32,11 @@
 #include "lockstep/comm/communicator.h"
 #include "lockstep/data/dataset.h"
 #include "lockstep/data/loader.h"
-#include "lockstep/ddp/comm_hook.h"
+#include "lockstep/ddp/distributed_data_parallel.h"
 #include "lockstep/optim/lr_scaling.h"
+#include "lockstep/optim/optimizer.h"
 #include "lockstep/train/callbacks.h"
+#include "lockstep/train/checkpoint.h"
 
 namespace torch::nn {
 class Module;
@@ -47,37 +49,40 @@ using LossFn = std::function<at::Tensor(torch::nn::Module& model, const Batch& b
 /// Returns how many samples of the batch the model gets right (validation accuracy).
 using CorrectFn = std::function<int64_t(torch::nn::Module& model, const Batch& batch)>;
 
+/// Where and how often the Trainer writes checkpoints, and which it resumes from.
+struct CheckpointOptions {
+  std::string dir;             ///< empty: no checkpoints
+  int64_t every = 0;           ///< optimizer steps between checkpoints; 0: at the end of each epoch
+  int64_t keepLast = 3;
+  std::string resume = "auto"; ///< auto (newest whole one in dir), none, or a checkpoint path
+  /// Extra entries stored in every checkpoint (e.g. the vocabulary, the config).
+  std::vector<std::pair<std::string, std::string>> extras;
+};
+
+/// Every setting of a run, each in one place: the embedded structs are the
+/// ones the loader, the optimizer, the LR schedule and DDP take themselves.
+/// `lockstep train` fills this from YAML (config.h; keys in docs/training.md).
 struct TrainerOptions {
   int64_t epochs = 1;
   int64_t maxSteps = 0;        ///< > 0: stop after this many optimizer steps
   int64_t batchSize = 32;      ///< per worker and micro-batch
-  int64_t accumulation = 1;
-  double clipGradNorm = 0;
+  int64_t accumulation = 1;    ///< micro-batches per optimizer step
+  double clipGradNorm = 0;     ///< 0: no clipping
   uint64_t seed = 0;
-  int64_t logEvery = 50;
-  bool validate = true;
+  int64_t logEvery = 50;       ///< optimizer steps between progress lines
+  bool validate = true;        ///< validation at the end of every epoch (and of the run)
   LoaderOptions loader;        ///< worker threads preparing batches ahead of the step
 
-  std::string optimizer = "adam";  ///< sgd, adam, adamw
-  double lr = 1e-3;                ///< base learning rate, for lrScaling.baseBatch
-  double momentum = 0;
-  double weightDecay = 0;
-  double beta1 = 0.9;
-  double beta2 = 0.999;
+  OptimizerOptions optimizer;
+  /// When set, builds the optimizer instead of `optimizer` (whose fields are
+  /// then unused): any torch::optim::Optimizer, any parameter groups. Each
+  /// group's own lr is the base the LR schedule scales. Checkpoints hold its
+  /// state when it is SGD, Adam or AdamW (optimizer.h).
+  OptimizerFactory optimizerFactory;
   LrScalingOptions lrScaling;
+  DdpOptions ddp;
+  CheckpointOptions checkpoint;
 
-  double bucketCapMb = 25;
-  double firstBucketCapMb = 1;  ///< DdpOptions::firstBucketCapMb
-  bool findUnusedParameters = false;
-  bool broadcastBuffers = true;  ///< rank 0's buffers (BatchNorm statistics) to every rank after each sync
-  GradCompression compression = GradCompression::kNone;
-
-  std::string checkpointDir;   ///< empty: no checkpoints
-  int64_t checkpointEvery = 0; ///< optimizer steps; 0: end of each epoch
-  int64_t keepLast = 3;
-  std::string resume = "auto"; ///< auto, none, or a checkpoint path
-  /// Extra entries stored in every checkpoint (e.g. the vocabulary, the config).
-  std::vector<std::pair<std::string, std::string>> checkpointExtras;
   /// Fault injection for tests: SIGKILL this process right after the
   /// checkpoint of this optimizer step was written (0: never).
   int64_t crashAfterStep = 0;
@@ -137,25 +142,5 @@ class Trainer {
   std::shared_ptr<Communicator> comm_;
   TrainerOptions options_;
 };
-
-/// What a checkpoint written by Trainer holds besides tensors.
-struct CheckpointInfo {
-  int64_t step = 0;
-  int64_t epoch = 0;
-  int64_t batchInEpoch = 0;  ///< micro-batches of `epoch` already consumed
-  int64_t worldSize = 0;
-  int64_t batchSize = 0;
-  std::vector<std::pair<std::string, std::string>> extras;
-};
-
-/// Loads a Trainer checkpoint's model weights into `model` and returns its info
-/// (lockstep generate uses it). Every parameter and buffer of `model` must be
-/// in the file with the same dtype and shape, and the file must hold no other
-/// model tensor; otherwise `model` is left unchanged. Never runs code from the
-/// file (docs/training.md, "What loading verifies"). Throws CheckpointError
-/// naming the file and, where one is at fault, the tensor.
-CheckpointInfo loadModelFromCheckpoint(const std::string& path, torch::nn::Module& model);
-/// Reads only the info of a checkpoint. Throws CheckpointError.
-CheckpointInfo readCheckpointInfo(const std::string& path);
 
 }  // namespace lockstep

@@ -1,4 +1,4 @@
-#include "lockstep/train/tensor_archive.h"
+#include "lockstep/common/tensor_archive.h"
 
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
@@ -160,6 +160,12 @@ std::string withArticle(TensorArchive::Kind kind) {
 }
 
 }  // namespace
+
+ObsoleteCheckpointError ObsoleteCheckpointError::about(const std::string& path) {
+  return ObsoleteCheckpointError(fmt::format(
+      "{} was written by an older lockstep (torch archive format); it cannot be loaded safely — retrain or convert",
+      path));
+}
 
 const char* toString(TensorArchive::Kind kind) {
   switch (kind) {

@@ -1,4 +1,4 @@
-// lockstep/train/tensor_archive.h — a flat, code-free container of named values
+// lockstep/common/tensor_archive.h — a flat, code-free container of named values
 // (the payload of a checkpoint).
 //
 // A TensorArchive maps keys (non-empty UTF-8 byte strings, at most 4096 bytes)
@@ -37,13 +37,30 @@
 #include <string_view>
 #include <vector>
 
-#include "lockstep/train/checkpoint.h"
+#include "lockstep/common/error.h"
 
 namespace at {
 class Tensor;
 }
 
 namespace lockstep {
+
+/// A stored training state (a checkpoint, an archive in it) that cannot be used.
+class CheckpointError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// A checkpoint in a format this lockstep refuses to read (a LibTorch archive
+/// written by an older lockstep). Unlike a damaged file it is not skipped by
+/// automatic resume: the user has to decide what to do with it.
+class ObsoleteCheckpointError : public CheckpointError {
+ public:
+  using CheckpointError::CheckpointError;
+  /// "<path> was written by an older lockstep (torch archive format); …": the
+  /// one message for an old frame and for a LibTorch payload in a current one.
+  static ObsoleteCheckpointError about(const std::string& path);
+};
 
 class TensorArchive {
  public:

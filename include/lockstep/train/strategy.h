@@ -1,0 +1,76 @@
+// lockstep/train/strategy.h — how the Trainer keeps the ranks' models in step.
+//
+// A Strategy owns the optimizer and decides how gradients (and, for sharded
+// strategies, optimizer state and parameters) are synchronised between the
+// ranks. The Trainer's loop calls, for every optimizer step:
+//
+//   for each micro-batch m:  loss = lossFn(model, batch); strategy.backward(loss, m is the last)
+//   strategy.finishGradientSync();     // the step's "comm wait" phase
+//   strategy.step(clipGradNorm);       // the "optimizer" phase
+//
+// and around the loop: saveState/loadState for checkpoints, start() once
+// after a resume restored the state. Data parallelism (DDP) is the strategy
+// of today; sharded optimizers, pipeline stages and a parameter server are
+// other implementations of this interface, so the loop never changes for them.
+//
+// All methods are called from the training thread, on every rank, in the same
+// order; start(), finishGradientSync(), step() and saveState() may be collective.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lockstep/comm/communicator.h"
+#include "lockstep/ddp/distributed_data_parallel.h"
+
+namespace at {
+class Tensor;
+}
+namespace torch::nn {
+class Module;
+}
+namespace torch::optim {
+class Optimizer;
+}
+
+namespace lockstep {
+
+class TensorArchive;
+
+class Strategy {
+ public:
+  virtual ~Strategy() = default;
+
+  /// Collective, once, after loadState (if any) and before the first step:
+  /// brings every rank to the same state (DDP: checks and broadcasts rank 0's model).
+  virtual void start() = 0;
+  virtual torch::optim::Optimizer& optimizer() = 0;
+  /// Backpropagates one micro-batch's loss. `sync` is false for all but the
+  /// last micro-batch of an optimizer step (gradients only accumulate locally).
+  virtual void backward(const at::Tensor& loss, bool sync) = 0;
+  /// Returns when every gradient of the step is synchronised.
+  virtual void finishGradientSync() = 0;
+  /// Clips the gradients by global norm (when clipGradNorm > 0) and steps the optimizer.
+  virtual void step(double clipGradNorm) = 0;
+  /// The communication of the last synchronised step, one entry per message
+  /// in launch order (the Trainer's step breakdown and timeline); empty when none.
+  virtual const std::vector<BucketTiming>& lastSyncTimings() const = 0;
+  /// One line for the start-of-training log ("DDP 2 bucket(s), no compression").
+  virtual std::string describe() const = 0;
+  /// Writes the model and optimizer entries of a checkpoint. Collective: every
+  /// rank calls it; `archive` is null on ranks that do not write the file.
+  virtual void saveState(TensorArchive* archive) = 0;
+  /// Restores what saveState wrote, checking it all before changing anything.
+  /// `report`: log warnings (rank 0). Throws CheckpointError.
+  virtual void loadState(const TensorArchive& archive, bool report) = 0;
+};
+
+/// Distributed data parallelism: every rank holds the whole model and
+/// optimizer; gradients are averaged in buckets overlapped with backward
+/// (ddp/distributed_data_parallel.h). `optimizer` is over `model`'s parameters.
+std::unique_ptr<Strategy> makeDdpStrategy(std::shared_ptr<torch::nn::Module> model,
+                                          std::shared_ptr<Communicator> comm, DdpOptions options,
+                                          std::unique_ptr<torch::optim::Optimizer> optimizer);
+
+}  // namespace lockstep

@@ -1,0 +1,89 @@
+// The command lines the launcher builds and parses: -H host lists, the
+// `lockstep run` a -H launcher starts on each host, and the mpirun line of
+// backend "mpi". Pure functions of the options, tested without processes.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstring>
+
+#include "lockstep/common/env.h"
+#include "lockstep/common/error.h"
+#include "lockstep/launch/launcher.h"
+
+namespace lockstep {
+
+std::vector<HostSlots> parseHosts(const std::string& text) {
+  std::vector<HostSlots> hosts;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t end = text.find(',', start);
+    std::string entry = text.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    HostSlots h;
+    size_t colon = entry.rfind(':');
+    // "host:N"; an IPv6 address needs brackets: "[fe80::1]:2".
+    bool bracketed = !entry.empty() && entry.front() == '[';
+    if (colon != std::string::npos && (!bracketed || colon > entry.find(']'))) {
+      h.host = entry.substr(0, colon);
+      h.slots = static_cast<int>(parseInt(entry.substr(colon + 1), fmt::format("-H entry '{}': slots", entry), 1, 4096));
+    } else {
+      h.host = entry;
+    }
+    if (bracketed && h.host.size() > 2 && h.host.back() == ']') h.host = h.host.substr(1, h.host.size() - 2);
+    if (h.host.empty()) {
+      throw ConfigError(fmt::format("-H '{}': empty host in entry {}; expected host[:slots],host[:slots],...", text,
+                                    hosts.size() + 1));
+    }
+    hosts.push_back(h);
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  return hosts;
+}
+
+std::string shellQuote(const std::string& word) {
+  bool plain = !word.empty() && std::all_of(word.begin(), word.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || std::strchr("@%+=:,./_-", c) != nullptr;
+  });
+  if (plain) return word;
+  std::string out = "'";
+  for (char c : word) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+std::string remoteLaunchCommand(const LaunchOptions& o, int nodeRank, const std::string& selfPath,
+                                const std::string& workingDir, const std::map<std::string, std::string>& forwardEnv) {
+  std::vector<std::string> words{"cd", shellQuote(workingDir), "&&", "exec", "env"};
+  for (const auto& [k, v] : forwardEnv) words.push_back(shellQuote(k + "=" + v));
+  for (std::string w : {selfPath, std::string("run"), std::string("--nnodes"), std::to_string(o.hosts.size()),
+                        std::string("--node-rank"), std::to_string(nodeRank), std::string("--master-addr"),
+                        o.masterAddr, std::string("--master-port"), std::to_string(o.masterPort),
+                        std::string("-np"), std::to_string(o.nprocPerNode), std::string("--token-stdin"),
+                        std::string("--stop-grace"), fmt::format("{}", o.stopGrace.count() / 1000.0)}) {
+    words.push_back(shellQuote(w));
+  }
+  if (o.threadsPerWorker) words.insert(words.end(), {"--threads", std::to_string(*o.threadsPerWorker)});
+  if (o.commTimeoutSeconds) words.insert(words.end(), {"--comm-timeout", fmt::format("{}", *o.commTimeoutSeconds)});
+  if (o.maxRestarts > 0) words.insert(words.end(), {"--max-restarts", std::to_string(o.maxRestarts)});
+  if (!o.iface.empty()) words.insert(words.end(), {"--iface", shellQuote(o.iface)});
+  if (!o.prefixOutput) words.push_back("--no-prefix");
+  words.push_back("--");
+  for (const auto& c : o.command) words.push_back(shellQuote(c));
+  std::string out;
+  for (const auto& w : words) out += (out.empty() ? "" : " ") + w;
+  return out;
+}
+
+std::vector<std::string> mpirunCommand(const LaunchOptions& o, int cores, bool asRoot) {
+  std::vector<std::string> argv{"mpirun", "-np", std::to_string(o.nprocPerNode), "--tag-output",
+                                // lockstep sets the threads per worker; OpenMPI's binding to one core
+                                // would squeeze a worker's threads onto it.
+                                "--bind-to", "none"};
+  if (asRoot) argv.push_back("--allow-run-as-root");
+  if (o.nprocPerNode > cores) argv.push_back("--oversubscribe");
+  argv.insert(argv.end(), o.mpirunArgs.begin(), o.mpirunArgs.end());
+  argv.insert(argv.end(), o.command.begin(), o.command.end());
+  return argv;
+}
+
+}  // namespace lockstep

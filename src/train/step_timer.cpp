@@ -1,0 +1,88 @@
+#include "train/step_timer.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+
+namespace lockstep::detail {
+
+void StepTimer::beginStep() {
+  phaseUs_.fill(0);
+  if (recording_) {
+    record_.phases.clear();
+    record_.buckets.clear();
+  }
+  mark_ = Clock::now();
+  stepStart_ = mark_;
+}
+
+void StepTimer::endPhase(Phase phase) {
+  auto now = Clock::now();
+  double us = std::chrono::duration<double, std::micro>(now - mark_).count();
+  phaseUs_[static_cast<size_t>(phase)] += us;
+  if (recording_) record_.phases.push_back(PhaseSpan{phase, sinceOrigin(mark_), us});
+  mark_ = now;
+}
+
+void StepTimer::endStep(const std::vector<BucketTiming>& timings) {
+  const double stepUs = std::chrono::duration<double, std::micro>(mark_ - stepStart_).count();
+  // The buckets are launched in order, so one sweep merges their intervals.
+  double commUs = 0;
+  Clock::time_point coveredUntil{};
+  int64_t bytes = 0;
+  for (const auto& t : timings) {
+    auto begin = std::max(t.launched, coveredUntil);
+    if (t.completed > begin) commUs += std::chrono::duration<double, std::micro>(t.completed - begin).count();
+    coveredUntil = std::max(coveredUntil, t.completed);
+    bytes += t.bytes;
+    if (recording_) {
+      record_.buckets.push_back(BucketSpan{t.bucket, t.bytes, sinceOrigin(t.launched), sinceOrigin(t.completed)});
+    }
+  }
+  if (!timings.empty()) {
+    buckets_ = static_cast<int>(timings.size());
+    bucketBytes_ = bytes;
+  }
+  if (timedSteps_ < 0) {
+    timedStart_ = Clock::now();
+    timedSteps_ = 0;
+  } else {
+    timedEnd_ = Clock::now();
+    ++timedSteps_;
+    for (size_t p = 0; p < phaseUs_.size(); ++p) phaseTotalUs_[p] += phaseUs_[p];
+    stepTotalUs_ += stepUs;
+    commTotalUs_ += commUs;
+  }
+  record_.startUs = sinceOrigin(stepStart_);
+  record_.durationUs = stepUs;
+}
+
+double StepTimer::timedSeconds() const { return std::chrono::duration<double>(timedEnd_ - timedStart_).count(); }
+
+StepBreakdown StepTimer::breakdown(Communicator& comm) const {
+  StepBreakdown b;
+  b.buckets = buckets_;
+  b.bucketBytes = bucketBytes_;
+  if (timedSteps_ > 0) {
+    const double perStep = 1e-6 / static_cast<double>(timedSteps_);
+    b.steps = timedSteps_;
+    for (size_t p = 0; p < phaseTotalUs_.size(); ++p) b.phaseSeconds[p] = phaseTotalUs_[p] * perStep;
+    b.stepSeconds = stepTotalUs_ * perStep;
+    b.commSeconds = commTotalUs_ * perStep;
+    b.commExposedSeconds = b.phase(Phase::kCommWait);
+    if (comm.size() > 1 && b.commSeconds > 0) {
+      b.commHiddenFraction = std::clamp(1.0 - b.commExposedSeconds / b.commSeconds, 0.0, 1.0);
+    }
+  }
+  b.stepSecondsMax = b.stepSeconds;
+  b.commExposedSecondsMax = b.commExposedSeconds;
+  if (comm.size() > 1) {
+    std::vector<at::Tensor> slowest{at::tensor({b.stepSeconds, b.commExposedSeconds}, at::kDouble)};
+    comm.allreduce(slowest, ReduceOp::kMax)->wait();
+    b.stepSecondsMax = slowest[0][0].item<double>();
+    b.commExposedSecondsMax = slowest[0][1].item<double>();
+  }
+  return b;
+}
+
+}  // namespace lockstep::detail

@@ -1,0 +1,64 @@
+// step_timer.h — where each optimizer step's time goes.
+//
+// Consecutive clock reads split a step into phases (callbacks.h) that tile it:
+// beginStep() marks the start, each endPhase(p) charges the time since the
+// previous mark to p. endStep() adds the step's communication, the union of
+// its messages' [launch, completion] intervals, fills the StepRecord the
+// callbacks see (when recording) and accumulates the run's totals. The first
+// step of a run warms up and is not timed. Training thread only.
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <vector>
+
+#include "lockstep/train/callbacks.h"
+#include "lockstep/train/trainer.h"
+
+namespace lockstep::detail {
+
+class StepTimer {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  /// Times are reported relative to `origin`; `record`: fill StepRecord's spans.
+  StepTimer(Clock::time_point origin, bool record) : origin_(origin), recording_(record) {}
+
+  double sinceOrigin(Clock::time_point t) const {
+    return std::chrono::duration<double, std::micro>(t - origin_).count();
+  }
+
+  void beginStep();
+  void endPhase(Phase phase);
+  /// Closes the step: its communication from `timings`, the record's step fields
+  /// other than step/epoch/loss/lr (the caller's), and the run's totals.
+  void endStep(const std::vector<BucketTiming>& timings);
+
+  /// This step's record (valid after endStep, until the next beginStep).
+  StepRecord& record() { return record_; }
+
+  /// Timed steps so far (the first step excluded); -1 before the first step ended.
+  int64_t timedSteps() const { return timedSteps_; }
+  /// Seconds from the end of the first step to the end of the last.
+  double timedSeconds() const;
+  /// The run's averages; the *Max fields are maxima over ranks (collective when world > 1).
+  StepBreakdown breakdown(Communicator& comm) const;
+
+ private:
+  Clock::time_point origin_;
+  bool recording_;
+  StepRecord record_;
+  Clock::time_point mark_;
+  Clock::time_point stepStart_;
+  std::array<double, kPhaseCount> phaseUs_{};       // this step
+  std::array<double, kPhaseCount> phaseTotalUs_{};  // timed steps
+  double stepTotalUs_ = 0;
+  double commTotalUs_ = 0;
+  int buckets_ = 0;
+  int64_t bucketBytes_ = 0;
+  int64_t timedSteps_ = -1;
+  Clock::time_point timedStart_;
+  Clock::time_point timedEnd_;
+};
+
+}  // namespace lockstep::detail
