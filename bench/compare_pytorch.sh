@@ -89,7 +89,7 @@ lockstep_train() {  # backend np steps config
   local backend="$1" np="$2" steps="$3" config="$4" flags=()
   [ "$backend" = gloo ] || flags=(--backend "$backend")
   "$BIN" run -np "$np" --threads 1 "${flags[@]}" -- "$BIN" train "$config" trainer.max_steps="$steps" \
-    trainer.validate=false checkpoint.dir= checkpoint.resume=none generate.samples=0
+    trainer.validate=false checkpoint.dir=off checkpoint.resume=none generate.samples=0
 }
 
 bare_loop() {  # steps; the thread variables as `lockstep run --threads 1` sets them
