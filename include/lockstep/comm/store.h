@@ -4,6 +4,11 @@
 // store served by rank 0 at the master address, or an in-memory store shared
 // by threads of one process (tests). It wraps the backend's store so no
 // backend header leaks into user code. Copies share the same store.
+//
+// Threads: a Store may be used from several threads. The calls of one process
+// to a TCP store share one connection and run one at a time, so a get() or
+// wait() blocked on a missing key delays the other threads' calls until it
+// returns or times out.
 #pragma once
 
 #include <chrono>

@@ -4,6 +4,9 @@
 // and fit end), config.yaml, metrics.jsonl and metrics.csv (one row per log
 // window and per validation, appended and flushed row by row) and the
 // TensorBoard event file. Field names: docs/monitoring.md.
+//
+// Threads: none of its own. Like every TrainerCallback it is called from the
+// training thread only, and is not safe to call from two threads at once.
 #pragma once
 
 #include <memory>

@@ -6,7 +6,8 @@
 // first Event{wall_time, file_version "brain.Event:2"}, then one
 // Event{wall_time, step, summary{value{tag, simple_value}}} per scalar.
 // TensorBoard reads every events.out.tfevents.* file of a directory, so a
-// resumed run adds a second file beside the first.
+// resumed run adds a second file beside the first. Not thread-safe: one
+// writer per file, used from one thread.
 #pragma once
 
 #include <cstddef>
