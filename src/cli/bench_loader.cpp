@@ -12,6 +12,7 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "cli/parse_args.h"
 #include "lockstep/workloads/tasks.h"
 #include "lockstep/common/error.h"
 #include "lockstep/data/loader.h"
@@ -22,21 +23,15 @@
 namespace lockstep::cli {
 
 int benchLoader(const std::vector<std::string>& args) {
-  std::string file;
-  std::vector<std::string> overrides;
+  std::vector<std::string> words;
   int64_t batches = 50;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a == "--batches" && i + 1 < args.size()) {
-      batches = parseInt(args[++i], "--batches", 1, 1000000);
-    } else if (a.find('=') != std::string::npos) {
-      overrides.push_back(a);
-    } else if (file.empty() && !a.empty() && a[0] != '-') {
-      file = a;
-    } else {
-      throw ConfigError("unexpected argument '" + a + "'; usage: lockstep bench loader CONFIG [key=value ...] [--batches N]");
-    }
+  CLI::App app{"The image loader alone against the trainer's consumption (docs/performance.md)", "lockstep bench loader"};
+  app.add_option("CONFIG.yaml key.path=value", words, "a training config, then overrides of its keys");
+  app.add_option("--batches", batches, "batches to time")->check(CLI::Range(int64_t(1), int64_t(1000000)));
+  if (auto exit = parseArgs(app, args, "bench loader", "usage: lockstep bench loader CONFIG [key=value ...] [--batches N]")) {
+    return *exit;
   }
+  auto [file, overrides] = splitConfigArgs(words);
   TrainConfig config = loadTrainConfig(file, overrides);
   if (config.data.dataset == "names") {
     throw ConfigError("lockstep bench loader measures image pipelines; " + file + " trains on names");

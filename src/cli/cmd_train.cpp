@@ -120,21 +120,9 @@ int trainCommand(const std::vector<std::string>& args) {
       });
   app.footer("keys: " + fmt::format("{}", fmt::join(trainConfigKeys(), ", ")));
   if (auto exit = parseArgs(app, args, "train", kTrainUsage)) return *exit;
-  std::string file;
-  std::vector<std::string> overrides;
-  for (const auto& word : words) {
-    if (word.find('=') != std::string::npos) {
-      overrides.push_back(word);
-    } else if (file.empty()) {
-      file = word;
-    } else {
-      std::cerr << "lockstep train: error: unexpected argument '" << word << "' (one config file, then key=value)\n"
-                << kTrainUsage << "\n";
-      return kExitUsage;
-    }
-  }
   try {
-    return train(file, overrides, resultJson);
+    ConfigArgs config = splitConfigArgs(words);
+    return train(config.file, config.overrides, resultJson);
   } catch (const ConfigError& e) {
     std::cerr << "lockstep train: error: " << e.what() << "\n" << kTrainUsage << "\n";
     return kExitUsage;

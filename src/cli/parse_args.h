@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "lockstep/common/error.h"
 
 namespace lockstep::cli {
 
@@ -27,6 +28,28 @@ inline std::optional<int> parseArgs(CLI::App& app, const std::vector<std::string
     return kExitUsage;
   }
   return std::nullopt;
+}
+
+/// The words "CONFIG.yaml key.path=value ...": the one config file (the word
+/// without '='; may be absent) and the overrides, in order. A second file is a
+/// ConfigError naming it.
+struct ConfigArgs {
+  std::string file;
+  std::vector<std::string> overrides;
+};
+
+inline ConfigArgs splitConfigArgs(const std::vector<std::string>& words) {
+  ConfigArgs out;
+  for (const auto& word : words) {
+    if (word.find('=') != std::string::npos) {
+      out.overrides.push_back(word);
+    } else if (out.file.empty()) {
+      out.file = word;
+    } else {
+      throw ConfigError("unexpected argument '" + word + "' (one config file, then key.path=value overrides)");
+    }
+  }
+  return out;
 }
 
 }  // namespace lockstep::cli
