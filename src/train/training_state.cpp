@@ -118,7 +118,10 @@ Position resumeTraining(const TrainerOptions& o, CheckpointDir* dir, Communicato
 
   CheckpointInfo info;
   {
-    TensorArchive archive = TensorArchive::parse(verified ? *verified : readCheckpoint(path), path);
+    // Rank 0 parses the bytes it already verified; no second read and no copy.
+    std::string read;
+    if (!verified) read = readCheckpoint(path);
+    TensorArchive archive = TensorArchive::parse(verified ? *verified : read, path);
     verified.reset();
     info = restore(archive, strategy, master);
   }
