@@ -17,11 +17,7 @@ bool isSupported(at::ScalarType t) {
 }
 
 std::string describe(const std::vector<at::Tensor>& ts) {
-  int64_t bytes = 0;
-  for (const auto& t : ts) {
-    if (t.defined()) bytes += t.numel() * static_cast<int64_t>(t.element_size());
-  }
-  std::string text = fmt::format("{} tensor{}, {} B", ts.size(), ts.size() == 1 ? "" : "s", bytes);
+  std::string text = fmt::format("{} tensor{}, {} B", ts.size(), ts.size() == 1 ? "" : "s", bytesOf(ts));
   for (size_t i = 0; i < ts.size() && i < 4; ++i) {
     text += (i ? " " : ": ") + describeTensor(ts[i]);
   }
@@ -95,7 +91,7 @@ void CollectiveArgs::reduceOp(ReduceOp op, const at::Tensor& t, const CommErrorI
 }
 
 CommErrorInfo CollectiveArgs::allreduce(const std::vector<at::Tensor>& tensors, ReduceOp op) const {
-  CommErrorInfo i = info(fmt::format("allreduce({})", toString(op)), describe(tensors));
+  CommErrorInfo i = info(Collective::allreduce(op).name(), describe(tensors));
   for (const auto& t : tensors) {
     tensor(t, i);
     reduceOp(op, t, i);
@@ -104,14 +100,14 @@ CommErrorInfo CollectiveArgs::allreduce(const std::vector<at::Tensor>& tensors, 
 }
 
 CommErrorInfo CollectiveArgs::broadcast(const std::vector<at::Tensor>& tensors, int root) const {
-  CommErrorInfo i = info(fmt::format("broadcast(root={})", root), describe(tensors));
+  CommErrorInfo i = info(Collective::broadcast(root).name(), describe(tensors));
   for (const auto& t : tensors) tensor(t, i);
   rank(root, "root", i);
   return i;
 }
 
 CommErrorInfo CollectiveArgs::allgather(const at::Tensor& input, const at::Tensor& output) const {
-  CommErrorInfo i = info("allgather", describe(std::vector<at::Tensor>{input, output}));
+  CommErrorInfo i = info(Collective::allgather().name(), describe(std::vector<at::Tensor>{input, output}));
   tensor(input, i);
   tensor(output, i);
   sameDtype(input, output, i);
@@ -125,7 +121,7 @@ CommErrorInfo CollectiveArgs::allgather(const at::Tensor& input, const at::Tenso
 CommErrorInfo CollectiveArgs::allgather(const at::Tensor& input, const std::vector<at::Tensor>& outputs) const {
   std::vector<at::Tensor> all{input};
   all.insert(all.end(), outputs.begin(), outputs.end());
-  CommErrorInfo i = info("allgather", describe(all));
+  CommErrorInfo i = info(Collective::allgather().name(), describe(all));
   tensor(input, i);
   if (static_cast<int>(outputs.size()) != world_) {
     invalid(i, fmt::format("needs one output per rank ({}), got {}", world_, outputs.size()));
@@ -141,8 +137,7 @@ CommErrorInfo CollectiveArgs::allgather(const at::Tensor& input, const std::vect
 }
 
 CommErrorInfo CollectiveArgs::reduceScatter(const at::Tensor& input, const at::Tensor& output, ReduceOp op) const {
-  CommErrorInfo i = info(fmt::format("reduce_scatter({})", toString(op)),
-                         describe(std::vector<at::Tensor>{input, output}));
+  CommErrorInfo i = info(Collective::reduceScatter(op).name(), describe(std::vector<at::Tensor>{input, output}));
   tensor(input, i);
   tensor(output, i);
   sameDtype(input, output, i);
@@ -155,7 +150,7 @@ CommErrorInfo CollectiveArgs::reduceScatter(const at::Tensor& input, const at::T
 }
 
 CommErrorInfo CollectiveArgs::send(const at::Tensor& t, int dst, int tag) const {
-  CommErrorInfo i = info(fmt::format("send(dst={}, tag={})", dst, tag), describe(std::vector<at::Tensor>{t}));
+  CommErrorInfo i = info(Collective::send(dst, tag).name(), describe(std::vector<at::Tensor>{t}));
   i.peer = dst;
   tensor(t, i);
   rank(dst, "dst", i);
@@ -164,7 +159,7 @@ CommErrorInfo CollectiveArgs::send(const at::Tensor& t, int dst, int tag) const 
 }
 
 CommErrorInfo CollectiveArgs::recv(const at::Tensor& t, int src, int tag) const {
-  CommErrorInfo i = info(fmt::format("recv(src={}, tag={})", src, tag), describe(std::vector<at::Tensor>{t}));
+  CommErrorInfo i = info(Collective::recv(src, tag).name(), describe(std::vector<at::Tensor>{t}));
   i.peer = src;
   tensor(t, i);
   rank(src, "src", i);

@@ -13,6 +13,7 @@
 
 #include "lockstep/comm/comm_error.h"
 #include "lockstep/comm/communicator.h"
+#include "comm/collective.h"
 #include "lockstep/common/tensor_text.h"  // dtypeName, describeTensor
 
 namespace lockstep::detail {
@@ -49,6 +50,7 @@ class CollectiveArgs {
   CommErrorInfo allgather(const at::Tensor& input, const at::Tensor& output) const;
   CommErrorInfo allgather(const at::Tensor& input, const std::vector<at::Tensor>& outputs) const;
   CommErrorInfo reduceScatter(const at::Tensor& input, const at::Tensor& output, ReduceOp op) const;
+  CommErrorInfo barrier() const { return info(Collective::barrier().name(), ""); }
   CommErrorInfo send(const at::Tensor& tensor, int dst, int tag) const;
   CommErrorInfo recv(const at::Tensor& tensor, int src, int tag) const;
 

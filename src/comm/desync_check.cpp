@@ -27,6 +27,7 @@
 #include <thread>
 
 #include "comm/collective_args.h"
+#include "comm/desync_fingerprint.h"
 #include "comm/failure.h"
 #include "lockstep/common/error.h"
 
@@ -86,134 +87,10 @@ DesyncCheckOptions desyncCheckFromEnv(const Environment& env) {
 
 namespace {
 
-
-enum class OpKind : int64_t { kAllreduce = 1, kBroadcast, kAllgather, kReduceScatter, kBarrier };
-
-/// What one rank contributes: fixed size, so every rank's allgather matches.
-struct Fingerprint {
-  enum Field { kMagic, kSequence, kKind, kReduceOp, kRoot, kTensors, kDtype, kElements, kBytes, kShapeHash, kFields };
-  static constexpr int64_t kMagicValue = 0x6c6b7364'00000001;  // "lksd", version 1
-  static constexpr int64_t kNone = -1;
-  static constexpr int64_t kMixed = -2;
-  std::array<int64_t, kFields> f{};
-
-  bool operator==(const Fingerprint& o) const { return f == o.f; }
-  bool operator!=(const Fingerprint& o) const { return f != o.f; }
-};
-
-/// FNV-1a over (dtype, rank, sizes) of every tensor: equal element counts in other shapes differ here.
-void hashTensor(uint64_t& h, const at::Tensor& t) {
-  auto mix = [&](int64_t v) {
-    for (int i = 0; i < 8; ++i) {
-      h ^= static_cast<uint64_t>(v >> (8 * i)) & 0xff;
-      h *= 0x100000001b3ULL;
-    }
-  };
-  mix(static_cast<int64_t>(t.scalar_type()));
-  mix(t.dim());
-  for (int64_t d = 0; d < t.dim(); ++d) mix(t.size(d));
-}
-
-Fingerprint fingerprint(uint64_t sequence, OpKind kind, std::optional<ReduceOp> op, int root,
-                        const std::vector<at::Tensor>& tensors) {
-  Fingerprint fp;
-  fp.f[Fingerprint::kMagic] = Fingerprint::kMagicValue;
-  fp.f[Fingerprint::kSequence] = static_cast<int64_t>(sequence);
-  fp.f[Fingerprint::kKind] = static_cast<int64_t>(kind);
-  fp.f[Fingerprint::kReduceOp] = op ? static_cast<int64_t>(*op) : Fingerprint::kNone;
-  fp.f[Fingerprint::kRoot] = root;
-  fp.f[Fingerprint::kTensors] = static_cast<int64_t>(tensors.size());
-  int64_t dtype = Fingerprint::kNone;
-  int64_t elements = 0;
-  int64_t bytes = 0;
-  uint64_t hash = 0xcbf29ce484222325ULL;
-  for (const auto& t : tensors) {
-    auto d = static_cast<int64_t>(t.scalar_type());
-    dtype = dtype == Fingerprint::kNone || dtype == d ? d : Fingerprint::kMixed;
-    elements += t.numel();
-    bytes += t.numel() * static_cast<int64_t>(t.element_size());
-    hashTensor(hash, t);
-  }
-  fp.f[Fingerprint::kDtype] = dtype;
-  fp.f[Fingerprint::kElements] = elements;
-  fp.f[Fingerprint::kBytes] = bytes;
-  fp.f[Fingerprint::kShapeHash] = static_cast<int64_t>(hash & 0xffffffffULL);
-  return fp;
-}
-
-std::string reduceName(int64_t op) {
-  if (op < 0 || op > static_cast<int64_t>(ReduceOp::kMin)) return fmt::format("op#{}", op);
-  return toString(static_cast<ReduceOp>(op));
-}
-
-std::string dtypeText(int64_t code) {
-  if (code < 0 || code >= static_cast<int64_t>(at::ScalarType::NumOptions)) return fmt::format("dtype#{}", code);
-  return dtypeName(static_cast<at::ScalarType>(code));
-}
-
-/// "allreduce(sum) float32 x 1024 (4096 B)"; with `hash`, the shapes' hash too.
-std::string describe(const Fingerprint& fp, bool hash) {
-  const auto& f = fp.f;
-  std::string text;
-  switch (static_cast<OpKind>(f[Fingerprint::kKind])) {
-    case OpKind::kAllreduce: text = fmt::format("allreduce({})", reduceName(f[Fingerprint::kReduceOp])); break;
-    case OpKind::kBroadcast: text = fmt::format("broadcast(root {})", f[Fingerprint::kRoot]); break;
-    case OpKind::kAllgather: text = "allgather"; break;
-    case OpKind::kReduceScatter: text = fmt::format("reduce_scatter({})", reduceName(f[Fingerprint::kReduceOp])); break;
-    case OpKind::kBarrier: text = "barrier"; break;
-    default: text = fmt::format("an unknown operation (fingerprint kind {})", f[Fingerprint::kKind]); break;
-  }
-  int64_t tensors = f[Fingerprint::kTensors];
-  if (static_cast<OpKind>(f[Fingerprint::kKind]) != OpKind::kBarrier) {
-    if (tensors != 1) text += fmt::format(" {} tensors,", tensors);
-    if (f[Fingerprint::kDtype] == Fingerprint::kMixed) {
-      text += fmt::format(" mixed dtypes, {} elements", f[Fingerprint::kElements]);
-    } else if (f[Fingerprint::kDtype] != Fingerprint::kNone) {
-      text += fmt::format(" {} x {}", dtypeText(f[Fingerprint::kDtype]), f[Fingerprint::kElements]);
-    }
-    text += fmt::format(" ({} B)", f[Fingerprint::kBytes]);
-  }
-  if (hash) text += fmt::format(" [shapes {:08x}]", static_cast<uint64_t>(f[Fingerprint::kShapeHash]));
-  if (f[Fingerprint::kMagic] != Fingerprint::kMagicValue) text += " [not a lockstep fingerprint]";
-  return text;
-}
-
-std::string rankList(const std::vector<int>& ranks) {
-  std::string s = ranks.size() == 1 ? "rank " : "ranks ";
-  size_t shown = std::min<size_t>(ranks.size(), 8);
-  for (size_t i = 0; i < shown; ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
-  if (ranks.size() > shown) s += fmt::format(" and {} more", ranks.size() - shown);
-  return s;
-}
-
-/// Empty when every rank sent the same fingerprint, else the message naming every view.
-std::string compare(const std::vector<Fingerprint>& all, uint64_t sequence) {
-  std::vector<std::pair<Fingerprint, std::vector<int>>> views;  // in order of the lowest rank holding each
-  for (int r = 0; r < static_cast<int>(all.size()); ++r) {
-    auto it = std::find_if(views.begin(), views.end(), [&](const auto& v) { return v.first == all[r]; });
-    if (it == views.end()) views.push_back({all[r], {r}});
-    else it->second.push_back(r);
-  }
-  if (views.size() == 1) return "";
-  std::vector<std::string> texts;
-  for (const auto& v : views) texts.push_back(describe(v.first, false));
-  // Views that read alike differ only in the shapes (or in something no sane call changes): show the hashes.
-  bool alike = std::any_of(texts.begin(), texts.end(), [&](const std::string& t) {
-    return std::count(texts.begin(), texts.end(), t) > 1;
-  });
-  std::string message = fmt::format("collectives out of step at #{}: ", sequence);
-  size_t shown = std::min<size_t>(views.size(), 4);
-  for (size_t i = 0; i < shown; ++i) {
-    const auto& ranks = views[i].second;
-    std::string part = fmt::format("{} call{} {}", rankList(ranks), ranks.size() == 1 ? "s" : "",
-                                   alike ? describe(views[i].first, true) : texts[i]);
-    int64_t theirs = views[i].first.f[Fingerprint::kSequence];
-    if (theirs != static_cast<int64_t>(sequence)) part += fmt::format(" as its collective #{}", theirs);
-    message += (i == 0 ? "" : i == 1 ? " but " : "; ") + part;
-  }
-  if (views.size() > shown) message += fmt::format("; and {} other views", views.size() - shown);
-  return message;
-}
+using detail::Collective;
+using detail::Fingerprint;
+using detail::compareFingerprints;
+using detail::fingerprint;
 
 class DesyncCheckingCommunicator final : public Communicator {
  public:
@@ -249,14 +126,14 @@ class DesyncCheckingCommunicator final : public Communicator {
   WorkHandle allreduce(std::vector<at::Tensor>& tensors, ReduceOp op, const CollectiveOptions& options) override {
     return collective(
         [&] { return args_.allreduce(tensors, op); },
-        [&](uint64_t k) { return fingerprint(k, OpKind::kAllreduce, op, -1, tensors); }, options,
+        [&](uint64_t k) { return fingerprint(k, Collective::allreduce(op), tensors); }, options,
         [op, options](Communicator& c, std::vector<at::Tensor>& t) { return c.allreduce(t, op, options); }, tensors);
   }
 
   WorkHandle broadcast(std::vector<at::Tensor>& tensors, int root, const CollectiveOptions& options) override {
     return collective(
         [&] { return args_.broadcast(tensors, root); },
-        [&](uint64_t k) { return fingerprint(k, OpKind::kBroadcast, std::nullopt, root, tensors); }, options,
+        [&](uint64_t k) { return fingerprint(k, Collective::broadcast(root), tensors); }, options,
         [root, options](Communicator& c, std::vector<at::Tensor>& t) { return c.broadcast(t, root, options); },
         tensors);
   }
@@ -274,7 +151,7 @@ class DesyncCheckingCommunicator final : public Communicator {
                            const CollectiveOptions& options) override {
     return collective(
         [&] { return args_.reduceScatter(input, output, op); },
-        [&](uint64_t k) { return fingerprint(k, OpKind::kReduceScatter, op, -1, {input}); }, options,
+        [&](uint64_t k) { return fingerprint(k, Collective::reduceScatter(op), {input}); }, options,
         [op, options](Communicator& c, const at::Tensor& in, at::Tensor& out) {
           return c.reduceScatter(in, out, op, options);
         },
@@ -283,7 +160,7 @@ class DesyncCheckingCommunicator final : public Communicator {
 
   WorkHandle barrier(const CollectiveOptions& options) override {
     return collective([&] { return args_.info("barrier", ""); },
-                      [&](uint64_t k) { return fingerprint(k, OpKind::kBarrier, std::nullopt, -1, {}); }, options,
+                      [&](uint64_t k) { return fingerprint(k, Collective::barrier(), {}); }, options,
                       [options](Communicator& c) { return c.barrier(options); });
   }
 
@@ -356,7 +233,7 @@ class DesyncCheckingCommunicator final : public Communicator {
   WorkHandle gather(const at::Tensor& input, Output& output, const CollectiveOptions& options) {
     return collective(
         [&] { return args_.allgather(input, output); },
-        [&](uint64_t k) { return fingerprint(k, OpKind::kAllgather, std::nullopt, -1, {input}); }, options,
+        [&](uint64_t k) { return fingerprint(k, Collective::allgather(), {input}); }, options,
         [options](Communicator& c, const at::Tensor& in, Output& out) { return c.allgather(in, out, options); },
         input, output);
   }
@@ -446,7 +323,7 @@ class DesyncCheckingCommunicator final : public Communicator {
       std::copy(data + r * Fingerprint::kFields, data + (r + 1) * Fingerprint::kFields, prints[r].f.begin());
     }
     uint64_t k = item.info.sequence;
-    std::string message = compare(prints, k);
+    std::string message = compareFingerprints(prints, k);
     std::lock_guard<std::mutex> lock(s.mutex);
     if (message.empty()) {
       s.lastChecked = k;

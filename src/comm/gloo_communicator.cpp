@@ -157,7 +157,7 @@ class GlooCommunicator final : public Communicator {
   }
 
   WorkHandle barrier(const CollectiveOptions& options) override {
-    CommErrorInfo info = args_.info("barrier", "");
+    CommErrorInfo info = args_.barrier();
     return submit(info, options, [pg = pg_, info]() { waitBackend(pg->barrier(), info); });
   }
 

@@ -469,7 +469,7 @@ class MpiCommunicator final : public Communicator {
   }
 
   WorkHandle barrier(const CollectiveOptions& options) override {
-    return start(args_.info("barrier", ""), options, {}, [this](std::vector<MPI_Request>& requests) {
+    return start(args_.barrier(), options, {}, [this](std::vector<MPI_Request>& requests) {
       MPI_Request r;
       int rc = MPI_Ibarrier(engine_->comm, &r);
       if (rc == MPI_SUCCESS) requests.push_back(r);

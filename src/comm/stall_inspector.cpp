@@ -9,34 +9,23 @@
 #include <map>
 #include <mutex>
 #include <sstream>
-#include <string_view>
 #include <thread>
 
+#include "comm/collective.h"
 #include "lockstep/common/logging.h"
 
 namespace lockstep {
 namespace {
 
+using detail::bytesOf;
+using detail::Collective;
+using detail::formatBytes;
+using detail::rankNumbers;
+
 using SystemClock = std::chrono::system_clock;
 
 int64_t nowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(SystemClock::now().time_since_epoch()).count();
-}
-
-int64_t bytesOf(const at::Tensor& t) {
-  return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0;
-}
-
-int64_t bytesOf(const std::vector<at::Tensor>& ts) {
-  int64_t n = 0;
-  for (const auto& t : ts) n += bytesOf(t);
-  return n;
-}
-
-std::string formatBytes(int64_t b) {
-  if (b >= (int64_t(1) << 20)) return fmt::format("{:.1f} MiB", static_cast<double>(b) / (1 << 20));
-  if (b >= 1024) return fmt::format("{:.1f} KiB", static_cast<double>(b) / 1024);
-  return fmt::format("{} B", b);
 }
 
 /// What a rank publishes: "submitted waiting sinceMs submittedMs|op of waiting|op of last submitted".
@@ -64,12 +53,6 @@ struct Progress {
   }
 };
 
-std::string rankList(const std::vector<int>& ranks) {
-  std::string s;
-  for (size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
-  return s;
-}
-
 class StallInspectingCommunicator final : public Communicator {
  public:
   StallInspectingCommunicator(std::shared_ptr<Communicator> inner, Store store, StallInspectorOptions options)
@@ -93,25 +76,25 @@ class StallInspectingCommunicator final : public Communicator {
   std::chrono::milliseconds defaultTimeout() const override { return inner_->defaultTimeout(); }
 
   WorkHandle allreduce(std::vector<at::Tensor>& tensors, ReduceOp op, const CollectiveOptions& options) override {
-    return track(reduceLabel("allreduce", op), bytesOf(tensors), [&] { return inner_->allreduce(tensors, op, options); });
+    return track(Collective::allreduce(op), bytesOf(tensors), [&] { return inner_->allreduce(tensors, op, options); });
   }
   WorkHandle broadcast(std::vector<at::Tensor>& tensors, int root, const CollectiveOptions& options) override {
-    return track("broadcast", bytesOf(tensors), [&] { return inner_->broadcast(tensors, root, options); });
+    return track(Collective::broadcast(root), bytesOf(tensors), [&] { return inner_->broadcast(tensors, root, options); });
   }
   WorkHandle allgather(const at::Tensor& input, at::Tensor& output, const CollectiveOptions& options) override {
-    return track("allgather", bytesOf(input), [&] { return inner_->allgather(input, output, options); });
+    return track(Collective::allgather(), bytesOf(input), [&] { return inner_->allgather(input, output, options); });
   }
   WorkHandle allgather(const at::Tensor& input, std::vector<at::Tensor>& outputs,
                        const CollectiveOptions& options) override {
-    return track("allgather", bytesOf(input), [&] { return inner_->allgather(input, outputs, options); });
+    return track(Collective::allgather(), bytesOf(input), [&] { return inner_->allgather(input, outputs, options); });
   }
   WorkHandle reduceScatter(const at::Tensor& input, at::Tensor& output, ReduceOp op,
                            const CollectiveOptions& options) override {
-    return track(reduceLabel("reduce_scatter", op), bytesOf(input),
+    return track(Collective::reduceScatter(op), bytesOf(input),
                  [&] { return inner_->reduceScatter(input, output, op, options); });
   }
   WorkHandle barrier(const CollectiveOptions& options) override {
-    return track("barrier", 0, [&] { return inner_->barrier(options); });
+    return track(Collective::barrier(), 0, [&] { return inner_->barrier(options); });
   }
   // Point-to-point operations are not collective: ranks legitimately differ, so they are not tracked.
   WorkHandle send(const at::Tensor& tensor, int dst, int tag, const CollectiveOptions& options) override {
@@ -124,9 +107,9 @@ class StallInspectingCommunicator final : public Communicator {
  private:
   /// What an operation is, kept unformatted: formatting happens once per check, not per collective.
   struct Label {
-    const char* name = "";  ///< a string literal
+    Collective op;
     int64_t bytes = 0;
-    std::string text() const { return bytes > 0 ? fmt::format("{} {}", name, formatBytes(bytes)) : name; }
+    std::string text() const { return bytes > 0 ? fmt::format("{} {}", op.name(), formatBytes(bytes)) : op.name(); }
   };
   struct Tracked {
     uint64_t sequence;
@@ -135,19 +118,12 @@ class StallInspectingCommunicator final : public Communicator {
     WorkHandle work;
   };
 
-  static const char* reduceLabel(const char* collective, ReduceOp op) {
-    static const char* const kAllreduce[] = {"allreduce(sum)", "allreduce(avg)", "allreduce(max)", "allreduce(min)"};
-    static const char* const kReduceScatter[] = {"reduce_scatter(sum)", "reduce_scatter(avg)", "reduce_scatter(max)",
-                                                 "reduce_scatter(min)"};
-    return (std::string_view(collective) == "allreduce" ? kAllreduce : kReduceScatter)[static_cast<int>(op)];
-  }
-
   template <typename Submit>
-  WorkHandle track(const char* name, int64_t bytes, Submit submit) {
+  WorkHandle track(Collective op, int64_t bytes, Submit submit) {
     WorkHandle work = submit();  // invalid arguments throw here and are not counted
     std::lock_guard<std::mutex> lock(mutex_);
     ++submitted_;
-    last_ = Label{name, bytes};
+    last_ = Label{op, bytes};
     lastSubmittedMs_ = nowMs();
     if (!work->isCompleted()) tracked_.push_back(Tracked{submitted_, last_, lastSubmittedMs_, work});
     return work;
@@ -231,8 +207,8 @@ class StallInspectingCommunicator final : public Communicator {
     std::string message;
     if (!missing.empty()) {
       message = fmt::format("stall: operation #{} has waited {:.0f} s on rank{} {}; rank{} {} ha{} not submitted it yet",
-                            stalled, longest / 1000.0, waitingRanks.size() == 1 ? "" : "s", rankList(waitingRanks),
-                            missing.size() == 1 ? "" : "s", rankList(missing), missing.size() == 1 ? "s" : "ve");
+                            stalled, longest / 1000.0, waitingRanks.size() == 1 ? "" : "s", rankNumbers(waitingRanks),
+                            missing.size() == 1 ? "" : "s", rankNumbers(missing), missing.size() == 1 ? "s" : "ve");
       for (int r : missing) {
         const auto& p = all[r];
         if (!p || p->submitted == 0) {
@@ -245,11 +221,11 @@ class StallInspectingCommunicator final : public Communicator {
     } else if (views.size() > 1) {
       message = fmt::format("stall: ranks disagree on operation #{} (a desync: different collectives or sizes):", stalled);
       for (const auto& [op, ranks] : views) message += fmt::format(" rank{} {}: {};", ranks.size() == 1 ? "" : "s",
-                                                                   rankList(ranks), op);
+                                                                   rankNumbers(ranks), op);
       message.pop_back();
     } else {
       message = fmt::format("stall: operation #{} {} has waited {:.0f} s on every rank that reported (ranks {})",
-                            stalled, views.empty() ? "" : views.begin()->first, longest / 1000.0, rankList(waitingRanks));
+                            stalled, views.empty() ? "" : views.begin()->first, longest / 1000.0, rankNumbers(waitingRanks));
     }
     message += fmt::format(". Its timeout ({} s) will fail it.", inner_->defaultTimeout().count() / 1000);
     options_.report(message);

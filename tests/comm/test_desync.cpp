@@ -151,7 +151,7 @@ TEST(DesyncCheck, AllreduceAgainstBroadcastIsNamedOnBothSides) {
     CommError e = test::commErrorOf([&] { work->wait(); });
     EXPECT_EQ(e.kind(), CommErrorKind::kDesync) << e.what();
     EXPECT_NE(std::string(e.what()).find("collectives out of step at #2: rank 0 calls allreduce(sum) float32 x 1024 "
-                                         "(4096 B) but rank 1 calls broadcast(root 0) float32 x 10 (40 B)"),
+                                         "(4096 B) but rank 1 calls broadcast(root=0) float32 x 10 (40 B)"),
               std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find(rank == 0 ? "allreduce(sum) failed (desync)" : "broadcast(root=0) failed "
                                                                                          "(desync)"),
