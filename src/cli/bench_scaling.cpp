@@ -30,6 +30,7 @@
 #include <optional>
 
 #include "cli/commands.h"
+#include "cli/parse_args.h"
 #include "lockstep/common/env.h"
 #include "lockstep/common/error.h"
 #include "lockstep/rendezvous/init.h"
@@ -111,46 +112,31 @@ std::vector<int> parseWorldSizes(const std::string& text) {
   return sizes;
 }
 
-ScalingOptions parseArgs(const std::vector<std::string>& args) {
-  ScalingOptions o;
-  bool sawNp = false;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    // "--flag value" or "--flag=value".
-    auto value = [&](const char* flag) -> std::optional<std::string> {
-      std::string prefix = std::string(flag) + "=";
-      if (a.rfind(prefix, 0) == 0) return a.substr(prefix.size());
-      if (a != flag) return std::nullopt;
-      if (i + 1 == args.size()) throw ConfigError(fmt::format("{} needs a value", flag));
-      return args[++i];
-    };
-    if (auto v = value("--np")) {
-      o.worldSizes = parseWorldSizes(*v);
-      sawNp = true;
-    } else if (a == "-np") {
-      if (i + 1 == args.size()) throw ConfigError("--np needs a value");
-      o.worldSizes = parseWorldSizes(args[++i]);
-      sawNp = true;
-    } else if (auto v = value("--steps")) {
-      o.steps = parseInt(*v, "--steps", 2, 100000000);
-    } else if (auto v = value("--threads")) {
-      o.threads = static_cast<int>(parseInt(*v, "--threads", 1, 4096));
-    } else if (auto v = value("--backend")) {
-      if (v->empty()) throw ConfigError("--backend needs a name");
-      o.backend = *v;
-    } else if (a == "--json") {
-      o.json = true;
-    } else if (a.find('=') != std::string::npos && a[0] != '-') {
-      o.overrides.push_back(a);
-    } else if (o.config.empty() && !a.empty() && a[0] != '-') {
-      o.config = a;
-    } else {
-      throw ConfigError(fmt::format("unexpected argument '{}'", a));
-    }
-  }
-  if (o.config.empty()) throw ConfigError("missing CONFIG.yaml");
-  if (!sawNp) throw ConfigError("missing --np, the world sizes to compare (e.g. --np 1,2)");
-  return o;
+/// Parses `bench scaling`'s arguments into `o`; an exit code when the command
+/// should stop now (help, a CLI11 error), ConfigError for a bad value.
+std::optional<int> parseScalingArgs(const std::vector<std::string>& args, ScalingOptions& o) {
+  CLI::App app{"Runs `lockstep run -np K -- lockstep train CONFIG` for each K with trainer.max_steps=N and compares "
+               "samples/s and the per-step phases",
+               "lockstep bench scaling"};
+  std::vector<std::string> words;
+  std::string np;
+  app.add_option("CONFIG.yaml key.path=value", words, "a training config, then overrides of its keys");
+  auto* npOption = app.add_option("-n,--np", np, "the world sizes to compare, comma-separated (e.g. 1,2,4)");
+  app.add_option("--steps", o.steps, "training steps per run (default 30)")->check(CLI::Range(int64_t(2), int64_t(100000000)));
+  app.add_option("--threads", o.threads, "threads per worker (default max(1, cores / K))")->check(CLI::Range(1, 4096));
+  app.add_option("--backend", o.backend, "passed to lockstep run --backend")->check(
+      [](const std::string& v) { return v.empty() ? std::string("needs a name") : std::string(); });
+  app.add_flag("--json", o.json, "print the result as JSON instead of a table");
+  std::vector<std::string> spelled;
+  for (const auto& a : args) spelled.push_back(a == "-np" ? "--np" : a);  // mpirun's spelling
+  if (auto exit = parseArgs(app, spelled, "bench scaling", kScalingUsage)) return exit;
+  if (npOption->count() == 0) throw ConfigError("missing --np, the world sizes to compare (e.g. --np 1,2)");
+  o.worldSizes = parseWorldSizes(np);
+  auto [file, overrides] = splitConfigArgs(words);
+  if (file.empty()) throw ConfigError("missing CONFIG.yaml");
+  o.config = file;
+  o.overrides = overrides;
+  return std::nullopt;
 }
 
 /// Runs argv with stdout and stderr into `logPath`; returns the exit code (128+signal when killed).
@@ -354,78 +340,47 @@ void printJson(const ScalingOptions& o, const std::vector<Row>& rows, const std:
   std::cout << doc.dump(2) << "\n";
 }
 
-}  // namespace
-
-int benchScaling(const std::vector<std::string>& args) {
-  if (!args.empty() && (args[0] == "-h" || args[0] == "--help")) {
-    std::cout << kScalingUsage << "\n"
-              << "Runs `lockstep run -np K -- lockstep train CONFIG` for each K with trainer.max_steps=N (default 30)\n"
-              << "and compares samples/s and the per-step phases; --threads defaults to max(1, cores / K).\n";
-    return kExitOk;
+/// One `lockstep run -np np ... lockstep train` child, timed; its row, or a
+/// message (naming its log) when it failed.
+Row runOne(const ScalingOptions& o, int np, int threads, const std::string& self, const std::string& scratch) {
+  std::string tag = "np" + std::to_string(np);
+  std::string resultPath = scratch + "/" + tag + ".json";
+  std::string logPath = scratch + "/" + tag + ".log";
+  std::vector<std::string> argv{self, "run", "-np", std::to_string(np), "--threads", std::to_string(threads)};
+  if (!o.backend.empty()) argv.insert(argv.end(), {"--backend", o.backend});
+  argv.insert(argv.end(), {"--", self, "train", o.config});
+  argv.insert(argv.end(), o.overrides.begin(), o.overrides.end());
+  argv.insert(argv.end(), {"trainer.max_steps=" + std::to_string(o.steps), "trainer.validate=false",
+                           "checkpoint.resume=none", "checkpoint.dir=" + scratch + "/" + tag + "-checkpoints",
+                           "--result-json", resultPath});
+  std::cerr << fmt::format("lockstep bench scaling: {} worker(s) x {} thread(s): {}\n", np, threads, shellJoin(argv));
+  const double busyBefore = machineBusySeconds();
+  const double ownBefore = childrenCpuSeconds();
+  auto start = std::chrono::steady_clock::now();
+  int rc = runLogged(argv, logPath);
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double busyAfter = machineBusySeconds();
+  const double own = childrenCpuSeconds() - ownBefore;
+  if (rc != 0) {
+    throw Error(fmt::format("the run with {} worker(s) failed (exit code {}) after {:.1f} s; the last lines of its "
+                            "output ({}):\n{}", np, rc, seconds, logPath, lastLines(logPath, 20)));
   }
-  ScalingOptions o;
+  Row row;
   try {
-    o = parseArgs(args);
-    // The config and overrides are checked here, before any run starts.
-    std::vector<std::string> all = o.overrides;
-    all.push_back("trainer.max_steps=" + std::to_string(o.steps));
-    loadTrainConfig(o.config, all);
-  } catch (const ConfigError& e) {
-    std::cerr << "lockstep bench scaling: error: " << e.what() << "\n" << kScalingUsage << "\n";
-    return kExitUsage;
+    row = readRow(resultPath, np);
+  } catch (const std::exception& e) {
+    throw Error(fmt::format("{}\nthe last lines of its output ({}):\n{}", e.what(), logPath, lastLines(logPath, 20)));
   }
-
-  const int cores = workerThreads(Environment({}), 1);
-  const std::string self = fs::read_symlink("/proc/self/exe").string();
-  std::string scratch = (fs::temp_directory_path() / "lockstep-scaling-XXXXXX").string();
-  if (::mkdtemp(scratch.data()) == nullptr) {
-    std::cerr << "lockstep bench scaling: cannot create a directory under " << fs::temp_directory_path() << ": "
-              << std::strerror(errno) << "\n";
-    return kExitFailure;
+  if (busyBefore >= 0 && busyAfter >= 0 && seconds > 0) {
+    row.otherCores = std::max(0.0, (busyAfter - busyBefore - own) / seconds);
   }
+  std::cerr << fmt::format("lockstep bench scaling: {} worker(s): {:.0f} samples/s ({:.1f} s)\n", np,
+                           row.samplesPerSecond, seconds);
+  return row;
+}
 
-  std::vector<Row> rows;
-  for (int np : o.worldSizes) {
-    int threads = o.threads > 0 ? o.threads : std::max(1, cores / np);
-    std::string tag = "np" + std::to_string(np);
-    std::string resultPath = scratch + "/" + tag + ".json";
-    std::string logPath = scratch + "/" + tag + ".log";
-    std::vector<std::string> argv{self, "run", "-np", std::to_string(np), "--threads", std::to_string(threads)};
-    if (!o.backend.empty()) argv.insert(argv.end(), {"--backend", o.backend});
-    argv.insert(argv.end(), {"--", self, "train", o.config});
-    argv.insert(argv.end(), o.overrides.begin(), o.overrides.end());
-    argv.insert(argv.end(), {"trainer.max_steps=" + std::to_string(o.steps), "trainer.validate=false",
-                             "checkpoint.resume=none", "checkpoint.dir=" + scratch + "/" + tag + "-checkpoints",
-                             "--result-json", resultPath});
-    std::cerr << fmt::format("lockstep bench scaling: {} worker(s) x {} thread(s): {}\n", np, threads,
-                             shellJoin(argv));
-    const double busyBefore = machineBusySeconds();
-    const double ownBefore = childrenCpuSeconds();
-    auto start = std::chrono::steady_clock::now();
-    int rc = runLogged(argv, logPath);
-    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    const double busyAfter = machineBusySeconds();
-    const double own = childrenCpuSeconds() - ownBefore;
-    if (rc != 0) {
-      std::cerr << fmt::format("lockstep bench scaling: the run with {} worker(s) failed (exit code {}) after {:.1f} s; "
-                               "the last lines of its output ({}):\n{}",
-                               np, rc, seconds, logPath, lastLines(logPath, 20));
-      return kExitFailure;
-    }
-    try {
-      rows.push_back(readRow(resultPath, np));
-      if (busyBefore >= 0 && busyAfter >= 0 && seconds > 0) {
-        rows.back().otherCores = std::max(0.0, (busyAfter - busyBefore - own) / seconds);
-      }
-    } catch (const std::exception& e) {
-      std::cerr << "lockstep bench scaling: " << e.what() << "\nthe last lines of its output (" << logPath << "):\n"
-                << lastLines(logPath, 20);
-      return kExitFailure;
-    }
-    std::cerr << fmt::format("lockstep bench scaling: {} worker(s): {:.0f} samples/s ({:.1f} s)\n", np,
-                             rows.back().samplesPerSecond, seconds);
-  }
-
+/// Fills speedup and efficiency against the first row; the notes that explain the table.
+std::vector<std::string> compareRows(std::vector<Row>& rows, int cores) {
   const Row& base = rows.front();
   std::vector<std::string> notes;
   for (Row& r : rows) {
@@ -447,6 +402,41 @@ int benchScaling(const std::vector<std::string>& args) {
     notes.push_back(fmt::format("the machine was shared: other processes kept {} of the {} cores busy on average; "
                                 "these figures are lower than on an idle machine", busy, cores));
   }
+  return notes;
+}
+
+}  // namespace
+
+int benchScaling(const std::vector<std::string>& args) {
+  ScalingOptions o;
+  try {
+    if (auto exit = parseScalingArgs(args, o)) return *exit;
+    // The config and overrides are checked here, before any run starts.
+    std::vector<std::string> all = o.overrides;
+    all.push_back("trainer.max_steps=" + std::to_string(o.steps));
+    loadTrainConfig(o.config, all);
+  } catch (const ConfigError& e) {
+    std::cerr << "lockstep bench scaling: error: " << e.what() << "\n" << kScalingUsage << "\n";
+    return kExitUsage;
+  }
+
+  const int cores = workerThreads(Environment({}), 1);
+  const std::string self = fs::read_symlink("/proc/self/exe").string();
+  std::string scratch = (fs::temp_directory_path() / "lockstep-scaling-XXXXXX").string();
+  if (::mkdtemp(scratch.data()) == nullptr) {
+    std::cerr << "lockstep bench scaling: cannot create a directory under " << fs::temp_directory_path() << ": "
+              << std::strerror(errno) << "\n";
+    return kExitFailure;
+  }
+
+  std::vector<Row> rows;
+  try {
+    for (int np : o.worldSizes) rows.push_back(runOne(o, np, o.threads > 0 ? o.threads : std::max(1, cores / np), self, scratch));
+  } catch (const Error& e) {
+    std::cerr << "lockstep bench scaling: " << e.what();
+    return kExitFailure;
+  }
+  std::vector<std::string> notes = compareRows(rows, cores);
   if (o.json) {
     printJson(o, rows, notes, cores);
   } else {

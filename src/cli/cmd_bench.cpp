@@ -3,8 +3,11 @@
 
 #include <cctype>
 #include <iostream>
+#include <optional>
+#include <utility>
 
 #include "cli/commands.h"
+#include "cli/parse_args.h"
 #include "lockstep/common/env.h"
 #include "lockstep/common/error.h"
 
@@ -33,41 +36,9 @@ constexpr const char* kBenchUsage =
     "       lockstep bench loader CONFIG.yaml [key=value ...] [--batches N]   (image loader vs trainer)\n"
     "       lockstep bench scaling CONFIG.yaml --np 1,2[,...] [--steps N] [--threads T] [--backend NAME] [--json]\n"
     "                              [key=value ...]   (training throughput and step phases per world size)";
-}
 
-int benchCommand(const std::vector<std::string>& args) {
-  if (!args.empty() && args[0] == "loader") {
-    try {
-      return benchLoader(std::vector<std::string>(args.begin() + 1, args.end()));
-    } catch (const ConfigError& e) {
-      std::cerr << "lockstep bench loader: error: " << e.what() << "\n";
-      return kExitUsage;
-    } catch (const std::exception& e) {
-      std::cerr << "lockstep bench loader: " << e.what() << "\n";
-      return kExitFailure;
-    }
-  }
-  if (!args.empty() && args[0] == "scaling") {
-    try {
-      return benchScaling(std::vector<std::string>(args.begin() + 1, args.end()));
-    } catch (const ConfigError& e) {
-      std::cerr << "lockstep bench scaling: error: " << e.what() << "\n";
-      return kExitUsage;
-    } catch (const std::exception& e) {
-      std::cerr << "lockstep bench scaling: " << e.what() << "\n";
-      return kExitFailure;
-    }
-  }
-  if (args.empty() || args[0] != "allreduce") {
-    if (!args.empty() && (args[0] == "-h" || args[0] == "--help")) {
-      std::cout << kBenchUsage << "\n";
-      return kExitOk;
-    }
-    std::cerr << "lockstep bench: error: " << (args.empty() ? "missing benchmark name" : "unknown benchmark '" + args[0] + "'")
-              << "\n" << kBenchUsage << "\n";
-    return kExitUsage;
-  }
-  AllreduceBenchOptions o;
+/// `bench allreduce`'s arguments as AllreduceBenchOptions; an exit code when it should stop now.
+std::optional<int> parseAllreduceArgs(const std::vector<std::string>& args, AllreduceBenchOptions& o) {
   std::string bytesList;
   std::string minBytes = "4";
   std::string maxBytes = "64M";
@@ -84,43 +55,61 @@ int benchCommand(const std::vector<std::string>& args) {
   app.add_option("--warmup", o.warmup, "untimed iterations per size")->check(CLI::Range(0, 1000000));
   app.add_flag("--no-check", noCheck, "skip the check of the reduced values");
   app.add_flag("--json", o.json, "print one JSON document instead of the table");
-  try {
-    std::vector<std::string> rest(args.begin() + 1, args.end());
-    app.parse(std::vector<std::string>(rest.rbegin(), rest.rend()));
-    o.check = !noCheck;
-    if (!bytesList.empty()) {
-      size_t start = 0;
-      while (start <= bytesList.size()) {
-        size_t comma = bytesList.find(',', start);
-        o.sizes.push_back(parseBytes(bytesList.substr(start, comma - start), "--bytes"));
-        if (comma == std::string::npos) break;
-        start = comma + 1;
-      }
-    } else {
-      int64_t lo = parseBytes(minBytes, "--min-bytes");
-      int64_t hi = parseBytes(maxBytes, "--max-bytes");
-      if (lo < 1 || hi < lo) throw ConfigError("--min-bytes must be at least 1 and at most --max-bytes");
-      for (int64_t b = lo; b <= hi; b *= factor) o.sizes.push_back(b);
+  if (auto exit = parseArgs(app, args, "bench allreduce", kBenchUsage)) return exit;
+  o.check = !noCheck;
+  if (!bytesList.empty()) {
+    size_t start = 0;
+    while (start <= bytesList.size()) {
+      size_t comma = bytesList.find(',', start);
+      o.sizes.push_back(parseBytes(bytesList.substr(start, comma - start), "--bytes"));
+      if (comma == std::string::npos) break;
+      start = comma + 1;
     }
-  } catch (const CLI::CallForHelp&) {
-    std::cout << app.help() << "\n";
-    return kExitOk;
-  } catch (const CLI::ParseError& e) {
-    std::cerr << "lockstep bench allreduce: error: " << e.what() << "\n" << kBenchUsage << "\n";
-    return kExitUsage;
-  } catch (const ConfigError& e) {
-    std::cerr << "lockstep bench allreduce: error: " << e.what() << "\n" << kBenchUsage << "\n";
-    return kExitUsage;
+  } else {
+    int64_t lo = parseBytes(minBytes, "--min-bytes");
+    int64_t hi = parseBytes(maxBytes, "--max-bytes");
+    if (lo < 1 || hi < lo) throw ConfigError("--min-bytes must be at least 1 and at most --max-bytes");
+    for (int64_t b = lo; b <= hi; b *= factor) o.sizes.push_back(b);
   }
+  return std::nullopt;
+}
+
+int allreduceCommand(const std::vector<std::string>& args) {
+  AllreduceBenchOptions o;
   try {
-    return benchAllreduce(o);
+    if (auto exit = parseAllreduceArgs(args, o)) return *exit;
   } catch (const ConfigError& e) {
-    std::cerr << "lockstep bench allreduce: error: " << e.what() << "\n";
+    std::cerr << "lockstep bench allreduce: error: " << e.what() << "\n" << kBenchUsage << "\n";
     return kExitUsage;
-  } catch (const std::exception& e) {
-    std::cerr << "lockstep bench allreduce: " << e.what() << "\n";
-    return kExitFailure;
   }
+  return benchAllreduce(o);
+}
+
+}  // namespace
+
+int benchCommand(const std::vector<std::string>& args) {
+  using Bench = int (*)(const std::vector<std::string>&);
+  static const std::pair<const char*, Bench> kBenches[] = {
+      {"allreduce", &allreduceCommand}, {"loader", &benchLoader}, {"scaling", &benchScaling}};
+  if (!args.empty() && (args[0] == "-h" || args[0] == "--help")) {
+    std::cout << kBenchUsage << "\n";
+    return kExitOk;
+  }
+  for (const auto& [name, bench] : kBenches) {
+    if (args.empty() || args[0] != name) continue;
+    try {
+      return bench(std::vector<std::string>(args.begin() + 1, args.end()));
+    } catch (const ConfigError& e) {
+      std::cerr << "lockstep bench " << name << ": error: " << e.what() << "\n";
+      return kExitUsage;
+    } catch (const std::exception& e) {
+      std::cerr << "lockstep bench " << name << ": " << e.what() << "\n";
+      return kExitFailure;
+    }
+  }
+  std::cerr << "lockstep bench: error: " << (args.empty() ? "missing benchmark name" : "unknown benchmark '" + args[0] + "'")
+            << "\n" << kBenchUsage << "\n";
+  return kExitUsage;
 }
 
 }  // namespace lockstep::cli

@@ -10,6 +10,7 @@
 #include "lockstep/common/env.h"
 #include "lockstep/common/error.h"
 #include "lockstep/common/token.h"
+#include "launch/launch_commands.h"
 #include "lockstep/launch/launcher.h"
 
 namespace lockstep::cli {
@@ -33,6 +34,83 @@ std::vector<std::string> splitWords(const std::string& text) {
   }
   return words;
 }
+
+
+/// What the command line says, before it becomes LaunchOptions.
+struct RunArgs {
+  LaunchOptions launch;
+  CLI::Option* np = nullptr;
+  double stopGraceSeconds = 5.0;
+  int threads = 0;
+  double commTimeout = 0;
+  bool noPrefix = false;
+  std::string backend = "gloo";
+  std::string mpirunArgs;
+  std::string hosts;
+  std::string rsh;
+  std::string tokenFile;
+};
+
+void addRunOptions(CLI::App& app, RunArgs& r) {
+  LaunchOptions& o = r.launch;
+  r.np = app.add_option("-n,--np,--nproc-per-node", o.nprocPerNode,
+                        "workers on this node (-np N); with -H the total, or left out");
+  app.add_option("-H,--hosts", r.hosts, "start workers on these hosts over ssh: host1:slots,host2:slots");
+  app.add_option("--rsh", r.rsh, "remote shell for -H (default \"ssh -o BatchMode=yes\"; env LOCKSTEP_RSH)");
+  app.add_option("--iface", o.iface, "network interface Gloo uses (default: the one that reaches the master)");
+  app.add_option("--token-file", r.tokenFile, "file whose first line is the job token (default: random per job)");
+  app.add_flag("--token-stdin", o.tokenFromStdin, "(used by -H) read the token from stdin, stop when stdin closes");
+  app.add_option("--max-restarts", o.maxRestarts,
+                 "restart the whole group up to R times after a worker fails; it resumes from its checkpoint");
+  app.add_option("--nnodes", o.nnodes, "number of nodes (default 1)");
+  app.add_option("--node-rank", o.nodeRank, "this node's index, 0..nnodes-1 (default 0)");
+  app.add_option("--master-addr", o.masterAddr, "address of node 0 (default 127.0.0.1)");
+  app.add_option("--master-port", o.masterPort, "rendezvous port on node 0 (default: a free one)");
+  app.add_option("--threads", r.threads, "threads per worker (default: cores / workers)");
+  app.add_option("--comm-timeout", r.commTimeout, "seconds before a collective fails (default 300)");
+  app.add_option("--stop-grace", r.stopGraceSeconds, "seconds between SIGTERM and SIGKILL when stopping workers");
+  app.add_flag("--no-prefix", r.noPrefix, "do not prefix output lines with [rank]");
+  app.add_option("--backend", r.backend,
+                 "gloo (default): workers started here, tensors over TCP; mpi: workers started through mpirun, "
+                 "tensors over OpenMPI (shared memory on one node); auto: mpi when built and mpirun is present");
+  app.add_option("--mpirun-args", r.mpirunArgs, "extra arguments for mpirun (with --backend mpi), one string");
+}
+
+/// The LaunchOptions the parsed arguments and `command` ask for; ConfigError names the bad flag.
+LaunchOptions launchOptionsFrom(RunArgs& r, const std::vector<std::string>& positional,
+                                std::vector<std::string> command) {
+  LaunchOptions o = r.launch;
+  if (!r.hosts.empty()) {
+    o.hosts = parseHosts(r.hosts);
+    int total = 0;
+    for (const auto& h : o.hosts) total += h.slots;
+    if (r.np->count() > 0 && o.nprocPerNode != total) {
+      throw ConfigError(fmt::format("-np {} does not match -H {} ({} slots in all)", o.nprocPerNode, r.hosts, total));
+    }
+  } else if (r.np->count() == 0) {
+    throw ConfigError("-np N is required (the number of workers on this node)");
+  }
+  if (r.rsh.empty()) r.rsh = Environment::fromProcess().get("LOCKSTEP_RSH").value_or("");
+  if (!r.rsh.empty()) o.rsh = splitWords(r.rsh);
+  if (!r.tokenFile.empty()) o.token = readTokenFile(r.tokenFile, "--token-file");
+  if (!positional.empty() && positional[0].size() > 1 && positional[0][0] == '-') {
+    throw ConfigError(fmt::format("unknown option '{}'", positional[0]));
+  }
+  if (r.stopGraceSeconds < 0) throw ConfigError(fmt::format("--stop-grace {}: must not be negative", r.stopGraceSeconds));
+  command.insert(command.begin(), positional.begin(), positional.end());
+  o.command = std::move(command);
+  o.prefixOutput = !r.noPrefix;
+  if (r.threads != 0) o.threadsPerWorker = r.threads;
+  if (r.commTimeout != 0) o.commTimeoutSeconds = r.commTimeout;
+  o.stopGrace = std::chrono::milliseconds(static_cast<int64_t>(r.stopGraceSeconds * 1000));
+  o.backend = r.backend;
+  if (o.backend == "auto") {
+    o.backend = mpiBackendBuilt() && o.nnodes == 1 && !detail::resolveProgram("mpirun").empty() ? "mpi" : "gloo";
+  }
+  o.mpirunArgs = splitWords(r.mpirunArgs);
+  return o;
+}
+
 }  // namespace
 
 int runCommand(const std::vector<std::string>& rawArgs) {
@@ -46,89 +124,25 @@ int runCommand(const std::vector<std::string>& rawArgs) {
     // mpirun/horovodrun spell the worker count "-np"; CLI11 wants one dash per letter.
     else args.push_back(a == "-np" ? "--np" : a);
   }
-
-  LaunchOptions o;
-  double stopGraceSeconds = 5.0;
-  int threads = 0;
-  double commTimeout = 0;
-  bool noPrefix = false;
-  std::string backend = "gloo";
-  std::string mpirunArgs;
-  std::vector<std::string> positional;
+  RunArgs r;
   CLI::App app{"Start N workers of PROGRAM with the rendezvous environment set", "lockstep run"};
-  auto* np = app.add_option("-n,--np,--nproc-per-node", o.nprocPerNode,
-                            "workers on this node (-np N); with -H the total, or left out");
-  std::string hosts;
-  std::string rsh;
-  std::string tokenFile;
-  app.add_option("-H,--hosts", hosts, "start workers on these hosts over ssh: host1:slots,host2:slots");
-  app.add_option("--rsh", rsh, "remote shell for -H (default \"ssh -o BatchMode=yes\"; env LOCKSTEP_RSH)");
-  app.add_option("--iface", o.iface, "network interface Gloo uses (default: the one that reaches the master)");
-  app.add_option("--token-file", tokenFile, "file whose first line is the job token (default: random per job)");
-  app.add_flag("--token-stdin", o.tokenFromStdin, "(used by -H) read the token from stdin, stop when stdin closes");
-  app.add_option("--max-restarts", o.maxRestarts,
-                 "restart the whole group up to R times after a worker fails; it resumes from its checkpoint");
-  app.add_option("--nnodes", o.nnodes, "number of nodes (default 1)");
-  app.add_option("--node-rank", o.nodeRank, "this node's index, 0..nnodes-1 (default 0)");
-  app.add_option("--master-addr", o.masterAddr, "address of node 0 (default 127.0.0.1)");
-  app.add_option("--master-port", o.masterPort, "rendezvous port on node 0 (default: a free one)");
-  app.add_option("--threads", threads, "threads per worker (default: cores / workers)");
-  app.add_option("--comm-timeout", commTimeout, "seconds before a collective fails (default 300)");
-  app.add_option("--stop-grace", stopGraceSeconds, "seconds between SIGTERM and SIGKILL when stopping workers");
-  app.add_flag("--no-prefix", noPrefix, "do not prefix output lines with [rank]");
-  app.add_option("--backend", backend,
-                 "gloo (default): workers started here, tensors over TCP; mpi: workers started through mpirun, "
-                 "tensors over OpenMPI (shared memory on one node); auto: mpi when built and mpirun is present");
-  app.add_option("--mpirun-args", mpirunArgs, "extra arguments for mpirun (with --backend mpi), one string");
+  addRunOptions(app, r);
   // Without "--", the first non-option starts the program and the rest is its own.
   app.prefix_command();
+  LaunchOptions o;
   try {
     app.parse(std::vector<std::string>(args.rbegin(), args.rend()));
+    o = launchOptionsFrom(r, app.remaining(), command);
   } catch (const CLI::CallForHelp&) {
     std::cout << app.help() << "\n" << kRunUsage << "\n";
     return kExitOk;
   } catch (const CLI::ParseError& e) {
     std::cerr << "lockstep run: error: " << e.what() << "\n" << kRunUsage << "\n";
     return kExitUsage;
-  }
-  positional = app.remaining();
-  try {
-    if (!hosts.empty()) {
-      o.hosts = parseHosts(hosts);
-      int total = 0;
-      for (const auto& h : o.hosts) total += h.slots;
-      if (np->count() > 0 && o.nprocPerNode != total) {
-        throw ConfigError(fmt::format("-np {} does not match -H {} ({} slots in all)", o.nprocPerNode, hosts, total));
-      }
-    } else if (np->count() == 0) {
-      throw ConfigError("-np N is required (the number of workers on this node)");
-    }
-    if (rsh.empty()) rsh = Environment::fromProcess().get("LOCKSTEP_RSH").value_or("");
-    if (!rsh.empty()) o.rsh = splitWords(rsh);
-    if (!tokenFile.empty()) o.token = readTokenFile(tokenFile, "--token-file");
   } catch (const ConfigError& e) {
     std::cerr << "lockstep run: error: " << e.what() << "\n" << kRunUsage << "\n";
     return kExitUsage;
   }
-  if (!positional.empty() && positional[0].size() > 1 && positional[0][0] == '-') {
-    std::cerr << "lockstep run: error: unknown option '" << positional[0] << "'\n" << kRunUsage << "\n";
-    return kExitUsage;
-  }
-  if (!positional.empty()) command.insert(command.begin(), positional.begin(), positional.end());
-  o.command = command;
-  o.prefixOutput = !noPrefix;
-  if (threads != 0) o.threadsPerWorker = threads;
-  if (commTimeout != 0) o.commTimeoutSeconds = commTimeout;
-  if (stopGraceSeconds < 0) {
-    std::cerr << "lockstep run: error: --stop-grace " << stopGraceSeconds << ": must not be negative\n" << kRunUsage << "\n";
-    return kExitUsage;
-  }
-  o.stopGrace = std::chrono::milliseconds(static_cast<int64_t>(stopGraceSeconds * 1000));
-  if (backend == "auto") {
-    backend = mpiBackendBuilt() && o.nnodes == 1 && !resolveProgram("mpirun").empty() ? "mpi" : "gloo";
-  }
-  o.backend = backend;
-  o.mpirunArgs = splitWords(mpirunArgs);
   try {
     LaunchResult result = launch(o);
     std::cerr << result.summary;

@@ -25,6 +25,14 @@ std::string describe(const std::vector<at::Tensor>& ts) {
   return text;
 }
 
+std::map<at::ScalarType, std::vector<at::Tensor>> groupByDtype(const std::vector<at::Tensor>& tensors) {
+  std::map<at::ScalarType, std::vector<at::Tensor>> groups;
+  for (const auto& t : tensors) {
+    if (t.numel() > 0) groups[t.scalar_type()].push_back(t);
+  }
+  return groups;
+}
+
 at::Tensor flatten(const std::vector<at::Tensor>& group) {
   int64_t total = 0;
   for (const auto& t : group) total += t.numel();

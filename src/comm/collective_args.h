@@ -8,6 +8,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,10 @@ bool isFloating(at::ScalarType t);
 bool isSupported(at::ScalarType t);
 /// "2 tensors, 4096 B: float32[1024] float32[0]"
 std::string describe(const std::vector<at::Tensor>& ts);
+
+/// The non-empty tensors of `tensors` by dtype, each group in list order:
+/// lists are fused into one message per dtype.
+std::map<at::ScalarType, std::vector<at::Tensor>> groupByDtype(const std::vector<at::Tensor>& tensors);
 
 /// One contiguous buffer holding `group` (same dtype) one after another.
 at::Tensor flatten(const std::vector<at::Tensor>& group);

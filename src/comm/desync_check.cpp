@@ -29,6 +29,7 @@
 #include "comm/collective_args.h"
 #include "comm/desync_fingerprint.h"
 #include "comm/failure.h"
+#include "comm/work_access.h"
 #include "lockstep/common/error.h"
 
 namespace lockstep {
@@ -209,7 +210,7 @@ class DesyncCheckingCommunicator final : public Communicator {
 
   static WorkHandle completedWork(const CommErrorInfo& info, std::exception_ptr error) {
     auto work = std::make_shared<Work>(fmt::format("{} #{}", info.op, info.sequence), Work::Clock::now(), nullptr);
-    work->complete(std::move(error));
+    detail::completeWork(*work, std::move(error));
     return work;
   }
 
@@ -224,7 +225,7 @@ class DesyncCheckingCommunicator final : public Communicator {
     if (state.failure) return;
     state.failure = info;
     state.poisoned = true;
-    for (auto& item : state.queue) item.outer->complete(detail::abortedError(item.info, info));
+    for (auto& item : state.queue) detail::completeWork(*item.outer, detail::abortedError(item.info, info));
     state.unissued -= static_cast<int>(state.queue.size());
     state.queue.clear();
   }
@@ -389,7 +390,7 @@ class DesyncCheckingCommunicator final : public Communicator {
       // Only after the issue: the direct path may go ahead of nothing that was submitted before it.
       --s.unissued;
       if (error) {
-        item.outer->complete(error);
+        detail::completeWork(*item.outer, error);
       } else {
         s.finishing.push_back(std::move(item));
       }
@@ -415,7 +416,7 @@ class DesyncCheckingCommunicator final : public Communicator {
       } catch (...) {
         error = std::current_exception();
       }
-      item.outer->complete(error);
+      detail::completeWork(*item.outer, error);
     }
   }
 

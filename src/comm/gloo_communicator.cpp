@@ -50,6 +50,7 @@ CommErrorKind classifyBackendMessage(const std::string& m) {
 
 using detail::describe;
 using detail::flatten;
+using detail::groupByDtype;
 using detail::unflatten;
 
 using c10d::ProcessGroupGloo;
@@ -97,11 +98,7 @@ class GlooCommunicator final : public Communicator {
     auto tensorsCopy = tensors;
     return submit(info, options, [pg = pg_, tensorsCopy, op, info, world = world_]() mutable {
       // Fuse per dtype: one message per dtype, whatever the number of tensors.
-      std::map<at::ScalarType, std::vector<at::Tensor>> groups;
-      for (auto& t : tensorsCopy) {
-        if (t.numel() > 0) groups[t.scalar_type()].push_back(t);
-      }
-      for (auto& [dtype, group] : groups) {
+      for (auto& [dtype, group] : groupByDtype(tensorsCopy)) {
         at::Tensor buffer = group.size() == 1 ? group[0].view({-1}) : flatten(group);
         reduceBuffer(pg, buffer, op, world, info);
         if (group.size() > 1) unflatten(buffer, group);
@@ -114,11 +111,7 @@ class GlooCommunicator final : public Communicator {
     CommErrorInfo info = args_.broadcast(tensors, root);
     auto tensorsCopy = tensors;
     return submit(info, options, [pg = pg_, tensorsCopy, root, info, rank = rank_]() mutable {
-      std::map<at::ScalarType, std::vector<at::Tensor>> groups;
-      for (auto& t : tensorsCopy) {
-        if (t.numel() > 0) groups[t.scalar_type()].push_back(t);
-      }
-      for (auto& [dtype, group] : groups) {
+      for (auto& [dtype, group] : groupByDtype(tensorsCopy)) {
         at::Tensor buffer = group.size() == 1 ? group[0].view({-1}) : flatten(group);
         std::vector<at::Tensor> wire{wireView(buffer)};
         c10d::BroadcastOptions bo;
@@ -296,12 +289,12 @@ std::shared_ptr<Communicator> makeGlooCommunicator(const Store& store, const Glo
   }
   auto prefixed = store.withPrefix("lockstep/gloo");
   try {
-    auto pg = c10::make_intrusive<ProcessGroupGloo>(prefixed.impl()->store, o.rank, o.worldSize, options);
+    auto pg = c10::make_intrusive<ProcessGroupGloo>(detail::StoreAccess::impl(prefixed)->store, o.rank, o.worldSize, options);
     return std::make_shared<GlooCommunicator>(std::move(pg), o.rank, o.worldSize, o.timeout);
   } catch (const CommError&) {
     throw;
   } catch (const std::exception& e) {
-    info.detail = fmt::format("ranks did not all join through {}: {}", store.impl()->description,
+    info.detail = fmt::format("ranks did not all join through {}: {}", detail::StoreAccess::impl(store)->description,
                               backendMessage(e));
     info.kind = classifyBackendMessage(info.detail);
     throw CommError(info);

@@ -18,15 +18,9 @@
 // a Work past its deadline fails with kTimeout and poisons the communicator
 // (MPI cannot cancel a collective); the process then must exit, and mpirun
 // stops the others.
-// The C API only: OpenMPI's deprecated C++ bindings would need libmpi_cxx.
-#define OMPI_SKIP_MPICXX 1
-#define MPICH_SKIP_MPICXX 1
-#include <mpi.h>
-
+// The C API only (mpi_runtime.h): OpenMPI's deprecated C++ bindings would need libmpi_cxx.
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
-#include <c10/util/BFloat16.h>
-#include <c10/util/Half.h>
 
 #include <fmt/format.h>
 
@@ -41,6 +35,8 @@
 
 #include "comm/collective_args.h"
 #include "comm/failure.h"
+#include "comm/work_access.h"
+#include "comm/mpi_runtime.h"
 #include "lockstep/comm/communicator.h"
 #include "lockstep/common/env.h"
 #include "lockstep/common/error.h"
@@ -52,126 +48,10 @@ bool mpiBackendBuilt() { return true; }
 namespace {
 
 using detail::describe;
+using detail::MpiRuntime;
+using detail::mpiErrorText;
+using detail::mpiType;
 using Clock = std::chrono::steady_clock;
-
-std::string mpiErrorText(int code) {
-  char text[MPI_MAX_ERROR_STRING];
-  int length = 0;
-  if (MPI_Error_string(code, text, &length) != MPI_SUCCESS) return fmt::format("MPI error {}", code);
-  return std::string(text, static_cast<size_t>(length));
-}
-
-// ---- user-defined reductions for the 16-bit float types ----------------------
-
-template <typename T, ReduceOp Op>
-void reduce16(void* in, void* inout, int* length, MPI_Datatype*) {
-  const T* a = static_cast<const T*>(in);
-  T* b = static_cast<T*>(inout);
-  for (int i = 0; i < *length; ++i) {
-    float x = static_cast<float>(a[i]);
-    float y = static_cast<float>(b[i]);
-    float r = Op == ReduceOp::kMax ? (x > y ? x : y) : Op == ReduceOp::kMin ? (x < y ? x : y) : x + y;
-    b[i] = static_cast<T>(r);
-  }
-}
-
-// ---- the process-wide MPI state ---------------------------------------------
-
-class MpiRuntime {
- public:
-  static MpiRuntime& get() {
-    // Never destroyed: MPI is finalised from an atexit handler, after main.
-    static MpiRuntime* runtime = new MpiRuntime();
-    return *runtime;
-  }
-
-  /// Every MPI call holds this lock.
-  std::mutex& mutex() { return mutex_; }
-
-  /// Initialises MPI once. Caller holds mutex().
-  void ensureInitializedLocked() {
-    if (initialized_) return;
-    int already = 0;
-    MPI_Initialized(&already);
-    if (!already) {
-      // Large allreduces (the blocking path) use the ring algorithm unless the user chose:
-      // between 2 local ranks it moved 32 MiB at 3.0-3.8 GB/s where OpenMPI's default
-      // choice gave 1.7-1.9 GB/s (docs/communicator.md). setenv(..., 0) keeps the user's.
-      ::setenv("OMPI_MCA_coll_tuned_use_dynamic_rules", "1", 0);
-      ::setenv("OMPI_MCA_coll_tuned_allreduce_algorithm", "4", 0);
-      int provided = 0;
-      int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
-      if (rc != MPI_SUCCESS) throw Error("MPI_Init_thread failed: " + mpiErrorText(rc));
-      if (provided < MPI_THREAD_SERIALIZED) {
-        throw Error(fmt::format("this MPI provides thread level {} but lockstep needs MPI_THREAD_SERIALIZED ({})",
-                                provided, MPI_THREAD_SERIALIZED));
-      }
-      std::atexit(&MpiRuntime::finalizeAtExit);
-      ownsInit_ = true;
-    }
-    makeOps();
-    initialized_ = true;
-  }
-
-  /// A communicator failed: MPI may hold operations that never finish, so the
-  /// process must not wait in MPI_Finalize.
-  void markFailed() { failed_ = true; }
-  bool finalized() const { return finalized_; }
-
-  MPI_Op op(at::ScalarType dtype, ReduceOp op) const {
-    bool half = dtype == at::kHalf;
-    bool bf16 = dtype == at::kBFloat16;
-    switch (op) {
-      case ReduceOp::kSum:
-      case ReduceOp::kAvg: return half ? halfOps_[0] : bf16 ? bf16Ops_[0] : MPI_SUM;
-      case ReduceOp::kMax: return half ? halfOps_[1] : bf16 ? bf16Ops_[1] : MPI_MAX;
-      case ReduceOp::kMin: return half ? halfOps_[2] : bf16 ? bf16Ops_[2] : MPI_MIN;
-    }
-    return MPI_SUM;
-  }
-
- private:
-  void makeOps() {
-    MPI_Op_create(&reduce16<c10::Half, ReduceOp::kSum>, 1, &halfOps_[0]);
-    MPI_Op_create(&reduce16<c10::Half, ReduceOp::kMax>, 1, &halfOps_[1]);
-    MPI_Op_create(&reduce16<c10::Half, ReduceOp::kMin>, 1, &halfOps_[2]);
-    MPI_Op_create(&reduce16<c10::BFloat16, ReduceOp::kSum>, 1, &bf16Ops_[0]);
-    MPI_Op_create(&reduce16<c10::BFloat16, ReduceOp::kMax>, 1, &bf16Ops_[1]);
-    MPI_Op_create(&reduce16<c10::BFloat16, ReduceOp::kMin>, 1, &bf16Ops_[2]);
-  }
-
-  static void finalizeAtExit() {
-    MpiRuntime& r = get();
-    std::lock_guard<std::mutex> lock(r.mutex_);
-    r.finalized_ = true;
-    int done = 0;
-    MPI_Finalized(&done);
-    if (!r.ownsInit_ || done || r.failed_) return;
-    MPI_Finalize();
-  }
-
-  std::mutex mutex_;
-  bool initialized_ = false;
-  bool ownsInit_ = false;
-  bool failed_ = false;
-  bool finalized_ = false;
-  MPI_Op halfOps_[3]{};
-  MPI_Op bf16Ops_[3]{};
-};
-
-MPI_Datatype mpiType(at::ScalarType t) {
-  switch (t) {
-    case at::kFloat: return MPI_FLOAT;
-    case at::kDouble: return MPI_DOUBLE;
-    case at::kHalf:
-    case at::kBFloat16: return MPI_UINT16_T;  // reduced by the user-defined ops above
-    case at::kChar: return MPI_INT8_T;
-    case at::kByte: return MPI_UINT8_T;
-    case at::kInt: return MPI_INT32_T;
-    case at::kLong: return MPI_INT64_T;
-    default: return MPI_DATATYPE_NULL;
-  }
-}
 
 // ---- the communicator -------------------------------------------------------
 
@@ -205,7 +85,7 @@ struct Engine {
     failureInfo = info;
     MpiRuntime::get().markFailed();
     for (auto& p : pending) {
-      if (p->info.sequence != info.sequence) p->work->complete(abortedError(p->info));
+      if (p->info.sequence != info.sequence) detail::completeWork(*p->work, abortedError(p->info));
     }
     pending.clear();
   }
@@ -235,7 +115,7 @@ struct Engine {
           info.detail = mpiErrorText(rc);
           auto error = std::make_exception_ptr(CommError(info));
           poisonLocked(info, error);
-          failed->work->complete(error);
+          detail::completeWork(*failed->work, error);
           return false;
         }
         if (flag) {
@@ -258,12 +138,12 @@ struct Engine {
         c10::AutoGradMode noGrad(false);
         p.finish();
       }
-      p.work->complete(nullptr);
+      detail::completeWork(*p.work, nullptr);
     } catch (const std::exception& e) {
       CommErrorInfo info = p.info;
       info.kind = CommErrorKind::kBackend;
       info.detail = e.what();
-      p.work->complete(std::make_exception_ptr(CommError(info)));
+      detail::completeWork(*p.work, std::make_exception_ptr(CommError(info)));
     }
   }
 
@@ -295,7 +175,7 @@ struct Engine {
         Pending& p = *item.pending;
         int rc = MPI_SUCCESS;
         if (failure) {
-          p.work->complete(abortedError(p.info));
+          detail::completeWork(*p.work, abortedError(p.info));
         } else {
           rc = item.blocking ? item.blocking() : item.issue(p.requests);
           if (rc != MPI_SUCCESS) {
@@ -304,7 +184,7 @@ struct Engine {
             info.detail = mpiErrorText(rc);
             auto error = std::make_exception_ptr(CommError(info));
             poisonLocked(info, error);
-            p.work->complete(error);
+            detail::completeWork(*p.work, error);
           } else if (item.blocking || p.requests.empty()) {
             done = true;
           } else {
@@ -363,10 +243,7 @@ class MpiCommunicator final : public Communicator {
   WorkHandle allreduce(std::vector<at::Tensor>& tensors, ReduceOp op, const CollectiveOptions& options) override {
     CommErrorInfo info = args_.allreduce(tensors, op);
     // One buffer per dtype: a single tensor is reduced in place, a list is fused.
-    std::map<at::ScalarType, std::vector<at::Tensor>> groups;
-    for (const auto& t : tensors) {
-      if (t.numel() > 0) groups[t.scalar_type()].push_back(t);
-    }
+    auto groups = detail::groupByDtype(tensors);
     std::vector<std::pair<at::Tensor, std::vector<at::Tensor>>> buffers;
     for (auto& [dtype, group] : groups) {
       at::Tensor buffer = group.size() == 1 ? group[0].view({-1}) : detail::flatten(group);
@@ -586,7 +463,7 @@ class MpiCommunicator final : public Communicator {
     {
       std::lock_guard<std::mutex> lock(MpiRuntime::get().mutex());
       if (engine_->failure) {
-        work->complete(engine_->abortedError(info));
+        detail::completeWork(*work, engine_->abortedError(info));
         return work;
       }
       if (issue) {
@@ -596,12 +473,12 @@ class MpiCommunicator final : public Communicator {
           info.detail = mpiErrorText(rc);
           auto error = std::make_exception_ptr(CommError(info));
           engine_->poisonLocked(info, error);
-          work->complete(error);
+          detail::completeWork(*work, error);
           return work;
         }
       }
       if (pending->requests.empty()) {
-        work->complete(nullptr);
+        detail::completeWork(*work, nullptr);
         return work;
       }
       engine_->pending.push_back(pending);

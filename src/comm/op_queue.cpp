@@ -1,6 +1,7 @@
 #include "comm/op_queue.h"
 
 #include "comm/failure.h"
+#include "comm/work_access.h"
 
 #include <c10/core/GradMode.h>
 
@@ -38,7 +39,7 @@ void OpQueue::poisonLocked(State& state, const CommErrorInfo& info, std::excepti
   if (state.failure) return;
   state.failure = std::move(error);
   state.failureInfo = info;
-  for (auto& task : state.tasks) task.work->complete(abortedError(state, task.info));
+  for (auto& task : state.tasks) detail::completeWork(*task.work, abortedError(state, task.info));
   state.tasks.clear();
 }
 
@@ -70,7 +71,7 @@ WorkHandle OpQueue::submitIssued(CommErrorInfo info, std::chrono::milliseconds t
     std::lock_guard<std::mutex> lock(state_->mutex);
     if (state_->failure) {
       // Fail at once: the ranks are no longer known to be in step.
-      work->complete(abortedError(*state_, info));
+      detail::completeWork(*work, abortedError(*state_, info));
       return work;
     }
     state_->tasks.push_back(Task{work, std::move(info), std::move(body), {}});
@@ -105,7 +106,7 @@ bool OpQueue::guarded(State& state, Task& task, const std::function<void()>& fn)
     std::lock_guard<std::mutex> lock(state.mutex);
     poisonLocked(state, info, error);
   }
-  task.work->complete(error);
+  detail::completeWork(*task.work, error);
   return false;
 }
 
@@ -129,7 +130,7 @@ void OpQueue::runIssuer(std::shared_ptr<State> state) {
     if (task.finisher) {
       state->finishing.push_back(std::move(task));
     } else {
-      task.work->complete(nullptr);
+      detail::completeWork(*task.work, nullptr);
     }
   }
 }
@@ -148,7 +149,7 @@ void OpQueue::runFinisher(std::shared_ptr<State> state) {
       ++state->busy;
     }
     bool ok = guarded(*state, task, task.finisher);
-    if (ok) task.work->complete(nullptr);
+    if (ok) detail::completeWork(*task.work, nullptr);
     std::lock_guard<std::mutex> lock(state->mutex);
     --state->busy;
     state->cv.notify_all();

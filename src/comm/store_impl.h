@@ -5,6 +5,8 @@
 
 #include <memory>
 
+#include "lockstep/comm/store.h"
+
 namespace lockstep::detail {
 
 class StoreServer;
@@ -13,6 +15,11 @@ struct StoreImpl {
   c10::intrusive_ptr<c10d::Store> store;
   std::shared_ptr<StoreServer> server;  // rank 0's server, kept alive by every view of the store
   std::string description;  // "tcp://host:port" or "memory"
+};
+
+/// What only the communicators may see of a Store.
+struct StoreAccess {
+  static const std::shared_ptr<StoreImpl>& impl(const Store& store) { return store.impl_; }
 };
 
 }  // namespace lockstep::detail

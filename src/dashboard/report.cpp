@@ -14,6 +14,7 @@
 #include "common/posix_io.h"
 #include "dashboard/assets.h"
 #include "dashboard/run_reader.h"
+#include "monitor/run_files.h"
 
 namespace lockstep::dashboard {
 
@@ -50,12 +51,6 @@ std::string scriptSafeJson(const nlohmann::json& value) {
   return out;
 }
 
-std::string runNameOf(const std::string& runDir) {
-  fs::path path = fs::absolute(runDir).lexically_normal();
-  if (!path.has_filename()) path = path.parent_path();  // "runs/tiny/"
-  return path.filename().string();
-}
-
 }  // namespace
 
 std::string buildReport(const std::string& runDir) {
@@ -72,7 +67,7 @@ std::string buildReport(const std::string& runDir) {
     }
     throw RunNotFound(fmt::format("'{}' is not a run directory: it has no run.json{}", runDir, hint));
   }
-  RunReader reader(runDir, runNameOf(runDir));
+  RunReader reader(runDir, detail::runNameOf(runDir));
   reader.refresh();
 
   double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();

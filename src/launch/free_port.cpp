@@ -9,9 +9,9 @@
 #include "common/socket_address.h"
 #include "launch/child_process.h"
 #include "lockstep/common/error.h"
-#include "lockstep/launch/launcher.h"
+#include "launch/launch_commands.h"
 
-namespace lockstep {
+namespace lockstep::detail {
 namespace {
 
 /// Binds a TCP socket to host:port; returns the bound port, or -1 (errno set).
@@ -51,4 +51,4 @@ int pickFreePort(const std::string& host) {
 
 bool portIsFree(const std::string& host, int port) { return tryBind(host, port) == port; }
 
-}  // namespace lockstep
+}  // namespace lockstep::detail

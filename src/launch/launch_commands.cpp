@@ -9,7 +9,10 @@
 
 #include "lockstep/common/env.h"
 #include "lockstep/common/error.h"
-#include "lockstep/launch/launcher.h"
+#include "launch/launch_commands.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
 
 namespace lockstep {
 
@@ -40,6 +43,8 @@ std::vector<HostSlots> parseHosts(const std::string& text) {
   }
   return hosts;
 }
+
+namespace detail {
 
 std::string shellQuote(const std::string& word) {
   bool plain = !word.empty() && std::all_of(word.begin(), word.end(), [](char c) {
@@ -86,4 +91,82 @@ std::vector<std::string> mpirunCommand(const LaunchOptions& o, int cores, bool a
   return argv;
 }
 
+std::string resolveProgram(const std::string& program) {
+  auto runnable = [](const std::string& path) {
+    struct stat st {};
+    return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
+  };
+  if (program.empty()) return "";
+  if (program.find('/') != std::string::npos) return runnable(program) ? program : "";
+  auto path = Environment::fromProcess().get("PATH").value_or("/usr/local/bin:/usr/bin:/bin");
+  size_t start = 0;
+  while (start <= path.size()) {
+    size_t end = path.find(':', start);
+    std::string dir = path.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    std::string candidate = (dir.empty() ? "." : dir) + "/" + program;
+    if (runnable(candidate)) return candidate;
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  return "";
+}
+
+void validateLaunchOptions(const LaunchOptions& o) {
+  if (o.nprocPerNode < 1) throw ConfigError(fmt::format("-np {}: the number of workers must be at least 1", o.nprocPerNode));
+  if (o.nnodes < 1) throw ConfigError(fmt::format("--nnodes {}: must be at least 1", o.nnodes));
+  if (o.nodeRank < 0 || o.nodeRank >= o.nnodes) {
+    throw ConfigError(fmt::format("--node-rank {}: must be in 0..{} for --nnodes {}", o.nodeRank, o.nnodes - 1, o.nnodes));
+  }
+  if (o.masterPort < 0 || o.masterPort > 65535) {
+    throw ConfigError(fmt::format("--master-port {}: must be in 1..65535", o.masterPort));
+  }
+  if (o.nnodes > 1 && o.masterPort == 0) {
+    throw ConfigError("--master-port is required with --nnodes > 1 (every node must use the same port)");
+  }
+  if (o.masterAddr.empty()) throw ConfigError("--master-addr must not be empty");
+  if (o.command.empty()) throw ConfigError("missing the program to run: put it after `--`, e.g. `lockstep run -np 2 -- ./train`");
+  if (resolveProgram(o.command[0]).empty()) {
+    throw ConfigError(fmt::format("program '{}' not found or not executable{}", o.command[0],
+                                  o.command[0].find('/') == std::string::npos ? " (searched PATH)" : ""));
+  }
+  if (o.threadsPerWorker && *o.threadsPerWorker < 1) {
+    throw ConfigError(fmt::format("--threads {}: must be at least 1", *o.threadsPerWorker));
+  }
+  if (o.backend != "gloo" && o.backend != "mpi") {
+    throw ConfigError(fmt::format("--backend {}: expected gloo, mpi or auto", o.backend));
+  }
+  if (o.backend == "mpi") {
+    if (o.nnodes > 1) {
+      throw ConfigError("--backend mpi starts workers on this node only; for several nodes run mpirun yourself "
+                        "with a hostfile (see docs/launcher.md)");
+    }
+    if (resolveProgram("mpirun").empty()) {
+      throw ConfigError("--backend mpi needs `mpirun` on PATH (Debian package openmpi-bin; scripts/setup.sh installs it)");
+    }
+  }
+  if (o.maxRestarts < 0) throw ConfigError(fmt::format("--max-restarts {}: must be 0 or more", o.maxRestarts));
+  if (!o.hosts.empty()) {
+    if (o.backend == "mpi") {
+      throw ConfigError("-H starts lockstep launchers over ssh with the gloo backend; for MPI across hosts run "
+                        "mpirun with -H or a hostfile yourself (see docs/multi-node.md)");
+    }
+    if (o.nnodes != 1 || o.nodeRank != 0) throw ConfigError("-H sets the nodes itself; leave out --nnodes/--node-rank");
+    for (const auto& h : o.hosts) {
+      if (h.slots != o.hosts.front().slots) {
+        throw ConfigError(fmt::format("-H: every host needs the same number of slots (ranks are node * slots + "
+                                      "local rank); {} has {} but {} has {}", o.hosts.front().host,
+                                      o.hosts.front().slots, h.host, h.slots));
+      }
+    }
+    if (o.rsh.empty() || resolveProgram(o.rsh.front()).empty()) {
+      throw ConfigError(fmt::format("--rsh: '{}' not found; -H needs a remote shell (ssh) to start the other nodes",
+                                    o.rsh.empty() ? "" : o.rsh.front()));
+    }
+  }
+  if (o.commTimeoutSeconds && !(*o.commTimeoutSeconds > 0)) {
+    throw ConfigError(fmt::format("--comm-timeout {}: must be a positive number of seconds", *o.commTimeoutSeconds));
+  }
+}
+
+}  // namespace detail
 }  // namespace lockstep

@@ -21,6 +21,7 @@
 #include <fmt/format.h>
 
 #include "launch/child_process.h"
+#include "launch/launch_commands.h"
 #include "launch/output_relay.h"
 #include "lockstep/common/env.h"
 #include "lockstep/common/error.h"
@@ -34,29 +35,15 @@ constexpr Clock::time_point kNever = Clock::time_point::max();
 using detail::ChildProcess;
 using detail::Fd;
 
-std::string resolveProgram(const std::string& program) {
-  auto runnable = [](const std::string& path) {
-    struct stat st {};
-    return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
-  };
-  if (program.empty()) return "";
-  if (program.find('/') != std::string::npos) return runnable(program) ? program : "";
-  auto path = Environment::fromProcess().get("PATH").value_or("/usr/local/bin:/usr/bin:/bin");
-  size_t start = 0;
-  while (start <= path.size()) {
-    size_t end = path.find(':', start);
-    std::string dir = path.substr(start, end == std::string::npos ? std::string::npos : end - start);
-    std::string candidate = (dir.empty() ? "." : dir) + "/" + program;
-    if (runnable(candidate)) return candidate;
-    if (end == std::string::npos) break;
-    start = end + 1;
-  }
-  return "";
-}
-
 namespace {
 
 using detail::OutputRelay;
+using detail::mpirunCommand;
+using detail::pickFreePort;
+using detail::portIsFree;
+using detail::remoteLaunchCommand;
+using detail::resolveProgram;
+using detail::shellQuote;
 using detail::writeAll;  // errors writing our own stdout/stderr are ignored: nothing better to do
 
 // ---- signals: a self-pipe, so the poll loop sees them ----------------------
@@ -453,60 +440,35 @@ class Runner {
   bool parentGone_ = false;
 };
 
-void validate(const LaunchOptions& o) {
-  if (o.nprocPerNode < 1) throw ConfigError(fmt::format("-np {}: the number of workers must be at least 1", o.nprocPerNode));
-  if (o.nnodes < 1) throw ConfigError(fmt::format("--nnodes {}: must be at least 1", o.nnodes));
-  if (o.nodeRank < 0 || o.nodeRank >= o.nnodes) {
-    throw ConfigError(fmt::format("--node-rank {}: must be in 0..{} for --nnodes {}", o.nodeRank, o.nnodes - 1, o.nnodes));
+/// The job token: from stdin (-H's remote launchers), the options, the
+/// environment, or a fresh random one on a single node.
+std::string jobToken(const LaunchOptions& o, const std::map<std::string, std::string>& env) {
+  if (o.tokenFromStdin) {
+    std::string line;
+    char c;
+    while (::read(STDIN_FILENO, &c, 1) == 1 && c != '\n') line += c;
+    if (line.empty()) throw ConfigError("--token-stdin: no job token arrived on stdin");
+    return line;
   }
-  if (o.masterPort < 0 || o.masterPort > 65535) {
-    throw ConfigError(fmt::format("--master-port {}: must be in 1..65535", o.masterPort));
+  if (!o.token.empty()) return o.token;
+  if (auto token = tokenFromEnvironment(Environment(env))) return *token;
+  if (o.nnodes > 1) {
+    throw ConfigError(fmt::format("--nnodes {}: every node must hold the same job token; put it in a file that "
+                                  "every node can read and pass --token-file FILE (or export {}), or start all "
+                                  "nodes from one host with -H", o.nnodes, kJobTokenVar));
   }
-  if (o.nnodes > 1 && o.masterPort == 0) {
-    throw ConfigError("--master-port is required with --nnodes > 1 (every node must use the same port)");
-  }
-  if (o.masterAddr.empty()) throw ConfigError("--master-addr must not be empty");
-  if (o.command.empty()) throw ConfigError("missing the program to run: put it after `--`, e.g. `lockstep run -np 2 -- ./train`");
-  if (resolveProgram(o.command[0]).empty()) {
-    throw ConfigError(fmt::format("program '{}' not found or not executable{}", o.command[0],
-                                  o.command[0].find('/') == std::string::npos ? " (searched PATH)" : ""));
-  }
-  if (o.threadsPerWorker && *o.threadsPerWorker < 1) {
-    throw ConfigError(fmt::format("--threads {}: must be at least 1", *o.threadsPerWorker));
-  }
-  if (o.backend != "gloo" && o.backend != "mpi") {
-    throw ConfigError(fmt::format("--backend {}: expected gloo, mpi or auto", o.backend));
-  }
-  if (o.backend == "mpi") {
-    if (o.nnodes > 1) {
-      throw ConfigError("--backend mpi starts workers on this node only; for several nodes run mpirun yourself "
-                        "with a hostfile (see docs/launcher.md)");
-    }
-    if (resolveProgram("mpirun").empty()) {
-      throw ConfigError("--backend mpi needs `mpirun` on PATH (Debian package openmpi-bin; scripts/setup.sh installs it)");
-    }
-  }
-  if (o.maxRestarts < 0) throw ConfigError(fmt::format("--max-restarts {}: must be 0 or more", o.maxRestarts));
-  if (!o.hosts.empty()) {
-    if (o.backend == "mpi") {
-      throw ConfigError("-H starts lockstep launchers over ssh with the gloo backend; for MPI across hosts run "
-                        "mpirun with -H or a hostfile yourself (see docs/multi-node.md)");
-    }
-    if (o.nnodes != 1 || o.nodeRank != 0) throw ConfigError("-H sets the nodes itself; leave out --nnodes/--node-rank");
-    for (const auto& h : o.hosts) {
-      if (h.slots != o.hosts.front().slots) {
-        throw ConfigError(fmt::format("-H: every host needs the same number of slots (ranks are node * slots + "
-                                      "local rank); {} has {} but {} has {}", o.hosts.front().host,
-                                      o.hosts.front().slots, h.host, h.slots));
-      }
-    }
-    if (o.rsh.empty() || resolveProgram(o.rsh.front()).empty()) {
-      throw ConfigError(fmt::format("--rsh: '{}' not found; -H needs a remote shell (ssh) to start the other nodes",
-                                    o.rsh.empty() ? "" : o.rsh.front()));
-    }
-  }
-  if (o.commTimeoutSeconds && !(*o.commTimeoutSeconds > 0)) {
-    throw ConfigError(fmt::format("--comm-timeout {}: must be a positive number of seconds", *o.commTimeoutSeconds));
+  return randomToken();
+}
+
+/// An explicit --threads wins; else a count the user exported is kept and
+/// followed by the variables they left unset; else cores / workers.
+void setThreadVariables(const LaunchOptions& o, std::map<std::string, std::string>& env) {
+  std::string threadText = std::to_string(std::max(1, usableCores() / o.nprocPerNode));
+  if (o.threadsPerWorker) threadText = std::to_string(*o.threadsPerWorker);
+  else if (env.count(env::kNumThreads)) threadText = env[env::kNumThreads];
+  else if (env.count("OMP_NUM_THREADS")) threadText = env["OMP_NUM_THREADS"];
+  for (const char* var : {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", env::kNumThreads}) {
+    if (o.threadsPerWorker || !env.count(var)) env[var] = threadText;
   }
 }
 
@@ -519,40 +481,15 @@ LaunchResult launch(const LaunchOptions& input) {
     if (o.masterAddr.empty() || o.masterAddr == "127.0.0.1") o.masterAddr = o.hosts.front().host;
     if (o.masterPort == 0) o.masterPort = 29500;
   }
-  validate(o);
+  detail::validateLaunchOptions(o);
   auto env = Environment::fromProcess().vars();
-  if (o.tokenFromStdin) {
-    std::string line;
-    char c;
-    while (::read(STDIN_FILENO, &c, 1) == 1 && c != '\n') line += c;
-    if (line.empty()) throw ConfigError("--token-stdin: no job token arrived on stdin");
-    o.token = line;
-  }
-  if (o.token.empty()) {
-    if (auto token = tokenFromEnvironment(Environment(env))) {
-      o.token = *token;
-    } else if (o.nnodes > 1) {
-      throw ConfigError(fmt::format("--nnodes {}: every node must hold the same job token; put it in a file that "
-                                    "every node can read and pass --token-file FILE (or export {}), or start all "
-                                    "nodes from one host with -H", o.nnodes, kJobTokenVar));
-    } else {
-      o.token = randomToken();
-    }
-  }
+  o.token = jobToken(o, env);
   env.erase(kJobTokenFileVar);
   env[kJobTokenVar] = o.token;
   if (!o.iface.empty()) env[env::kIface] = o.iface;
   if (!o.hosts.empty()) return Runner(o).run(env);
   bool pickPort = o.masterPort == 0;
-  // An explicit --threads wins; else a count the user exported is kept and
-  // followed by the variables they left unset; else cores / workers.
-  std::string threadText = std::to_string(std::max(1, usableCores() / o.nprocPerNode));
-  if (o.threadsPerWorker) threadText = std::to_string(*o.threadsPerWorker);
-  else if (env.count(env::kNumThreads)) threadText = env[env::kNumThreads];
-  else if (env.count("OMP_NUM_THREADS")) threadText = env["OMP_NUM_THREADS"];
-  for (const char* var : {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", env::kNumThreads}) {
-    if (o.threadsPerWorker || !env.count(var)) env[var] = threadText;
-  }
+  setThreadVariables(o, env);
   if (o.commTimeoutSeconds) env[env::kCommTimeout] = fmt::format("{}", *o.commTimeoutSeconds);
   for (int attempt = 0;; ++attempt) {
     if (o.nodeRank == 0) {

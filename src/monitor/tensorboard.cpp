@@ -7,6 +7,7 @@
 
 #include "lockstep/common/checksum.h"
 #include "monitor/run_files.h"
+#include "monitor/tensorboard_records.h"
 
 namespace lockstep {
 
@@ -53,6 +54,8 @@ constexpr uint32_t kValueSimpleValue = 2;  // float
 
 }  // namespace
 
+namespace detail {
+
 uint32_t maskedCrc32c(const void* data, size_t size) {
   uint32_t crc = crc32c(data, size);
   return ((crc >> 15) | (crc << 17)) + 0xa282ead8u;
@@ -94,6 +97,8 @@ std::string frameRecord(const std::string& data) {
   return out;
 }
 
+}  // namespace detail
+
 TensorBoardWriter::TensorBoardWriter(const std::string& dir) : file_(std::make_unique<detail::AppendFile>()) {
   detail::createDirectories(dir);
   double now = detail::unixNow();
@@ -101,13 +106,13 @@ TensorBoardWriter::TensorBoardWriter(const std::string& dir) : file_(std::make_u
                fmt::format("events.out.tfevents.{}.{}", static_cast<int64_t>(now), detail::hostName()))
                   .string();
   file_->open(path);
-  file_->writeLine(frameRecord(encodeFileVersionEvent(now)));
+  file_->writeLine(detail::frameRecord(detail::encodeFileVersionEvent(now)));
 }
 
 TensorBoardWriter::~TensorBoardWriter() = default;
 
 void TensorBoardWriter::addScalar(const std::string& tag, int64_t step, double value, double wallTime) {
-  file_->append(frameRecord(encodeScalarEvent(wallTime, step, tag, static_cast<float>(value))));
+  file_->append(detail::frameRecord(detail::encodeScalarEvent(wallTime, step, tag, static_cast<float>(value))));
 }
 
 void TensorBoardWriter::flush() { file_->flush(); }

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "lockstep/comm/communicator.h"
+#include "launch/launch_commands.h"
 #include "lockstep/launch/launcher.h"
 #include "support/subprocess.h"
 
@@ -21,7 +22,7 @@ using test::runProcess;
 
 /// Starts `world` comm_worker processes by hand (no launcher) and collects them.
 std::vector<ProcessResult> runWorld(int world, const std::vector<std::string>& args, double commTimeoutSeconds) {
-  int port = pickFreePort("127.0.0.1");
+  int port = detail::pickFreePort("127.0.0.1");
   std::vector<std::future<ProcessResult>> futures;
   for (int r = 0; r < world; ++r) {
     ProcessOptions o;

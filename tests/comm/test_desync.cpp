@@ -14,6 +14,7 @@
 #include "lockstep/comm/desync_check.h"
 #include "support/expect.h"
 #include "lockstep/common/error.h"
+#include "launch/launch_commands.h"
 #include "lockstep/launch/launcher.h"
 #include "support/subprocess.h"
 #include "support/thread_ranks.h"
@@ -408,7 +409,7 @@ TEST(DesyncCheckEnv, BadValuesNameTheVariableAndWhatIsExpected) {
 
 TEST(DesyncCheckProcesses, DifferentSizesFailFastOnBothProcessesWithTheDefaultSampledCheck) {
   // No LOCKSTEP_DESYNC_CHECK: the default (sampled) checks the first collectives; #4 differs.
-  int port = pickFreePort("127.0.0.1");
+  int port = detail::pickFreePort("127.0.0.1");
   std::vector<std::future<test::ProcessResult>> futures;
   for (int r = 0; r < 2; ++r) {
     test::ProcessOptions o;

@@ -10,12 +10,17 @@
 #include <future>
 #include <thread>
 
+#include "launch/launch_commands.h"
 #include "lockstep/launch/launcher.h"
 #include "support/subprocess.h"
 
 namespace lockstep {
 namespace {
 
+using detail::mpirunCommand;
+using detail::remoteLaunchCommand;
+using detail::resolveProgram;
+using detail::shellQuote;
 using test::lockstepBin;
 using test::ProcessOptions;
 using test::ProcessResult;

@@ -11,6 +11,7 @@
 #include "lockstep/common/error.h"
 #include "lockstep/monitor/tensorboard.h"
 #include "monitor/run_dir.h"
+#include "monitor/tensorboard_records.h"
 #include "support/subprocess.h"
 
 namespace lockstep {
@@ -124,7 +125,7 @@ DecodedEvent decodeEvent(const std::string& bytes) {
 TEST(TensorBoard, Crc32cIsTheCastagnoliPolynomial) {
   // The standard check value of CRC-32C (iSCSI, TFRecord); plain CRC-32 gives 0xCBF43926.
   EXPECT_EQ(crc32c("123456789", 9), 0xE3069283u);
-  EXPECT_EQ(maskedCrc32c("123456789", 9), mask(0xE3069283u));
+  EXPECT_EQ(detail::maskedCrc32c("123456789", 9), mask(0xE3069283u));
 }
 
 TEST(TensorBoard, EventFileFramingAndFieldsDecode) {

@@ -22,6 +22,7 @@ namespace lockstep {
 
 namespace detail {
 struct StoreImpl;
+struct StoreAccess;
 }
 
 struct TcpStoreOptions {
@@ -62,9 +63,8 @@ class Store {
   /// "tcp://host:port" or "memory" (for messages).
   std::string description() const;
 
-  std::shared_ptr<detail::StoreImpl> impl() const { return impl_; }
-
  private:
+  friend struct detail::StoreAccess;  // the communicators reach the backend store (src/comm/store_impl.h)
   explicit Store(std::shared_ptr<detail::StoreImpl> impl) : impl_(std::move(impl)) {}
   std::shared_ptr<detail::StoreImpl> impl_;
 };

@@ -16,6 +16,10 @@
 
 namespace lockstep {
 
+namespace detail {
+struct WorkAccess;
+}
+
 class Work {
  public:
   using Clock = std::chrono::steady_clock;
@@ -40,10 +44,12 @@ class Work {
   /// default time point while it has not. Used for timelines.
   Clock::time_point completedAt() const;
 
-  /// Backend side: marks the work finished; `error` is null on success.
-  void complete(std::exception_ptr error);
 
  private:
+  friend struct detail::WorkAccess;  // the backends (src/comm/work_access.h)
+  /// Marks the work finished; `error` is null on success.
+  void complete(std::exception_ptr error);
+
   std::string description_;
   Clock::time_point deadline_;
   std::function<std::exception_ptr()> onTimeout_;

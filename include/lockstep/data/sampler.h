@@ -15,7 +15,10 @@
 // - Every rank must use the same datasetSize, seed, shuffle and dropLast and
 //   call setEpoch(e) with the same e before each epoch, or the shards overlap.
 // - Invalid options, batch sizes or batch indices throw lockstep::Error naming
-//   the field. Methods are const except setEpoch; no internal synchronisation.
+//   the field.
+// - Threads: the const methods keep no caches, so any number of threads may
+//   call them at once; setEpoch (the only mutator) must not overlap them —
+//   call it between epochs, before the loader is started on the new plan.
 #pragma once
 
 #include <cstdint>

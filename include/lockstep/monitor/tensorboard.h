@@ -2,7 +2,8 @@
 //
 // The file is a TFRecord stream (uint64 length, masked CRC-32C of the length,
 // the bytes, masked CRC-32C of the bytes; mask = ((crc >> 15) | (crc << 17)) +
-// 0xa282ead8) of serialized tensorflow.Event protobufs, encoded by hand:
+// 0xa282ead8) of serialized tensorflow.Event protobufs, encoded by hand
+// (src/monitor/tensorboard_records.h):
 // first Event{wall_time, file_version "brain.Event:2"}, then one
 // Event{wall_time, step, summary{value{tag, simple_value}}} per scalar.
 // TensorBoard reads every events.out.tfevents.* file of a directory, so a
@@ -10,7 +11,6 @@
 // writer per file, used from one thread.
 #pragma once
 
-#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -20,16 +20,6 @@ namespace lockstep {
 namespace detail {
 class AppendFile;
 }
-
-/// The masked CRC-32C that TFRecord stores.
-uint32_t maskedCrc32c(const void* data, size_t size);
-
-/// One serialized tensorflow.Event holding one scalar (exposed for tests).
-std::string encodeScalarEvent(double wallTime, int64_t step, const std::string& tag, float value);
-/// The serialized first Event of a file: wall_time and file_version "brain.Event:2".
-std::string encodeFileVersionEvent(double wallTime);
-/// `data` framed as one TFRecord.
-std::string frameRecord(const std::string& data);
 
 class TensorBoardWriter {
  public:
