@@ -47,8 +47,10 @@ int run(int64_t steps) {
   for (const char* var : {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"}) {
     const char* value = std::getenv(var);
     if (!value || std::string(value) != "1") {
-      std::cerr << fmt::format("bare_loop: note: {} is not 1; set it as `lockstep run --threads 1` does, or BLAS "
-                               "may use more than one thread\n", var);
+      std::cerr << fmt::format(
+          "bare_loop: note: {} is not 1; set it as `lockstep run --threads 1` does, or BLAS "
+          "may use more than one thread\n",
+          var);
     }
   }
   auto images = lockstep::openFashionMnist(lockstep::kDefaultFashionMnistRoot, /*train=*/true);
@@ -105,12 +107,14 @@ int run(int64_t steps) {
   std::cout << fmt::format("bare_loop: convnet, batch {}, Adam {}, {} thread(s), mean loss {:.4f}\n", kBatch, kLr,
                            at::get_num_threads(), lossSum / static_cast<double>(steps));
   auto ms = [&](double s) { return 1000 * s / static_cast<double>(steps - 1); };
-  std::cout << fmt::format("per step (mean of {}): {:.1f} ms = data wait {:.1f} + forward {:.1f} + backward {:.1f} + "
-                           "optimizer {:.1f}\n",
-                           steps - 1, ms(timed), ms(phase[0]), ms(phase[1]), ms(phase[2]), ms(phase[3]));
-  std::cout << fmt::format("done: {} steps in {:.1f} s, {:.0f} samples/s (global, after the first step), {:.1f} s "
-                           "waiting for data\n",
-                           steps, total, static_cast<double>((steps - 1) * kBatch) / timed, loader.waitSeconds());
+  std::cout << fmt::format(
+      "per step (mean of {}): {:.1f} ms = data wait {:.1f} + forward {:.1f} + backward {:.1f} + "
+      "optimizer {:.1f}\n",
+      steps - 1, ms(timed), ms(phase[0]), ms(phase[1]), ms(phase[2]), ms(phase[3]));
+  std::cout << fmt::format(
+      "done: {} steps in {:.1f} s, {:.0f} samples/s (global, after the first step), {:.1f} s "
+      "waiting for data\n",
+      steps, total, static_cast<double>((steps - 1) * kBatch) / timed, loader.waitSeconds());
   return 0;
 }
 

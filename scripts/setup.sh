@@ -19,6 +19,7 @@ PACKAGES=(
   libcpp-httplib-dev      # HTTP server of `lockstep dashboard` (and the client in its tests)
   chromium                # headless browser: the dashboard's end-to-end test renders the page
   libgtest-dev libgmock-dev googletest   # tests
+  clang-format            # the C++ style (.clang-format), checked by the format_check test
   procps psmisc           # ps/pkill used by tests of the launcher
   openmpi-bin             # mpirun: workers started by OpenMPI find each other (tested)
   libopenmpi-dev          # the MPI communicator backend (shared memory between local ranks)

@@ -84,18 +84,28 @@ int benchAllreduce(const AllreduceBenchOptions& o) {
     double busbw = algbw * busFactor;
     if (master) {
       if (o.json) {
-        rows.push_back({{"bytes", realBytes}, {"count", count}, {"iters", iters}, {"time_us", seconds * 1e6},
-                        {"algbw_gbps", algbw}, {"busbw_gbps", busbw}, {"wrong", wrong}});
+        rows.push_back({{"bytes", realBytes},
+                        {"count", count},
+                        {"iters", iters},
+                        {"time_us", seconds * 1e6},
+                        {"algbw_gbps", algbw},
+                        {"busbw_gbps", busbw},
+                        {"wrong", wrong}});
       } else {
-        std::cout << fmt::format("  {:>12} {:>12} {:>7} {:>12.1f} {:>10.3f} {:>10.3f} {:>7}\n", realBytes, count,
-                                 iters, seconds * 1e6, algbw, busbw, o.check ? std::to_string(wrong) : "n/a");
+        std::cout << fmt::format("  {:>12} {:>12} {:>7} {:>12.1f} {:>10.3f} {:>10.3f} {:>7}\n", realBytes, count, iters,
+                                 seconds * 1e6, algbw, busbw, o.check ? std::to_string(wrong) : "n/a");
       }
     }
   }
   if (master && o.json) {
-    nlohmann::json doc = {{"benchmark", "allreduce"}, {"backend", comm.backendName()}, {"world_size", world},
-                          {"dtype", o.dtype}, {"op", o.op}, {"threads_per_rank", ctx.numThreads},
-                          {"busbw_factor", busFactor}, {"results", rows}};
+    nlohmann::json doc = {{"benchmark", "allreduce"},
+                          {"backend", comm.backendName()},
+                          {"world_size", world},
+                          {"dtype", o.dtype},
+                          {"op", o.op},
+                          {"threads_per_rank", ctx.numThreads},
+                          {"busbw_factor", busFactor},
+                          {"results", rows}};
     std::cout << doc.dump(2) << "\n";
   }
   if (wrongTotal > 0) {

@@ -13,22 +13,24 @@
 
 #include "cli/commands.h"
 #include "cli/parse_args.h"
-#include "lockstep/workloads/tasks.h"
 #include "lockstep/common/error.h"
 #include "lockstep/data/loader.h"
 #include "lockstep/data/sampler.h"
 #include "lockstep/models/vision.h"
 #include "lockstep/rendezvous/init.h"
+#include "lockstep/workloads/tasks.h"
 
 namespace lockstep::cli {
 
 int benchLoader(const std::vector<std::string>& args) {
   std::vector<std::string> words;
   int64_t batches = 50;
-  CLI::App app{"The image loader alone against the trainer's consumption (docs/performance.md)", "lockstep bench loader"};
+  CLI::App app{"The image loader alone against the trainer's consumption (docs/performance.md)",
+               "lockstep bench loader"};
   app.add_option("CONFIG.yaml key.path=value", words, "a training config, then overrides of its keys");
   app.add_option("--batches", batches, "batches to time")->check(CLI::Range(int64_t(1), int64_t(1000000)));
-  if (auto exit = parseArgs(app, args, "bench loader", "usage: lockstep bench loader CONFIG [key=value ...] [--batches N]")) {
+  if (auto exit =
+          parseArgs(app, args, "bench loader", "usage: lockstep bench loader CONFIG [key=value ...] [--batches N]")) {
     return *exit;
   }
   auto [file, overrides] = splitConfigArgs(words);

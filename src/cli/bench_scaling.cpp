@@ -93,8 +93,10 @@ struct Row {
 
 std::vector<int> parseWorldSizes(const std::string& text) {
   auto bad = [&] {
-    return ConfigError(fmt::format("--np '{}': expected a comma-separated list of worker counts of at least 1, "
-                                   "e.g. --np 1,2,4", text));
+    return ConfigError(
+        fmt::format("--np '{}': expected a comma-separated list of worker counts of at least 1, "
+                    "e.g. --np 1,2,4",
+                    text));
   };
   std::vector<int> sizes;
   size_t start = 0;
@@ -103,9 +105,7 @@ std::vector<int> parseWorldSizes(const std::string& text) {
     std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
     try {
       sizes.push_back(static_cast<int>(parseInt(item, "--np", 1, 4096)));
-    } catch (const ConfigError&) {
-      throw bad();
-    }
+    } catch (const ConfigError&) { throw bad(); }
     if (comma == std::string::npos) break;
     start = comma + 1;
   }
@@ -115,17 +115,20 @@ std::vector<int> parseWorldSizes(const std::string& text) {
 /// Parses `bench scaling`'s arguments into `o`; an exit code when the command
 /// should stop now (help, a CLI11 error), ConfigError for a bad value.
 std::optional<int> parseScalingArgs(const std::vector<std::string>& args, ScalingOptions& o) {
-  CLI::App app{"Runs `lockstep run -np K -- lockstep train CONFIG` for each K with trainer.max_steps=N and compares "
-               "samples/s and the per-step phases",
-               "lockstep bench scaling"};
+  CLI::App app{
+      "Runs `lockstep run -np K -- lockstep train CONFIG` for each K with trainer.max_steps=N and compares "
+      "samples/s and the per-step phases",
+      "lockstep bench scaling"};
   std::vector<std::string> words;
   std::string np;
   app.add_option("CONFIG.yaml key.path=value", words, "a training config, then overrides of its keys");
   auto* npOption = app.add_option("-n,--np", np, "the world sizes to compare, comma-separated (e.g. 1,2,4)");
-  app.add_option("--steps", o.steps, "training steps per run (default 30)")->check(CLI::Range(int64_t(2), int64_t(100000000)));
+  app.add_option("--steps", o.steps, "training steps per run (default 30)")
+      ->check(CLI::Range(int64_t(2), int64_t(100000000)));
   app.add_option("--threads", o.threads, "threads per worker (default max(1, cores / K))")->check(CLI::Range(1, 4096));
-  app.add_option("--backend", o.backend, "passed to lockstep run --backend")->check(
-      [](const std::string& v) { return v.empty() ? std::string("needs a name") : std::string(); });
+  app.add_option("--backend", o.backend, "passed to lockstep run --backend")->check([](const std::string& v) {
+    return v.empty() ? std::string("needs a name") : std::string();
+  });
   app.add_flag("--json", o.json, "print the result as JSON instead of a table");
   std::vector<std::string> spelled;
   for (const auto& a : args) spelled.push_back(a == "-np" ? "--np" : a);  // mpirun's spelling
@@ -194,8 +197,9 @@ std::string lastLines(const std::string& path, size_t count) {
 std::string shellJoin(const std::vector<std::string>& argv) {
   std::string text;
   for (const auto& a : argv) {
-    bool plain = !a.empty() && a.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
-                                                   "_-./=,:@+") == std::string::npos;
+    bool plain = !a.empty() && a.find_first_not_of(
+                                   "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+                                   "_-./=,:@+") == std::string::npos;
     text += (text.empty() ? "" : " ") + (plain ? a : "'" + a + "'");
   }
   return text;
@@ -215,7 +219,8 @@ Row readRow(const std::string& path, int np) {
     r.timedSteps = j.at("timed_steps").get<int64_t>();
     r.runSeconds = j.at("seconds").get<double>();
     r.stepMs = 1e3 * j.at("step_seconds").get<double>();
-    for (size_t i = 0; i < kPhases.size(); ++i) r.phaseMs[i] = 1e3 * j.at("phases_seconds").at(kPhases[i]).get<double>();
+    for (size_t i = 0; i < kPhases.size(); ++i)
+      r.phaseMs[i] = 1e3 * j.at("phases_seconds").at(kPhases[i]).get<double>();
     const auto& comm = j.at("comm");
     r.commTotalMs = 1e3 * comm.at("seconds").get<double>();
     r.commExposedMaxMs = 1e3 * comm.at("exposed_seconds_max").get<double>();
@@ -225,8 +230,8 @@ Row readRow(const std::string& path, int np) {
     if (r.samplesPerSecond > 0) r.wallStepMs = 1e3 * static_cast<double>(r.globalBatch) / r.samplesPerSecond;
     return r;
   } catch (const nlohmann::json::exception& e) {
-    throw Error(fmt::format("{} (written by the run with {} worker(s)) is not a lockstep result: {}", path, np,
-                            e.what()));
+    throw Error(
+        fmt::format("{} (written by the run with {} worker(s)) is not a lockstep result: {}", path, np, e.what()));
   }
 }
 
@@ -255,13 +260,14 @@ std::string explain(const Row& base, const Row& row, int cores) {
                                          ms(row.commTotalMs), 100 * row.commHidden)
                            : "";
   if (row.buckets == 1) {
-    hidden += "; all gradients are in one bucket, which can only start when backward ends: a smaller "
-              "ddp.bucket_cap_mb lets communication overlap backward";
+    hidden +=
+        "; all gradients are in one bucket, which can only start when backward ends: a smaller "
+        "ddp.bucket_cap_mb lets communication overlap backward";
   }
-  causes.push_back({exposed - base.phase("comm_wait"),
-                    fmt::format("exposed communication is {:.0f}% of the step ({} of {} ms{})",
-                                row.stepMs > 0 ? 100 * exposed / row.stepMs : 0.0, ms(exposed), ms(row.stepMs),
-                                hidden)});
+  causes.push_back(
+      {exposed - base.phase("comm_wait"),
+       fmt::format("exposed communication is {:.0f}% of the step ({} of {} ms{})",
+                   row.stepMs > 0 ? 100 * exposed / row.stepMs : 0.0, ms(exposed), ms(row.stepMs), hidden)});
   causes.push_back({row.phase("data_wait") - base.phase("data_wait"),
                     fmt::format("waiting for data went from {} to {} ms per step (raise data.num_workers)",
                                 ms(base.phase("data_wait")), ms(row.phase("data_wait")))});
@@ -270,9 +276,9 @@ std::string explain(const Row& base, const Row& row, int cores) {
                                 ms(row.phase("optimizer")))});
   double outside = row.wallStepMs - row.stepMs;
   double outsideBase = base.wallStepMs - base.stepMs;
-  causes.push_back({outside - outsideBase,
-                    fmt::format("time between steps (logging, checkpoints) went from {} to {} ms per step",
-                                ms(outsideBase), ms(outside))});
+  causes.push_back(
+      {outside - outsideBase, fmt::format("time between steps (logging, checkpoints) went from {} to {} ms per step",
+                                          ms(outsideBase), ms(outside))});
   const Cause& worst = *std::max_element(causes.begin(), causes.end(),
                                          [](const Cause& a, const Cause& b) { return a.extraMs < b.extraMs; });
   return fmt::format("np {}: efficiency {:.0f}%: {}", row.np, 100 * row.efficiency, worst.text);
@@ -284,9 +290,9 @@ std::string formatHidden(double fraction) {
 
 void printTable(const ScalingOptions& o, const std::vector<Row>& rows, const std::vector<std::string>& notes,
                 int cores) {
-  std::cout << fmt::format("scaling of {}: {} steps per run (the first is not timed), batch {} per worker, {} cores{}\n",
-                           o.config, o.steps, rows[0].globalBatch / rows[0].np, cores,
-                           o.backend.empty() ? "" : ", backend " + o.backend);
+  std::cout << fmt::format(
+      "scaling of {}: {} steps per run (the first is not timed), batch {} per worker, {} cores{}\n", o.config, o.steps,
+      rows[0].globalBatch / rows[0].np, cores, o.backend.empty() ? "" : ", backend " + o.backend);
   std::cout << fmt::format("{:>4} {:>7} {:>10} {:>8} {:>10} | {:>9} {:>8} {:>8} {:>8} {:>9} {:>8} | {:>10} {:>6}\n",
                            "np", "threads", "samples/s", "speed-up", "efficiency", "data ms", "fwd ms", "bwd ms",
                            "comm ms", "optim ms", "step ms", "allreduce", "comm");
@@ -294,7 +300,8 @@ void printTable(const ScalingOptions& o, const std::vector<Row>& rows, const std
                            "/worker", "", "", "", "wait", "", "", "exposed", "", "", "ms", "hidden");
   for (const Row& r : rows) {
     std::cout << fmt::format(
-        "{:>4} {:>7} {:>10.0f} {:>7.2f}x {:>9.0f}% | {:>9.1f} {:>8.1f} {:>8.1f} {:>8.1f} {:>9.1f} {:>8.1f} | {:>10} {:>6}\n",
+        "{:>4} {:>7} {:>10.0f} {:>7.2f}x {:>9.0f}% | {:>9.1f} {:>8.1f} {:>8.1f} {:>8.1f} {:>9.1f} {:>8.1f} | {:>10} "
+        "{:>6}\n",
         r.np, r.threads, r.samplesPerSecond, r.speedup, 100 * r.efficiency, r.phase("data_wait"), r.phase("forward"),
         r.phase("backward"), r.phase("comm_wait"), r.phase("optimizer"), r.stepMs,
         r.commHidden < 0 ? std::string("-") : fmt::format("{:.1f}", r.commTotalMs), formatHidden(r.commHidden));
@@ -310,24 +317,25 @@ void printJson(const ScalingOptions& o, const std::vector<Row>& rows, const std:
   for (const Row& r : rows) {
     nlohmann::json phases = nlohmann::json::object();
     for (size_t i = 0; i < kPhases.size(); ++i) phases[kPhases[i]] = r.phaseMs[i];
-    list.push_back({{"np", r.np},
-                    {"threads_per_worker", r.threads},
-                    {"samples_per_second", r.samplesPerSecond},
-                    {"speedup", r.speedup},
-                    {"efficiency", r.efficiency},
-                    {"global_batch", r.globalBatch},
-                    {"timed_steps", r.timedSteps},
-                    {"run_seconds", r.runSeconds},
-                    {"step_ms", r.stepMs},
-                    {"wall_step_ms", r.wallStepMs},
-                    {"phases_ms", phases},
-                    {"comm_exposed_ms", r.phase("comm_wait")},
-                    {"comm_exposed_max_ms", r.commExposedMaxMs},
-                    {"comm_total_ms", r.commTotalMs},
-                    {"comm_hidden_fraction", r.commHidden < 0 ? nlohmann::json(nullptr) : nlohmann::json(r.commHidden)},
-                    {"buckets", r.buckets},
-                    {"bucket_bytes", r.bucketBytes},
-                    {"other_processes_cores", r.otherCores < 0 ? nlohmann::json(nullptr) : nlohmann::json(r.otherCores)}});
+    list.push_back(
+        {{"np", r.np},
+         {"threads_per_worker", r.threads},
+         {"samples_per_second", r.samplesPerSecond},
+         {"speedup", r.speedup},
+         {"efficiency", r.efficiency},
+         {"global_batch", r.globalBatch},
+         {"timed_steps", r.timedSteps},
+         {"run_seconds", r.runSeconds},
+         {"step_ms", r.stepMs},
+         {"wall_step_ms", r.wallStepMs},
+         {"phases_ms", phases},
+         {"comm_exposed_ms", r.phase("comm_wait")},
+         {"comm_exposed_max_ms", r.commExposedMaxMs},
+         {"comm_total_ms", r.commTotalMs},
+         {"comm_hidden_fraction", r.commHidden < 0 ? nlohmann::json(nullptr) : nlohmann::json(r.commHidden)},
+         {"buckets", r.buckets},
+         {"bucket_bytes", r.bucketBytes},
+         {"other_processes_cores", r.otherCores < 0 ? nlohmann::json(nullptr) : nlohmann::json(r.otherCores)}});
   }
   nlohmann::json doc = {{"benchmark", "scaling"},
                         {"config", o.config},
@@ -350,9 +358,9 @@ Row runOne(const ScalingOptions& o, int np, int threads, const std::string& self
   if (!o.backend.empty()) argv.insert(argv.end(), {"--backend", o.backend});
   argv.insert(argv.end(), {"--", self, "train", o.config});
   argv.insert(argv.end(), o.overrides.begin(), o.overrides.end());
-  argv.insert(argv.end(), {"trainer.max_steps=" + std::to_string(o.steps), "trainer.validate=false",
-                           "checkpoint.resume=none", "checkpoint.dir=" + scratch + "/" + tag + "-checkpoints",
-                           "--result-json", resultPath});
+  argv.insert(argv.end(),
+              {"trainer.max_steps=" + std::to_string(o.steps), "trainer.validate=false", "checkpoint.resume=none",
+               "checkpoint.dir=" + scratch + "/" + tag + "-checkpoints", "--result-json", resultPath});
   std::cerr << fmt::format("lockstep bench scaling: {} worker(s) x {} thread(s): {}\n", np, threads, shellJoin(argv));
   const double busyBefore = machineBusySeconds();
   const double ownBefore = childrenCpuSeconds();
@@ -362,8 +370,10 @@ Row runOne(const ScalingOptions& o, int np, int threads, const std::string& self
   const double busyAfter = machineBusySeconds();
   const double own = childrenCpuSeconds() - ownBefore;
   if (rc != 0) {
-    throw Error(fmt::format("the run with {} worker(s) failed (exit code {}) after {:.1f} s; the last lines of its "
-                            "output ({}):\n{}", np, rc, seconds, logPath, lastLines(logPath, 20)));
+    throw Error(
+        fmt::format("the run with {} worker(s) failed (exit code {}) after {:.1f} s; the last lines of its "
+                    "output ({}):\n{}",
+                    np, rc, seconds, logPath, lastLines(logPath, 20)));
   }
   Row row;
   try {
@@ -399,8 +409,10 @@ std::vector<std::string> compareRows(std::vector<Row>& rows, int cores) {
     }
   }
   if (!busy.empty()) {
-    notes.push_back(fmt::format("the machine was shared: other processes kept {} of the {} cores busy on average; "
-                                "these figures are lower than on an idle machine", busy, cores));
+    notes.push_back(
+        fmt::format("the machine was shared: other processes kept {} of the {} cores busy on average; "
+                    "these figures are lower than on an idle machine",
+                    busy, cores));
   }
   return notes;
 }
@@ -431,7 +443,8 @@ int benchScaling(const std::vector<std::string>& args) {
 
   std::vector<Row> rows;
   try {
-    for (int np : o.worldSizes) rows.push_back(runOne(o, np, o.threads > 0 ? o.threads : std::max(1, cores / np), self, scratch));
+    for (int np : o.worldSizes)
+      rows.push_back(runOne(o, np, o.threads > 0 ? o.threads : std::max(1, cores / np), self, scratch));
   } catch (const Error& e) {
     std::cerr << "lockstep bench scaling: " << e.what();
     return kExitFailure;

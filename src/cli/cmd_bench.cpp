@@ -49,9 +49,11 @@ std::optional<int> parseAllreduceArgs(const std::vector<std::string>& args, Allr
   app.add_option("--min-bytes", minBytes, "smallest size (default 4)");
   app.add_option("--max-bytes", maxBytes, "largest size (default 64M)");
   app.add_option("--factor", factor, "size multiplier between steps (default 2)")->check(CLI::Range(2, 1024));
-  app.add_option("--dtype", o.dtype, "element type")->check(CLI::IsMember({"float32", "float64", "float16", "bfloat16"}));
+  app.add_option("--dtype", o.dtype, "element type")
+      ->check(CLI::IsMember({"float32", "float64", "float16", "bfloat16"}));
   app.add_option("--op", o.op, "reduction")->check(CLI::IsMember({"sum", "avg", "max", "min"}));
-  app.add_option("--iters", o.iters, "timed iterations per size (default: by size, 5..50)")->check(CLI::Range(1, 1000000));
+  app.add_option("--iters", o.iters, "timed iterations per size (default: by size, 5..50)")
+      ->check(CLI::Range(1, 1000000));
   app.add_option("--warmup", o.warmup, "untimed iterations per size")->check(CLI::Range(0, 1000000));
   app.add_flag("--no-check", noCheck, "skip the check of the reduced values");
   app.add_flag("--json", o.json, "print one JSON document instead of the table");
@@ -107,8 +109,9 @@ int benchCommand(const std::vector<std::string>& args) {
       return kExitFailure;
     }
   }
-  std::cerr << "lockstep bench: error: " << (args.empty() ? "missing benchmark name" : "unknown benchmark '" + args[0] + "'")
-            << "\n" << kBenchUsage << "\n";
+  std::cerr << "lockstep bench: error: "
+            << (args.empty() ? "missing benchmark name" : "unknown benchmark '" + args[0] + "'") << "\n"
+            << kBenchUsage << "\n";
   return kExitUsage;
 }
 

@@ -33,7 +33,7 @@ void onStopSignal(int /*sig*/) {
   [[maybe_unused]] ssize_t n = ::write(gStopPipe, &byte, 1);
   errno = saved;
 }
-}
+}  // namespace
 
 int dashboardCommand(const std::vector<std::string>& args) {
   dashboard::ServerOptions o;
@@ -74,14 +74,16 @@ int dashboardCommand(const std::vector<std::string>& args) {
   ::sigaction(SIGTERM, &action, nullptr);
   size_t runs = server->runCount();
   if (runs == 0) {
-    log::warn(fmt::format("no runs in '{}' yet (a run is a subdirectory holding run.json, written by "
-                          "training with monitor.dir={}/NAME); the page lists runs as they appear",
-                          o.logdir, o.logdir));
+    log::warn(
+        fmt::format("no runs in '{}' yet (a run is a subdirectory holding run.json, written by "
+                    "training with monitor.dir={}/NAME); the page lists runs as they appear",
+                    o.logdir, o.logdir));
   }
   if (o.host != "127.0.0.1" && o.host != "localhost" && o.host != "::1") {
-    log::warn(fmt::format("listening on {}: anyone who can reach this port can read every run under '{}' "
-                          "(metrics, configs, host names); there is no authentication",
-                          o.host, o.logdir));
+    log::warn(
+        fmt::format("listening on {}: anyone who can reach this port can read every run under '{}' "
+                    "(metrics, configs, host names); there is no authentication",
+                    o.host, o.logdir));
   }
   std::cout << fmt::format("lockstep dashboard: serving {} run{} from {} at {}  (Ctrl-C stops)\n", runs,
                            runs == 1 ? "" : "s", o.logdir, server->url())
@@ -89,8 +91,7 @@ int dashboardCommand(const std::vector<std::string>& args) {
 
   std::thread waiter([&] {
     char byte = 0;
-    while (::read(pipeFds[0], &byte, 1) < 0 && errno == EINTR) {
-    }
+    while (::read(pipeFds[0], &byte, 1) < 0 && errno == EINTR) {}
     server->stop();
   });
   server->serve();

@@ -3,14 +3,14 @@
 
 #include <iostream>
 
+#include <fmt/format.h>
 #include "cli/commands.h"
 #include "lockstep/comm/communicator.h"
-#include <fmt/format.h>
 
+#include "launch/launch_commands.h"
 #include "lockstep/common/env.h"
 #include "lockstep/common/error.h"
 #include "lockstep/common/token.h"
-#include "launch/launch_commands.h"
 #include "lockstep/launch/launcher.h"
 
 namespace lockstep::cli {
@@ -21,7 +21,6 @@ constexpr const char* kRunUsage =
     "                    [-H host1:slots,host2:slots [--rsh CMD]] [--iface IF] [--token-file F]\n"
     "                    [--max-restarts R] [--threads T] [--comm-timeout S] [--stop-grace S] [--no-prefix]\n"
     "                    [--backend gloo|mpi|auto] [--mpirun-args ARGS] -- PROGRAM [ARGS...]";
-
 
 /// "a b  c" -> {"a", "b", "c"} (options that carry a command line in one string).
 std::vector<std::string> splitWords(const std::string& text) {
@@ -34,7 +33,6 @@ std::vector<std::string> splitWords(const std::string& text) {
   }
   return words;
 }
-
 
 /// What the command line says, before it becomes LaunchOptions.
 struct RunArgs {
@@ -96,7 +94,8 @@ LaunchOptions launchOptionsFrom(RunArgs& r, const std::vector<std::string>& posi
   if (!positional.empty() && positional[0].size() > 1 && positional[0][0] == '-') {
     throw ConfigError(fmt::format("unknown option '{}'", positional[0]));
   }
-  if (r.stopGraceSeconds < 0) throw ConfigError(fmt::format("--stop-grace {}: must not be negative", r.stopGraceSeconds));
+  if (r.stopGraceSeconds < 0)
+    throw ConfigError(fmt::format("--stop-grace {}: must not be negative", r.stopGraceSeconds));
   command.insert(command.begin(), positional.begin(), positional.end());
   o.command = std::move(command);
   o.prefixOutput = !r.noPrefix;
@@ -119,10 +118,14 @@ int runCommand(const std::vector<std::string>& rawArgs) {
   std::vector<std::string> command;
   bool sawSeparator = false;
   for (const auto& a : rawArgs) {
-    if (!sawSeparator && a == "--") { sawSeparator = true; continue; }
+    if (!sawSeparator && a == "--") {
+      sawSeparator = true;
+      continue;
+    }
     if (sawSeparator) command.push_back(a);
     // mpirun/horovodrun spell the worker count "-np"; CLI11 wants one dash per letter.
-    else args.push_back(a == "-np" ? "--np" : a);
+    else
+      args.push_back(a == "-np" ? "--np" : a);
   }
   RunArgs r;
   CLI::App app{"Start N workers of PROGRAM with the rendezvous environment set", "lockstep run"};

@@ -4,14 +4,14 @@
 #include <ATen/ATen.h>
 #include <CLI/CLI.hpp>
 
-#include <csignal>
 #include <torch/nn/module.h>
+#include <csignal>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include <iostream>
 #include <filesystem>
+#include <iostream>
 #include <random>
 
 #include "cli/commands.h"

@@ -30,7 +30,7 @@ struct AllreduceBenchOptions {
   std::vector<int64_t> sizes;  ///< bytes
   std::string dtype = "float32";
   std::string op = "sum";
-  int iters = 0;   ///< 0: chosen per size
+  int iters = 0;  ///< 0: chosen per size
   int warmup = 3;
   bool json = false;
   bool check = true;

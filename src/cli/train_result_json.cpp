@@ -14,7 +14,6 @@
 
 #include <fmt/format.h>
 
-
 #include "cli/commands.h"
 #include "common/posix_io.h"
 #include "lockstep/common/error.h"
@@ -27,7 +26,8 @@ namespace {
 nlohmann::json toJson(const FitResult& r, int rank, int threads) {
   const StepBreakdown& b = r.breakdown;
   nlohmann::json phases = nlohmann::json::object();
-  for (int p = 0; p < kPhaseCount; ++p) phases[toString(static_cast<Phase>(p))] = b.phaseSeconds[static_cast<size_t>(p)];
+  for (int p = 0; p < kPhaseCount; ++p)
+    phases[toString(static_cast<Phase>(p))] = b.phaseSeconds[static_cast<size_t>(p)];
   nlohmann::json comm = {{"seconds", b.commSeconds},
                          {"exposed_seconds", b.commExposedSeconds},
                          {"exposed_seconds_max", b.commExposedSecondsMax},
@@ -66,9 +66,7 @@ class ResultJsonWriter : public TrainerCallback {
     try {
       detail::writeFileAtomically(path_, {toJson(result, rank_, threads_).dump(2) + "\n"},
                                   detail::Durability::kProcessCrash);
-    } catch (const Error& e) {
-      throw Error(fmt::format("--result-json: {}", e.what()));
-    }
+    } catch (const Error& e) { throw Error(fmt::format("--result-json: {}", e.what())); }
   }
 
  private:

@@ -17,9 +17,7 @@ std::string Collective::name() const {
   return fmt::format("an unknown operation (kind {})", static_cast<int64_t>(kind));
 }
 
-int64_t bytesOf(const at::Tensor& t) {
-  return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0;
-}
+int64_t bytesOf(const at::Tensor& t) { return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0; }
 
 int64_t bytesOf(const std::vector<at::Tensor>& ts) {
   int64_t n = 0;

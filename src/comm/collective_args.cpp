@@ -18,9 +18,7 @@ bool isSupported(at::ScalarType t) {
 
 std::string describe(const std::vector<at::Tensor>& ts) {
   std::string text = fmt::format("{} tensor{}, {} B", ts.size(), ts.size() == 1 ? "" : "s", bytesOf(ts));
-  for (size_t i = 0; i < ts.size() && i < 4; ++i) {
-    text += (i ? " " : ": ") + describeTensor(ts[i]);
-  }
+  for (size_t i = 0; i < ts.size() && i < 4; ++i) { text += (i ? " " : ": ") + describeTensor(ts[i]); }
   if (ts.size() > 4) text += " ...";
   return text;
 }
@@ -72,7 +70,8 @@ void CollectiveArgs::invalid(CommErrorInfo info, const std::string& why) const {
 
 void CollectiveArgs::tensor(const at::Tensor& t, const CommErrorInfo& info) const {
   if (!t.defined()) invalid(info, "a tensor is undefined");
-  if (!t.device().is_cpu()) invalid(info, fmt::format("the {} backend needs CPU tensors, got {}", backend_, t.device().str()));
+  if (!t.device().is_cpu())
+    invalid(info, fmt::format("the {} backend needs CPU tensors, got {}", backend_, t.device().str()));
   if (t.is_sparse()) invalid(info, "sparse tensors are not supported");
   if (!t.is_contiguous()) invalid(info, "tensors must be contiguous; call .contiguous() first: " + describeTensor(t));
   if (!isSupported(t.scalar_type())) {
@@ -89,7 +88,8 @@ void CollectiveArgs::sameDtype(const at::Tensor& a, const at::Tensor& b, const C
 }
 
 void CollectiveArgs::rank(int r, const char* what, const CommErrorInfo& info) const {
-  if (r < 0 || r >= world_) invalid(info, fmt::format("{}={} is not a rank of this world (0..{})", what, r, world_ - 1));
+  if (r < 0 || r >= world_)
+    invalid(info, fmt::format("{}={} is not a rank of this world (0..{})", what, r, world_ - 1));
 }
 
 void CollectiveArgs::reduceOp(ReduceOp op, const at::Tensor& t, const CommErrorInfo& info) const {

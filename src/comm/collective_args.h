@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "comm/collective.h"
 #include "lockstep/comm/comm_error.h"
 #include "lockstep/comm/communicator.h"
-#include "comm/collective.h"
 #include "lockstep/common/tensor_text.h"  // dtypeName, describeTensor
 
 namespace lockstep::detail {

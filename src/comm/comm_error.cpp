@@ -24,9 +24,7 @@ std::string formatMessage(const CommErrorInfo& i) {
                                  toString(i.kind), i.rank, i.worldSize);
   if (i.sequence > 0) text += fmt::format(", operation #{}", i.sequence);
   if (!i.sizes.empty()) text += fmt::format(", tensors: {}", i.sizes);
-  if (i.kind == CommErrorKind::kTimeout && i.timeoutMs >= 0) {
-    text += fmt::format(", timeout {} ms", i.timeoutMs);
-  }
+  if (i.kind == CommErrorKind::kTimeout && i.timeoutMs >= 0) { text += fmt::format(", timeout {} ms", i.timeoutMs); }
   if (i.peer >= 0) {
     text += fmt::format(", peer: rank {}", i.peer);
   } else if (i.kind == CommErrorKind::kTimeout || i.kind == CommErrorKind::kPeerFailure) {
@@ -45,8 +43,10 @@ namespace lockstep::detail {
 
 CommError timeoutError(CommErrorInfo info, const std::string& extra) {
   info.kind = CommErrorKind::kTimeout;
-  info.detail = "the operation did not complete in time; a peer may have died, hung, or called a different "
-                "collective" + extra;
+  info.detail =
+      "the operation did not complete in time; a peer may have died, hung, or called a different "
+      "collective" +
+      extra;
   return CommError(info);
 }
 

@@ -8,8 +8,9 @@ namespace lockstep {
 bool mpiBackendBuilt() { return false; }
 
 std::shared_ptr<Communicator> makeMpiCommunicator(const MpiOptions&) {
-  throw ConfigError("this lockstep was built without the MPI backend: install libopenmpi-dev "
-                    "(scripts/setup.sh does) and rebuild, or use the gloo backend");
+  throw ConfigError(
+      "this lockstep was built without the MPI backend: install libopenmpi-dev "
+      "(scripts/setup.sh does) and rebuild, or use the gloo backend");
 }
 #endif
 
@@ -23,15 +24,12 @@ const char* toString(ReduceOp op) {
   return "?";
 }
 
-Work::Work(std::string description, Clock::time_point deadline,
-           std::function<std::exception_ptr()> onTimeout)
+Work::Work(std::string description, Clock::time_point deadline, std::function<std::exception_ptr()> onTimeout)
     : description_(std::move(description)), deadline_(deadline), onTimeout_(std::move(onTimeout)) {}
 
-Work::Work(std::string description, Clock::time_point deadline,
-           std::function<std::exception_ptr()> onTimeout, std::function<void()> poll)
-    : description_(std::move(description)),
-      deadline_(deadline),
-      onTimeout_(std::move(onTimeout)),
+Work::Work(std::string description, Clock::time_point deadline, std::function<std::exception_ptr()> onTimeout,
+           std::function<void()> poll)
+    : description_(std::move(description)), deadline_(deadline), onTimeout_(std::move(onTimeout)),
       poll_(std::move(poll)) {}
 
 void Work::wait() {

@@ -63,9 +63,10 @@ DesyncCheckOptions desyncCheckFromEnv(const Environment& env) {
   }
   std::string v = lower(*value);
   auto bad = [&] {
-    return ConfigError(fmt::format("environment variable {}='{}' is not understood; expected off, all, sample "
-                                   "(every {}th collective and the first {}) or sample:N (every Nth, N >= 1)",
-                                   env::kDesyncCheck, *value, options.every, options.first));
+    return ConfigError(
+        fmt::format("environment variable {}='{}' is not understood; expected off, all, sample "
+                    "(every {}th collective and the first {}) or sample:N (every Nth, N >= 1)",
+                    env::kDesyncCheck, *value, options.every, options.first));
   };
   if (v == "off" || v == "0") {
     options.mode = DesyncCheckMode::kOff;
@@ -89,8 +90,8 @@ DesyncCheckOptions desyncCheckFromEnv(const Environment& env) {
 namespace {
 
 using detail::Collective;
-using detail::Fingerprint;
 using detail::compareFingerprints;
+using detail::Fingerprint;
 using detail::fingerprint;
 
 class DesyncCheckingCommunicator final : public Communicator {
@@ -150,13 +151,12 @@ class DesyncCheckingCommunicator final : public Communicator {
 
   WorkHandle reduceScatter(const at::Tensor& input, at::Tensor& output, ReduceOp op,
                            const CollectiveOptions& options) override {
-    return collective(
-        [&] { return args_.reduceScatter(input, output, op); },
-        [&](uint64_t k) { return fingerprint(k, Collective::reduceScatter(op), {input}); }, options,
-        [op, options](Communicator& c, const at::Tensor& in, at::Tensor& out) {
-          return c.reduceScatter(in, out, op, options);
-        },
-        input, output);
+    return collective([&] { return args_.reduceScatter(input, output, op); },
+                      [&](uint64_t k) { return fingerprint(k, Collective::reduceScatter(op), {input}); }, options,
+                      [op, options](Communicator& c, const at::Tensor& in, at::Tensor& out) {
+                        return c.reduceScatter(in, out, op, options);
+                      },
+                      input, output);
   }
 
   WorkHandle barrier(const CollectiveOptions& options) override {
@@ -185,7 +185,7 @@ class DesyncCheckingCommunicator final : public Communicator {
     std::optional<Fingerprint> fingerprint;  ///< set when k is checked
     Issue issue;                             ///< submits the real operation to the inner communicator
     CollectiveOptions options;
-    WorkHandle inner;                        ///< the real operation, once issued
+    WorkHandle inner;                           ///< the real operation, once issued
     std::shared_ptr<std::atomic<Phase>> phase;  ///< where it is, for the timeout's message
   };
   struct State {
@@ -196,7 +196,7 @@ class DesyncCheckingCommunicator final : public Communicator {
     std::deque<Item> queue;      // waiting to be issued (in submission order)
     std::deque<Item> finishing;  // issued, waiting for the inner operation
     bool stop = false;
-    uint64_t lastChecked = 0;    // k of the last check that matched
+    uint64_t lastChecked = 0;              // k of the last check that matched
     std::optional<CommErrorInfo> failure;  // first failure seen by this wrapper: poisons it
     // Written under the mutex; read without it by the submitting thread to pick the direct path.
     std::atomic<int> unissued{0};       // items queued or held by the issuer, not yet issued or failed
@@ -235,8 +235,8 @@ class DesyncCheckingCommunicator final : public Communicator {
     return collective(
         [&] { return args_.allgather(input, output); },
         [&](uint64_t k) { return fingerprint(k, Collective::allgather(), {input}); }, options,
-        [options](Communicator& c, const at::Tensor& in, Output& out) { return c.allgather(in, out, options); },
-        input, output);
+        [options](Communicator& c, const at::Tensor& in, Output& out) { return c.allgather(in, out, options); }, input,
+        output);
   }
 
   template <typename Validate, typename Print, typename Call, typename... Args>
@@ -257,8 +257,8 @@ class DesyncCheckingCommunicator final : public Communicator {
     collectives_ = k;
     std::unique_lock<std::mutex> lock(s.mutex);
     if (s.failure) return completedWork(info, detail::abortedError(info, *s.failure));
-    auto timeout = options.timeout.count() > 0 ? std::min(options.timeout, s.inner->defaultTimeout())
-                                               : s.inner->defaultTimeout();
+    auto timeout =
+        options.timeout.count() > 0 ? std::min(options.timeout, s.inner->defaultTimeout()) : s.inner->defaultTimeout();
     info.timeoutMs = timeout.count();
     std::weak_ptr<State> weak = state_;
     auto phase = std::make_shared<std::atomic<Phase>>(Phase::kQueued);
@@ -267,8 +267,9 @@ class DesyncCheckingCommunicator final : public Communicator {
       switch (phase->load()) {
         case Phase::kQueued: where = "; it had not started: an earlier operation was still running"; break;
         case Phase::kChecking:
-          where = "; it was still in the desync check before it (exchanging fingerprints): some rank has not "
-                  "reached this collective — it stopped, is slow, or called fewer collectives";
+          where =
+              "; it was still in the desync check before it (exchanging fingerprints): some rank has not "
+              "reached this collective — it stopped, is slow, or called fewer collectives";
           break;
         case Phase::kIssued: break;
       }
@@ -280,8 +281,8 @@ class DesyncCheckingCommunicator final : public Communicator {
       return std::make_exception_ptr(timedOut);
     };
     Item item;
-    item.outer = std::make_shared<Work>(fmt::format("{} #{}", info.op, k), Work::Clock::now() + timeout,
-                                        std::move(onTimeout));
+    item.outer =
+        std::make_shared<Work>(fmt::format("{} #{}", info.op, k), Work::Clock::now() + timeout, std::move(onTimeout));
     item.info = std::move(info);
     if (check) item.fingerprint = print(k);
     item.issue = [c = s.inner, call, args...]() mutable { return call(*c, args...); };
@@ -340,10 +341,10 @@ class DesyncCheckingCommunicator final : public Communicator {
     info.timeoutMs = -1;
     info.detail = message;
     if (s.options.mode == DesyncCheckMode::kSampled && k > s.lastChecked + 1) {
-      info.detail += fmt::format(" (sampled check: {}they went apart in #{}..#{}; LOCKSTEP_DESYNC_CHECK=all finds "
-                                 "the first collective that differs)",
-                                 s.lastChecked > 0 ? fmt::format("the ranks agreed at #{}, so ", s.lastChecked) : "",
-                                 s.lastChecked + 1, k);
+      info.detail += fmt::format(
+          " (sampled check: {}they went apart in #{}..#{}; LOCKSTEP_DESYNC_CHECK=all finds "
+          "the first collective that differs)",
+          s.lastChecked > 0 ? fmt::format("the ranks agreed at #{}, so ", s.lastChecked) : "", s.lastChecked + 1, k);
     }
     info.detail += ". Every rank must call the same collectives in the same order with the same sizes";
     poisonLocked(s, info);
@@ -413,9 +414,7 @@ class DesyncCheckingCommunicator final : public Communicator {
       std::exception_ptr error;
       try {
         item.inner->wait();  // bounded by the inner operation's own deadline
-      } catch (...) {
-        error = std::current_exception();
-      }
+      } catch (...) { error = std::current_exception(); }
       detail::completeWork(*item.outer, error);
     }
   }

@@ -98,16 +98,17 @@ std::string compareFingerprints(const std::vector<Fingerprint>& all, uint64_t se
   std::vector<std::pair<Fingerprint, std::vector<int>>> views;  // in order of the lowest rank holding each
   for (int r = 0; r < static_cast<int>(all.size()); ++r) {
     auto it = std::find_if(views.begin(), views.end(), [&](const auto& v) { return v.first == all[r]; });
-    if (it == views.end()) views.push_back({all[r], {r}});
-    else it->second.push_back(r);
+    if (it == views.end())
+      views.push_back({all[r], {r}});
+    else
+      it->second.push_back(r);
   }
   if (views.size() == 1) return "";
   std::vector<std::string> texts;
   for (const auto& v : views) texts.push_back(describe(v.first, false));
   // Views that read alike differ only in the shapes (or in something no sane call changes): show the hashes.
-  bool alike = std::any_of(texts.begin(), texts.end(), [&](const std::string& t) {
-    return std::count(texts.begin(), texts.end(), t) > 1;
-  });
+  bool alike = std::any_of(texts.begin(), texts.end(),
+                           [&](const std::string& t) { return std::count(texts.begin(), texts.end(), t) > 1; });
   std::string message = fmt::format("collectives out of step at #{}: ", sequence);
   size_t shown = std::min<size_t>(views.size(), 4);
   for (size_t i = 0; i < shown; ++i) {

@@ -27,9 +27,7 @@ namespace {
 
 // c10d and Gloo report failures as exceptions with text only.
 std::string backendMessage(const std::exception& e) {
-  if (auto* c10Error = dynamic_cast<const c10::Error*>(&e)) {
-    return c10Error->what_without_backtrace();
-  }
+  if (auto* c10Error = dynamic_cast<const c10::Error*>(&e)) { return c10Error->what_without_backtrace(); }
   std::string text = e.what();
   auto cut = text.find("\nException raised from");
   if (cut != std::string::npos) text.resize(cut);
@@ -38,11 +36,9 @@ std::string backendMessage(const std::exception& e) {
 
 CommErrorKind classifyBackendMessage(const std::string& m) {
   auto has = [&](const char* s) { return m.find(s) != std::string::npos; };
-  if (has("Timed out") || has("timed out") || has("Timeout") || has("timeout")) {
-    return CommErrorKind::kTimeout;
-  }
-  if (has("Connection closed") || has("Connection reset") || has("Broken pipe") ||
-      has("Connection refused") || has("closed by peer") || has("ECONNRESET") || has("EPIPE")) {
+  if (has("Timed out") || has("timed out") || has("Timeout") || has("timeout")) { return CommErrorKind::kTimeout; }
+  if (has("Connection closed") || has("Connection reset") || has("Broken pipe") || has("Connection refused") ||
+      has("closed by peer") || has("ECONNRESET") || has("EPIPE")) {
     return CommErrorKind::kPeerFailure;
   }
   return CommErrorKind::kBackend;
@@ -57,9 +53,7 @@ using c10d::ProcessGroupGloo;
 using PG = c10::intrusive_ptr<ProcessGroupGloo>;
 
 /// bfloat16 is moved as its bit pattern: Gloo in this LibTorch rejects the dtype.
-at::Tensor wireView(const at::Tensor& t) {
-  return t.scalar_type() == at::kBFloat16 ? t.view(at::kHalf) : t;
-}
+at::Tensor wireView(const at::Tensor& t) { return t.scalar_type() == at::kBFloat16 ? t.view(at::kHalf) : t; }
 
 c10d::ReduceOp toC10d(ReduceOp op) {
   switch (op) {
@@ -85,15 +79,15 @@ void waitBackend(const c10::intrusive_ptr<c10d::Work>& work, CommErrorInfo info)
 class GlooCommunicator final : public Communicator {
  public:
   GlooCommunicator(PG pg, int rank, int world, std::chrono::milliseconds timeout)
-      : pg_(std::move(pg)), rank_(rank), world_(world), timeout_(timeout), args_(rank, world, "gloo"), queue_(rank, world) {}
+      : pg_(std::move(pg)), rank_(rank), world_(world), timeout_(timeout), args_(rank, world, "gloo"),
+        queue_(rank, world) {}
 
   int rank() const override { return rank_; }
   int size() const override { return world_; }
   std::string backendName() const override { return "gloo"; }
   std::chrono::milliseconds defaultTimeout() const override { return timeout_; }
 
-  WorkHandle allreduce(std::vector<at::Tensor>& tensors, ReduceOp op,
-                       const CollectiveOptions& options) override {
+  WorkHandle allreduce(std::vector<at::Tensor>& tensors, ReduceOp op, const CollectiveOptions& options) override {
     CommErrorInfo info = args_.allreduce(tensors, op);
     auto tensorsCopy = tensors;
     return submit(info, options, [pg = pg_, tensorsCopy, op, info, world = world_]() mutable {
@@ -106,8 +100,7 @@ class GlooCommunicator final : public Communicator {
     });
   }
 
-  WorkHandle broadcast(std::vector<at::Tensor>& tensors, int root,
-                       const CollectiveOptions& options) override {
+  WorkHandle broadcast(std::vector<at::Tensor>& tensors, int root, const CollectiveOptions& options) override {
     CommErrorInfo info = args_.broadcast(tensors, root);
     auto tensorsCopy = tensors;
     return submit(info, options, [pg = pg_, tensorsCopy, root, info, rank = rank_]() mutable {
@@ -122,8 +115,7 @@ class GlooCommunicator final : public Communicator {
     });
   }
 
-  WorkHandle allgather(const at::Tensor& input, at::Tensor& output,
-                       const CollectiveOptions& options) override {
+  WorkHandle allgather(const at::Tensor& input, at::Tensor& output, const CollectiveOptions& options) override {
     CommErrorInfo info = args_.allgather(input, output);
     std::vector<at::Tensor> outputs;
     auto flat = output.view({-1});
@@ -154,8 +146,7 @@ class GlooCommunicator final : public Communicator {
     return submit(info, options, [pg = pg_, info]() { waitBackend(pg->barrier(), info); });
   }
 
-  WorkHandle send(const at::Tensor& tensor, int dst, int tag,
-                  const CollectiveOptions& options) override {
+  WorkHandle send(const at::Tensor& tensor, int dst, int tag, const CollectiveOptions& options) override {
     CommErrorInfo info = args_.send(tensor, dst, tag);
     return submitIssued(info, options, [pg = pg_, tensor, dst, tag, info]() -> std::function<void()> {
       if (tensor.numel() == 0) return {};
@@ -186,8 +177,8 @@ class GlooCommunicator final : public Communicator {
     return queue_.submitIssued(std::move(info), timeout, std::move(body));
   }
 
-  WorkHandle submitAllgather(const at::Tensor& input, std::vector<at::Tensor> outputs,
-                             const CommErrorInfo& info, const CollectiveOptions& options) {
+  WorkHandle submitAllgather(const at::Tensor& input, std::vector<at::Tensor> outputs, const CommErrorInfo& info,
+                             const CollectiveOptions& options) {
     return submit(info, options, [pg = pg_, input, outputs, info]() {
       if (input.numel() == 0) return;
       std::vector<std::vector<at::Tensor>> wireOut(1);
@@ -197,8 +188,7 @@ class GlooCommunicator final : public Communicator {
     });
   }
 
-  static void reduceBuffer(const PG& pg, at::Tensor& buffer, ReduceOp op, int world,
-                           const CommErrorInfo& info) {
+  static void reduceBuffer(const PG& pg, at::Tensor& buffer, ReduceOp op, int world, const CommErrorInfo& info) {
     if (world == 1) return;  // sum, avg, max and min of one value are that value
     if (buffer.scalar_type() == at::kBFloat16) {
       // Reduce-scatter (all-to-all + local float32 reduction) then allgather:
@@ -224,8 +214,8 @@ class GlooCommunicator final : public Communicator {
   }
 
   /// output (k elements) = reduction over ranks of chunk `rank` of input (world*k elements).
-  static void reduceScatterFlat(const PG& pg, const at::Tensor& input, at::Tensor& output,
-                                ReduceOp op, int world, const CommErrorInfo& info) {
+  static void reduceScatterFlat(const PG& pg, const at::Tensor& input, at::Tensor& output, ReduceOp op, int world,
+                                const CommErrorInfo& info) {
     int64_t k = output.numel();
     at::Tensor gathered;
     if (world == 1) {
@@ -262,8 +252,8 @@ class GlooCommunicator final : public Communicator {
 
 std::shared_ptr<Communicator> makeGlooCommunicator(const Store& store, const GlooOptions& o) {
   LOCKSTEP_CHECK(o.worldSize >= 1, "world size ", o.worldSize, " must be at least 1");
-  LOCKSTEP_CHECK(o.rank >= 0 && o.rank < o.worldSize, "rank ", o.rank,
-                 " must be in 0..", o.worldSize - 1, " (world size ", o.worldSize, ")");
+  LOCKSTEP_CHECK(o.rank >= 0 && o.rank < o.worldSize, "rank ", o.rank, " must be in 0..", o.worldSize - 1,
+                 " (world size ", o.worldSize, ")");
   LOCKSTEP_CHECK(o.timeout.count() > 0, "the communicator timeout must be positive");
   auto options = ProcessGroupGloo::Options::create(o.timeout);
   options->threads = 1;  // lockstep runs one operation at a time (op_queue.h)
@@ -289,11 +279,10 @@ std::shared_ptr<Communicator> makeGlooCommunicator(const Store& store, const Glo
   }
   auto prefixed = store.withPrefix("lockstep/gloo");
   try {
-    auto pg = c10::make_intrusive<ProcessGroupGloo>(detail::StoreAccess::impl(prefixed)->store, o.rank, o.worldSize, options);
+    auto pg =
+        c10::make_intrusive<ProcessGroupGloo>(detail::StoreAccess::impl(prefixed)->store, o.rank, o.worldSize, options);
     return std::make_shared<GlooCommunicator>(std::move(pg), o.rank, o.worldSize, o.timeout);
-  } catch (const CommError&) {
-    throw;
-  } catch (const std::exception& e) {
+  } catch (const CommError&) { throw; } catch (const std::exception& e) {
     info.detail = fmt::format("ranks did not all join through {}: {}", detail::StoreAccess::impl(store)->description,
                               backendMessage(e));
     info.kind = classifyBackendMessage(info.detail);

@@ -35,8 +35,8 @@
 
 #include "comm/collective_args.h"
 #include "comm/failure.h"
-#include "comm/work_access.h"
 #include "comm/mpi_runtime.h"
+#include "comm/work_access.h"
 #include "lockstep/comm/communicator.h"
 #include "lockstep/common/env.h"
 #include "lockstep/common/error.h"
@@ -48,8 +48,8 @@ bool mpiBackendBuilt() { return true; }
 namespace {
 
 using detail::describe;
-using detail::MpiRuntime;
 using detail::mpiErrorText;
+using detail::MpiRuntime;
 using detail::mpiType;
 using Clock = std::chrono::steady_clock;
 
@@ -60,7 +60,7 @@ struct Pending {
   WorkHandle work;
   CommErrorInfo info;
   std::vector<MPI_Request> requests;
-  std::function<void()> finish;  ///< local work after the transfer (copy-out, division)
+  std::function<void()> finish;     ///< local work after the transfer (copy-out, division)
   std::vector<at::Tensor> buffers;  ///< what MPI reads and writes: alive until the requests completed
 };
 
@@ -76,7 +76,9 @@ struct Engine {
   bool stop = false;
   std::atomic<uint64_t> submitted{0};  ///< operations handed to MPI or the queue so far
 
-  std::exception_ptr abortedError(CommErrorInfo info) const { return detail::abortedError(std::move(info), failureInfo); }
+  std::exception_ptr abortedError(CommErrorInfo info) const {
+    return detail::abortedError(std::move(info), failureInfo);
+  }
 
   /// Records the first failure and fails every outstanding operation. Caller holds the runtime mutex.
   void poisonLocked(const CommErrorInfo& info, std::exception_ptr error) {
@@ -106,8 +108,8 @@ struct Engine {
       if (MpiRuntime::get().finalized()) return false;
       for (auto it = pending.begin(); it != pending.end();) {
         int flag = 0;
-        int rc = MPI_Testall(static_cast<int>((*it)->requests.size()), (*it)->requests.data(), &flag,
-                             MPI_STATUSES_IGNORE);
+        int rc =
+            MPI_Testall(static_cast<int>((*it)->requests.size()), (*it)->requests.data(), &flag, MPI_STATUSES_IGNORE);
         if (rc != MPI_SUCCESS) {
           auto failed = *it;
           CommErrorInfo info = failed->info;
@@ -151,7 +153,7 @@ struct Engine {
   struct Queued {
     std::shared_ptr<Pending> pending;
     std::function<int(std::vector<MPI_Request>&)> issue;  ///< non-blocking issue, or
-    std::function<int()> blocking;                         ///< a blocking call
+    std::function<int()> blocking;                        ///< a blocking call
   };
   std::mutex queueMutex;
   std::condition_variable queueCv;
@@ -202,12 +204,8 @@ struct Engine {
 class MpiCommunicator final : public Communicator {
  public:
   MpiCommunicator(std::shared_ptr<Engine> engine, int rank, int world, const MpiOptions& options)
-      : engine_(std::move(engine)),
-        rank_(rank),
-        world_(world),
-        timeout_(options.timeout),
-        blockingBytes_(options.blockingBytes),
-        args_(rank, world, "mpi") {
+      : engine_(std::move(engine)), rank_(rank), world_(world), timeout_(options.timeout),
+        blockingBytes_(options.blockingBytes), args_(rank, world, "mpi") {
     commThread_ = std::thread([engine = engine_] { engine->runQueue(); });
     if (options.progressIntervalUs > 0) {
       progress_ = std::thread(&MpiCommunicator::runProgress, engine_, options.progressIntervalUs);
@@ -227,8 +225,10 @@ class MpiCommunicator final : public Communicator {
     }
     engine_->queueCv.notify_all();
     // A thread stuck in a blocking call of a failed communicator is left to the process exit.
-    if (engine_->failure) commThread_.detach();
-    else commThread_.join();
+    if (engine_->failure)
+      commThread_.detach();
+    else
+      commThread_.join();
     auto& runtime = MpiRuntime::get();
     std::lock_guard<std::mutex> lock(runtime.mutex());
     // A failed communicator may hold requests that never finish; leave it to the process exit.
@@ -275,17 +275,20 @@ class MpiCommunicator final : public Communicator {
         return MPI_SUCCESS;
       };
     }
-    return start(std::move(info), options, std::move(keep), [this, buffers, op](std::vector<MPI_Request>& requests) {
-      for (const auto& [buffer, group] : buffers) {
-        MPI_Request r;
-        int rc = MPI_Iallreduce(MPI_IN_PLACE, buffer.data_ptr(), static_cast<int>(buffer.numel()),
-                                mpiType(buffer.scalar_type()), MpiRuntime::get().op(buffer.scalar_type(), op),
-                                engine_->comm, &r);
-        if (rc != MPI_SUCCESS) return rc;
-        requests.push_back(r);
-      }
-      return MPI_SUCCESS;
-    }, std::move(finish), std::move(blocking));
+    return start(
+        std::move(info), options, std::move(keep),
+        [this, buffers, op](std::vector<MPI_Request>& requests) {
+          for (const auto& [buffer, group] : buffers) {
+            MPI_Request r;
+            int rc = MPI_Iallreduce(MPI_IN_PLACE, buffer.data_ptr(), static_cast<int>(buffer.numel()),
+                                    mpiType(buffer.scalar_type()), MpiRuntime::get().op(buffer.scalar_type(), op),
+                                    engine_->comm, &r);
+            if (rc != MPI_SUCCESS) return rc;
+            requests.push_back(r);
+          }
+          return MPI_SUCCESS;
+        },
+        std::move(finish), std::move(blocking));
   }
 
   WorkHandle broadcast(std::vector<at::Tensor>& tensors, int root, const CollectiveOptions& options) override {
@@ -296,17 +299,21 @@ class MpiCommunicator final : public Communicator {
       if (t.numel() > 0) parts.push_back(asBytes(t));
     }
     if (parts.empty()) return start(std::move(info), options, {}, nullptr, nullptr);
-    at::Tensor buffer = parts.size() == 1 ? parts[0] : (rank_ == root ? detail::flatten(parts)
-                                                                       : at::empty({totalNumel(parts)}, at::kByte));
+    at::Tensor buffer = parts.size() == 1
+                            ? parts[0]
+                            : (rank_ == root ? detail::flatten(parts) : at::empty({totalNumel(parts)}, at::kByte));
     checkCount(buffer.numel(), info);
     std::function<void()> finish;
     if (parts.size() > 1 && rank_ != root) finish = [buffer, parts]() mutable { detail::unflatten(buffer, parts); };
-    return start(std::move(info), options, {buffer}, [this, buffer, root](std::vector<MPI_Request>& requests) {
-      MPI_Request r;
-      int rc = MPI_Ibcast(buffer.data_ptr(), static_cast<int>(buffer.numel()), MPI_BYTE, root, engine_->comm, &r);
-      if (rc == MPI_SUCCESS) requests.push_back(r);
-      return rc;
-    }, std::move(finish));
+    return start(
+        std::move(info), options, {buffer},
+        [this, buffer, root](std::vector<MPI_Request>& requests) {
+          MPI_Request r;
+          int rc = MPI_Ibcast(buffer.data_ptr(), static_cast<int>(buffer.numel()), MPI_BYTE, root, engine_->comm, &r);
+          if (rc == MPI_SUCCESS) requests.push_back(r);
+          return rc;
+        },
+        std::move(finish));
   }
 
   WorkHandle allgather(const at::Tensor& input, at::Tensor& output, const CollectiveOptions& options) override {
@@ -335,23 +342,29 @@ class MpiCommunicator final : public Communicator {
     int world = world_;
     std::function<void()> finish;
     if (op == ReduceOp::kAvg) finish = [output, world]() mutable { output.div_(world); };
-    return start(std::move(info), options, {input, output}, [this, input, output, op](std::vector<MPI_Request>& requests) {
-      MPI_Request r;
-      int rc = MPI_Ireduce_scatter_block(input.data_ptr(), output.data_ptr(), static_cast<int>(output.numel()),
-                                         mpiType(input.scalar_type()), MpiRuntime::get().op(input.scalar_type(), op),
-                                         engine_->comm, &r);
-      if (rc == MPI_SUCCESS) requests.push_back(r);
-      return rc;
-    }, std::move(finish));
+    return start(
+        std::move(info), options, {input, output},
+        [this, input, output, op](std::vector<MPI_Request>& requests) {
+          MPI_Request r;
+          int rc = MPI_Ireduce_scatter_block(input.data_ptr(), output.data_ptr(), static_cast<int>(output.numel()),
+                                             mpiType(input.scalar_type()),
+                                             MpiRuntime::get().op(input.scalar_type(), op), engine_->comm, &r);
+          if (rc == MPI_SUCCESS) requests.push_back(r);
+          return rc;
+        },
+        std::move(finish));
   }
 
   WorkHandle barrier(const CollectiveOptions& options) override {
-    return start(args_.barrier(), options, {}, [this](std::vector<MPI_Request>& requests) {
-      MPI_Request r;
-      int rc = MPI_Ibarrier(engine_->comm, &r);
-      if (rc == MPI_SUCCESS) requests.push_back(r);
-      return rc;
-    }, nullptr);
+    return start(
+        args_.barrier(), options, {},
+        [this](std::vector<MPI_Request>& requests) {
+          MPI_Request r;
+          int rc = MPI_Ibarrier(engine_->comm, &r);
+          if (rc == MPI_SUCCESS) requests.push_back(r);
+          return rc;
+        },
+        nullptr);
   }
 
   WorkHandle send(const at::Tensor& tensor, int dst, int tag, const CollectiveOptions& options) override {
@@ -360,12 +373,15 @@ class MpiCommunicator final : public Communicator {
     if (tensor.numel() == 0) return start(std::move(info), options, {}, nullptr, nullptr);
     at::Tensor bytes = asBytes(tensor);
     checkCount(bytes.numel(), info);
-    return start(std::move(info), options, {bytes}, [this, bytes, dst, tag](std::vector<MPI_Request>& requests) {
-      MPI_Request r;
-      int rc = MPI_Isend(bytes.data_ptr(), static_cast<int>(bytes.numel()), MPI_BYTE, dst, tag, engine_->comm, &r);
-      if (rc == MPI_SUCCESS) requests.push_back(r);
-      return rc;
-    }, nullptr);
+    return start(
+        std::move(info), options, {bytes},
+        [this, bytes, dst, tag](std::vector<MPI_Request>& requests) {
+          MPI_Request r;
+          int rc = MPI_Isend(bytes.data_ptr(), static_cast<int>(bytes.numel()), MPI_BYTE, dst, tag, engine_->comm, &r);
+          if (rc == MPI_SUCCESS) requests.push_back(r);
+          return rc;
+        },
+        nullptr);
   }
 
   WorkHandle recv(at::Tensor& tensor, int src, int tag, const CollectiveOptions& options) override {
@@ -374,20 +390,24 @@ class MpiCommunicator final : public Communicator {
     if (tensor.numel() == 0) return start(std::move(info), options, {}, nullptr, nullptr);
     at::Tensor bytes = asBytes(tensor);
     checkCount(bytes.numel(), info);
-    return start(std::move(info), options, {bytes}, [this, bytes, src, tag](std::vector<MPI_Request>& requests) {
-      MPI_Request r;
-      int rc = MPI_Irecv(bytes.data_ptr(), static_cast<int>(bytes.numel()), MPI_BYTE, src, tag, engine_->comm, &r);
-      if (rc == MPI_SUCCESS) requests.push_back(r);
-      return rc;
-    }, nullptr);
+    return start(
+        std::move(info), options, {bytes},
+        [this, bytes, src, tag](std::vector<MPI_Request>& requests) {
+          MPI_Request r;
+          int rc = MPI_Irecv(bytes.data_ptr(), static_cast<int>(bytes.numel()), MPI_BYTE, src, tag, engine_->comm, &r);
+          if (rc == MPI_SUCCESS) requests.push_back(r);
+          return rc;
+        },
+        nullptr);
   }
 
  private:
   using Issue = std::function<int(std::vector<MPI_Request>&)>;
 
   static at::Tensor asBytes(const at::Tensor& t) {
-    return at::from_blob(t.data_ptr(), {t.numel() * static_cast<int64_t>(t.element_size())},
-                         [keep = t](void*) {}, at::TensorOptions().dtype(at::kByte));
+    return at::from_blob(
+        t.data_ptr(), {t.numel() * static_cast<int64_t>(t.element_size())}, [keep = t](void*) {},
+        at::TensorOptions().dtype(at::kByte));
   }
 
   static int64_t totalNumel(const std::vector<at::Tensor>& ts) {
@@ -398,13 +418,14 @@ class MpiCommunicator final : public Communicator {
 
   void checkCount(int64_t count, const CommErrorInfo& info) const {
     if (count > INT_MAX) {
-      args_.invalid(info, fmt::format("{} elements in one message exceed MPI's limit of {}; split the tensor",
-                                      count, INT_MAX));
+      args_.invalid(
+          info, fmt::format("{} elements in one message exceed MPI's limit of {}; split the tensor", count, INT_MAX));
     }
   }
 
   void checkTag(int tag, const CommErrorInfo& info) const {
-    if (tag < 0 || tag > 32767) args_.invalid(info, fmt::format("tag {} must be in 0..32767 (MPI's guaranteed range)", tag));
+    if (tag < 0 || tag > 32767)
+      args_.invalid(info, fmt::format("tag {} must be in 0..32767 (MPI's guaranteed range)", tag));
   }
 
   WorkHandle gatherInto(CommErrorInfo info, const CollectiveOptions& options, const at::Tensor& input,
@@ -413,13 +434,16 @@ class MpiCommunicator final : public Communicator {
     at::Tensor in = asBytes(input);
     at::Tensor out = asBytes(output);
     checkCount(out.numel(), info);
-    return start(std::move(info), options, {in, out}, [this, in, out](std::vector<MPI_Request>& requests) {
-      MPI_Request r;
-      int rc = MPI_Iallgather(in.data_ptr(), static_cast<int>(in.numel()), MPI_BYTE, out.data_ptr(),
-                              static_cast<int>(in.numel()), MPI_BYTE, engine_->comm, &r);
-      if (rc == MPI_SUCCESS) requests.push_back(r);
-      return rc;
-    }, std::move(finish));
+    return start(
+        std::move(info), options, {in, out},
+        [this, in, out](std::vector<MPI_Request>& requests) {
+          MPI_Request r;
+          int rc = MPI_Iallgather(in.data_ptr(), static_cast<int>(in.numel()), MPI_BYTE, out.data_ptr(),
+                                  static_cast<int>(in.numel()), MPI_BYTE, engine_->comm, &r);
+          if (rc == MPI_SUCCESS) requests.push_back(r);
+          return rc;
+        },
+        std::move(finish));
   }
 
   /// Numbers the operation, issues it (non-blocking MPI calls) and registers it

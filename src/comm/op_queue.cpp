@@ -9,8 +9,7 @@
 
 namespace lockstep::detail {
 
-OpQueue::OpQueue(int rank, int worldSize)
-    : rank_(rank), worldSize_(worldSize), state_(std::make_shared<State>()) {
+OpQueue::OpQueue(int rank, int worldSize) : rank_(rank), worldSize_(worldSize), state_(std::make_shared<State>()) {
   issuer_ = std::thread(&OpQueue::runIssuer, state_);
   finisher_ = std::thread(&OpQueue::runFinisher, state_);
 }
@@ -26,8 +25,10 @@ OpQueue::~OpQueue() {
   // The threads own references to the state and to whatever their tasks
   // captured, so letting a stuck one finish on its own (or die at exit) is safe.
   for (auto* t : {&issuer_, &finisher_}) {
-    if (stuck) t->detach();
-    else t->join();
+    if (stuck)
+      t->detach();
+    else
+      t->join();
   }
 }
 
@@ -65,8 +66,8 @@ WorkHandle OpQueue::submitIssued(CommErrorInfo info, std::chrono::milliseconds t
     }
     return error;
   };
-  auto work = std::make_shared<Work>(fmt::format("{} #{}", info.op, info.sequence),
-                                     Work::Clock::now() + timeout, std::move(onTimeout));
+  auto work = std::make_shared<Work>(fmt::format("{} #{}", info.op, info.sequence), Work::Clock::now() + timeout,
+                                     std::move(onTimeout));
   {
     std::lock_guard<std::mutex> lock(state_->mutex);
     if (state_->failure) {
@@ -141,8 +142,8 @@ void OpQueue::runFinisher(std::shared_ptr<State> state) {
     Task task;
     {
       std::unique_lock<std::mutex> lock(state->mutex);
-      state->cv.wait(lock, [&] { return (state->stop && state->tasks.empty() && state->busy == 0) ||
-                                        !state->finishing.empty(); });
+      state->cv.wait(
+          lock, [&] { return (state->stop && state->tasks.empty() && state->busy == 0) || !state->finishing.empty(); });
       if (state->finishing.empty()) return;
       task = std::move(state->finishing.front());
       state->finishing.pop_front();

@@ -30,10 +30,10 @@ int64_t nowMs() {
 
 /// What a rank publishes: "submitted waiting sinceMs submittedMs|op of waiting|op of last submitted".
 struct Progress {
-  uint64_t submitted = 0;    ///< operations submitted so far
-  uint64_t waiting = 0;      ///< the oldest unfinished operation, 0 when none
+  uint64_t submitted = 0;  ///< operations submitted so far
+  uint64_t waiting = 0;    ///< the oldest unfinished operation, 0 when none
   int64_t waitingSinceMs = 0;
-  int64_t submittedAtMs = 0; ///< when the last one was submitted
+  int64_t submittedAtMs = 0;  ///< when the last one was submitted
   std::string waitingOp;
   std::string lastOp;
 
@@ -79,7 +79,8 @@ class StallInspectingCommunicator final : public Communicator {
     return track(Collective::allreduce(op), bytesOf(tensors), [&] { return inner_->allreduce(tensors, op, options); });
   }
   WorkHandle broadcast(std::vector<at::Tensor>& tensors, int root, const CollectiveOptions& options) override {
-    return track(Collective::broadcast(root), bytesOf(tensors), [&] { return inner_->broadcast(tensors, root, options); });
+    return track(Collective::broadcast(root), bytesOf(tensors),
+                 [&] { return inner_->broadcast(tensors, root, options); });
   }
   WorkHandle allgather(const at::Tensor& input, at::Tensor& output, const CollectiveOptions& options) override {
     return track(Collective::allgather(), bytesOf(input), [&] { return inner_->allgather(input, output, options); });
@@ -206,9 +207,10 @@ class StallInspectingCommunicator final : public Communicator {
     }
     std::string message;
     if (!missing.empty()) {
-      message = fmt::format("stall: operation #{} has waited {:.0f} s on rank{} {}; rank{} {} ha{} not submitted it yet",
-                            stalled, longest / 1000.0, waitingRanks.size() == 1 ? "" : "s", rankNumbers(waitingRanks),
-                            missing.size() == 1 ? "" : "s", rankNumbers(missing), missing.size() == 1 ? "s" : "ve");
+      message =
+          fmt::format("stall: operation #{} has waited {:.0f} s on rank{} {}; rank{} {} ha{} not submitted it yet",
+                      stalled, longest / 1000.0, waitingRanks.size() == 1 ? "" : "s", rankNumbers(waitingRanks),
+                      missing.size() == 1 ? "" : "s", rankNumbers(missing), missing.size() == 1 ? "s" : "ve");
       for (int r : missing) {
         const auto& p = all[r];
         if (!p || p->submitted == 0) {
@@ -219,13 +221,15 @@ class StallInspectingCommunicator final : public Communicator {
         }
       }
     } else if (views.size() > 1) {
-      message = fmt::format("stall: ranks disagree on operation #{} (a desync: different collectives or sizes):", stalled);
-      for (const auto& [op, ranks] : views) message += fmt::format(" rank{} {}: {};", ranks.size() == 1 ? "" : "s",
-                                                                   rankNumbers(ranks), op);
+      message =
+          fmt::format("stall: ranks disagree on operation #{} (a desync: different collectives or sizes):", stalled);
+      for (const auto& [op, ranks] : views)
+        message += fmt::format(" rank{} {}: {};", ranks.size() == 1 ? "" : "s", rankNumbers(ranks), op);
       message.pop_back();
     } else {
-      message = fmt::format("stall: operation #{} {} has waited {:.0f} s on every rank that reported (ranks {})",
-                            stalled, views.empty() ? "" : views.begin()->first, longest / 1000.0, rankNumbers(waitingRanks));
+      message =
+          fmt::format("stall: operation #{} {} has waited {:.0f} s on every rank that reported (ranks {})", stalled,
+                      views.empty() ? "" : views.begin()->first, longest / 1000.0, rankNumbers(waitingRanks));
     }
     message += fmt::format(". Its timeout ({} s) will fail it.", inner_->defaultTimeout().count() / 1000);
     options_.report(message);

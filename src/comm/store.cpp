@@ -47,9 +47,7 @@ Store Store::inMemory(std::chrono::milliseconds timeout) {
   return Store(impl);
 }
 
-void Store::set(const std::string& key, const std::vector<uint8_t>& value) {
-  impl_->store->set(key, value);
-}
+void Store::set(const std::string& key, const std::vector<uint8_t>& value) { impl_->store->set(key, value); }
 
 std::vector<uint8_t> Store::get(const std::string& key) { return impl_->store->get(key); }
 

@@ -14,7 +14,7 @@ class StoreServer;
 struct StoreImpl {
   c10::intrusive_ptr<c10d::Store> store;
   std::shared_ptr<StoreServer> server;  // rank 0's server, kept alive by every view of the store
-  std::string description;  // "tcp://host:port" or "memory"
+  std::string description;              // "tcp://host:port" or "memory"
 };
 
 /// What only the communicators may see of a Store.

@@ -20,11 +20,11 @@
 
 #include <fmt/format.h>
 
-#include "lockstep/comm/comm_error.h"
-#include "lockstep/common/logging.h"
 #include "comm/store_wire.h"
 #include "common/posix_io.h"
 #include "common/socket_address.h"
+#include "lockstep/comm/comm_error.h"
+#include "lockstep/common/logging.h"
 #include "lockstep/common/token.h"
 
 namespace lockstep::detail {
@@ -297,8 +297,7 @@ class StoreServer {
         }
         return;
       }
-      default:
-        throw std::runtime_error(fmt::format("unknown operation {}", op));
+      default: throw std::runtime_error(fmt::format("unknown operation {}", op));
     }
   }
 

@@ -58,8 +58,8 @@ addrinfo* resolve(const std::string& host, int port, bool passive) {
   addrinfo* result = nullptr;
   int rc = getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &result);
   if (rc != 0) {
-  fail(CommErrorKind::kBackend, passive ? "serve rendezvous store" : "connect to rendezvous store",
-       fmt::format("cannot resolve master address '{}': {}", host, gai_strerror(rc)));
+    fail(CommErrorKind::kBackend, passive ? "serve rendezvous store" : "connect to rendezvous store",
+         fmt::format("cannot resolve master address '{}': {}", host, gai_strerror(rc)));
   }
   return result;
 }

@@ -20,11 +20,11 @@
 
 #include <fmt/format.h>
 
-#include "lockstep/comm/comm_error.h"
-#include "lockstep/common/logging.h"
 #include "comm/store_wire.h"
 #include "common/posix_io.h"
 #include "common/socket_address.h"
+#include "lockstep/comm/comm_error.h"
+#include "lockstep/common/logging.h"
 #include "lockstep/common/token.h"
 
 namespace lockstep::detail {
@@ -60,7 +60,8 @@ std::optional<std::string> readExactly(int fd, size_t n, Clock::time_point deadl
     } else if (got == 0 || (errno != EINTR && errno != EAGAIN)) {
       fail(CommErrorKind::kPeerFailure, "rendezvous store",
            fmt::format("the connection to the rendezvous store at {} was closed (the master process, rank 0, "
-                       "may have exited)", where));
+                       "may have exited)",
+                       where));
     }
   }
   return out;
@@ -122,14 +123,15 @@ TcpStoreClient::TcpStoreClient(std::string host, int port, std::string token, st
     if (Clock::now() >= deadline) {
       fail(CommErrorKind::kTimeout, "connect to rendezvous store",
            fmt::format("timed out: cannot reach the master at {} ({}); is rank 0 running and the address one this "
-                       "host can reach?", where, lastError),
+                       "host can reach?",
+                       where, lastError),
            timeout.count());
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   // Handshake: prove the token, check the server's proof.
-  auto handshakeDeadline = std::min(deadline, Clock::now() + std::chrono::duration_cast<std::chrono::milliseconds>(
-                                                                kHandshakeTimeout));
+  auto handshakeDeadline =
+      std::min(deadline, Clock::now() + std::chrono::duration_cast<std::chrono::milliseconds>(kHandshakeTimeout));
   auto greeting = readExactly(fd_, kGreetingSize, handshakeDeadline, where);
   if (!greeting || std::memcmp(greeting->data(), kMagic, sizeof(kMagic)) != 0) {
     ::close(fd_);
@@ -218,8 +220,8 @@ std::string TcpStoreClient::request(uint8_t op, const std::string& payload, std:
     if (status != kOk) {
       ::close(fd_);
       fd_ = -1;
-      fail(CommErrorKind::kBackend, what, fmt::format("the rendezvous store at {} refused the request: {}", where,
-                                                      *body));
+      fail(CommErrorKind::kBackend, what,
+           fmt::format("the rendezvous store at {} refused the request: {}", where, *body));
     }
     return *body;
   } catch (const CommError& e) {

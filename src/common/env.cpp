@@ -35,8 +35,8 @@ int64_t parseInt(const std::string& text, const std::string& what, int64_t lo, i
     throw ConfigError(what + "='" + text + "' is not an integer");
   }
   if (value < lo || value > hi) {
-    throw ConfigError(what + "=" + text + " is out of range; expected " + std::to_string(lo) +
-                      ".." + std::to_string(hi));
+    throw ConfigError(what + "=" + text + " is out of range; expected " + std::to_string(lo) + ".." +
+                      std::to_string(hi));
   }
   return value;
 }
@@ -53,10 +53,9 @@ std::optional<std::chrono::milliseconds> Environment::getSeconds(const std::stri
   char* end = nullptr;
   errno = 0;
   double seconds = std::strtod(text->c_str(), &end);
-  if (text->empty() || end != text->c_str() + text->size() || errno == ERANGE ||
-      !std::isfinite(seconds) || seconds < 0) {
-    throw ConfigError("environment variable " + name + "='" + *text +
-                      "' is not a non-negative number of seconds");
+  if (text->empty() || end != text->c_str() + text->size() || errno == ERANGE || !std::isfinite(seconds) ||
+      seconds < 0) {
+    throw ConfigError("environment variable " + name + "='" + *text + "' is not a non-negative number of seconds");
   }
   return std::chrono::milliseconds(static_cast<int64_t>(std::llround(seconds * 1000.0)));
 }

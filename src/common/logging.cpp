@@ -51,24 +51,23 @@ Level level() { return static_cast<Level>(levelStorage().load()); }
 void setRank(int rank) { gRank.store(rank); }
 
 Level parseLevel(const std::string& text, const std::string& what) {
-  static constexpr EnumName<Level> kNames[] = {{Level::kTrace, "trace"}, {Level::kDebug, "debug"},
-                                               {Level::kInfo, "info"},   {Level::kWarn, "warn"},
-                                               {Level::kWarn, "warning"}, {Level::kError, "error"},
-                                               {Level::kOff, "off"},     {Level::kOff, "none"}};
+  static constexpr EnumName<Level> kNames[] = {
+      {Level::kTrace, "trace"},  {Level::kDebug, "debug"}, {Level::kInfo, "info"}, {Level::kWarn, "warn"},
+      {Level::kWarn, "warning"}, {Level::kError, "error"}, {Level::kOff, "off"},   {Level::kOff, "none"}};
   return parseEnum(kNames, text, what);
 }
 
 void write(Level l, const std::string& message) {
   auto now = std::chrono::system_clock::now();
   std::time_t seconds = std::chrono::system_clock::to_time_t(now);
-  int millis = static_cast<int>(
-      std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000);
+  int millis =
+      static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000);
   std::tm tm{};
   localtime_r(&seconds, &tm);
   int rank = gRank.load();
   std::string rankText = rank >= 0 ? fmt::format(" r{}", rank) : std::string();
-  std::string line = fmt::format("[lockstep {:02}:{:02}:{:02}.{:03}{} {}] {}\n", tm.tm_hour,
-                                 tm.tm_min, tm.tm_sec, millis, rankText, levelName(l), message);
+  std::string line = fmt::format("[lockstep {:02}:{:02}:{:02}.{:03}{} {}] {}\n", tm.tm_hour, tm.tm_min, tm.tm_sec,
+                                 millis, rankText, levelName(l), message);
   ssize_t ignored = ::write(STDERR_FILENO, line.data(), line.size());
   (void)ignored;
 }

@@ -48,8 +48,8 @@ struct DtypeCode {
   at::ScalarType type;
 };
 constexpr DtypeCode kDtypes[] = {
-    {1, at::kFloat}, {2, at::kDouble}, {3, at::kHalf},  {4, at::kBFloat16}, {5, at::kByte},
-    {6, at::kChar},  {7, at::kShort},  {8, at::kInt},   {9, at::kLong},     {10, at::kBool},
+    {1, at::kFloat}, {2, at::kDouble}, {3, at::kHalf}, {4, at::kBFloat16}, {5, at::kByte},
+    {6, at::kChar},  {7, at::kShort},  {8, at::kInt},  {9, at::kLong},     {10, at::kBool},
 };
 
 const DtypeCode* byType(at::ScalarType type) {
@@ -81,17 +81,15 @@ class Reader {
 
   [[noreturn]] void fail(size_t at, const std::string& what) const {
     std::string entry = key_.empty() ? "" : fmt::format(", in entry '{}'", key_);
-    throw CheckpointError(fmt::format("{}: malformed tensor archive at byte {} of {}{}: {}", label_, at,
-                                      bytes_.size(), entry, what));
+    throw CheckpointError(
+        fmt::format("{}: malformed tensor archive at byte {} of {}{}: {}", label_, at, bytes_.size(), entry, what));
   }
   size_t pos() const { return pos_; }
   size_t remaining() const { return bytes_.size() - pos_; }
   void setKey(std::string key) { key_ = std::move(key); }
 
   std::string_view take(uint64_t n, const char* what) {
-    if (n > remaining()) {
-      fail(pos_, fmt::format("{} needs {} bytes but only {} remain", what, n, remaining()));
-    }
+    if (n > remaining()) { fail(pos_, fmt::format("{} needs {} bytes but only {} remain", what, n, remaining())); }
     std::string_view out = bytes_.substr(pos_, static_cast<size_t>(n));
     pos_ += static_cast<size_t>(n);
     return out;

@@ -52,8 +52,8 @@ std::string readTokenFile(const std::string& path, const std::string& source) {
   auto first = line.find_first_not_of(" \t\r\n");
   auto last = line.find_last_not_of(" \t\r\n");
   if (first == std::string::npos) {
-    throw ConfigError(fmt::format("{}: the job token file '{}' is empty; expected a secret on its first line", source,
-                                  path));
+    throw ConfigError(
+        fmt::format("{}: the job token file '{}' is empty; expected a secret on its first line", source, path));
   }
   return line.substr(first, last - first + 1);
 }

@@ -61,10 +61,9 @@ std::string buildReport(const std::string& runDir) {
     std::string hint;
     try {
       auto names = LogDir(runDir).runNames();
-      if (!names.empty()) hint = fmt::format("; it is a log directory holding the runs {} — pass one of them",
-                                             fmt::join(names, ", "));
-    } catch (const Error&) {
-    }
+      if (!names.empty())
+        hint = fmt::format("; it is a log directory holding the runs {} — pass one of them", fmt::join(names, ", "));
+    } catch (const Error&) {}
     throw RunNotFound(fmt::format("'{}' is not a run directory: it has no run.json{}", runDir, hint));
   }
   RunReader reader(runDir, detail::runNameOf(runDir));

@@ -74,8 +74,10 @@ nlohmann::json Columns::toJson() const {
     nlohmann::json array = nlohmann::json::array();
     array.get_ref<nlohmann::json::array_t&>().reserve(column.size());
     for (double v : column) {
-      if (std::isnan(v)) array.push_back(nullptr);
-      else array.push_back(v);
+      if (std::isnan(v))
+        array.push_back(nullptr);
+      else
+        array.push_back(v);
     }
     out[fields[i].name] = std::move(array);
   }
@@ -84,13 +86,10 @@ nlohmann::json Columns::toJson() const {
 
 // ---- JsonlFile ------------------------------------------------------------------
 
-JsonlFile::JsonlFile(std::string path, std::string displayName, std::vector<Columns> tables,
-                     std::string kindField, std::vector<std::string> kinds)
-    : path_(std::move(path)),
-      displayName_(std::move(displayName)),
-      tables_(std::move(tables)),
-      kindField_(std::move(kindField)),
-      kinds_(std::move(kinds)) {
+JsonlFile::JsonlFile(std::string path, std::string displayName, std::vector<Columns> tables, std::string kindField,
+                     std::vector<std::string> kinds)
+    : path_(std::move(path)), displayName_(std::move(displayName)), tables_(std::move(tables)),
+      kindField_(std::move(kindField)), kinds_(std::move(kinds)) {
   LOCKSTEP_ASSERT(!tables_.empty(), "JsonlFile needs a table");
   LOCKSTEP_ASSERT(kindField_.empty() || kinds_.size() == tables_.size(), "one kind per table");
 }
@@ -151,15 +150,13 @@ void JsonlFile::parseLine(const char* begin, const char* end) {
     throw RunFormatError(displayName_, lineNumber, "not valid JSON: " + shortJsonMessage(e.what()));
   }
   if (!record.is_object()) {
-    throw RunFormatError(displayName_, lineNumber,
-                         fmt::format("expected a JSON object, got {}", record.type_name()));
+    throw RunFormatError(displayName_, lineNumber, fmt::format("expected a JSON object, got {}", record.type_name()));
   }
   size_t tableIndex = 0;
   if (!kindField_.empty()) {
     auto kind = record.find(kindField_);
     if (kind == record.end() || !kind->is_string()) {
-      throw RunFormatError(displayName_, lineNumber,
-                           fmt::format("expected a string field \"{}\"", kindField_));
+      throw RunFormatError(displayName_, lineNumber, fmt::format("expected a string field \"{}\"", kindField_));
     }
     auto found = std::find(kinds_.begin(), kinds_.end(), kind->get_ref<const std::string&>());
     if (found == kinds_.end()) return;  // a kind this dashboard does not draw
@@ -174,8 +171,7 @@ void JsonlFile::parseLine(const char* begin, const char* end) {
     if (field == record.end() || field->is_null()) {
       if (spec.required && (field == record.end() || !spec.nullable)) {
         std::string kind = kindField_.empty() ? "a record" : "a \"" + kinds_[tableIndex] + "\" record";
-        throw RunFormatError(displayName_, lineNumber,
-                             fmt::format("{} needs the number \"{}\"", kind, spec.name));
+        throw RunFormatError(displayName_, lineNumber, fmt::format("{} needs the number \"{}\"", kind, spec.name));
       }
       continue;
     }
@@ -191,8 +187,7 @@ void JsonlFile::parseLine(const char* begin, const char* end) {
 // ---- record kinds ---------------------------------------------------------------
 
 std::vector<FieldSpec> trainFields() {
-  return {{"step", true, false}, {"epoch"},           {"time"},     {"loss", true},
-          {"lr"},                {"samples_per_sec"}, {"step_time"}};
+  return {{"step", true, false}, {"epoch"}, {"time"}, {"loss", true}, {"lr"}, {"samples_per_sec"}, {"step_time"}};
 }
 
 std::vector<FieldSpec> valFields() {
@@ -205,9 +200,8 @@ std::vector<FieldSpec> systemFields() {
 }
 
 std::vector<FieldSpec> phaseFields() {
-  return {{"step", true, false}, {"time"},         {"data_wait_ms"}, {"forward_ms"},
-          {"backward_ms"},       {"comm_wait_ms"}, {"optimizer_ms"}, {"step_ms", true},
-          {"comm_ms"},           {"buckets"}};
+  return {{"step", true, false}, {"time"},         {"data_wait_ms"},  {"forward_ms"}, {"backward_ms"},
+          {"comm_wait_ms"},      {"optimizer_ms"}, {"step_ms", true}, {"comm_ms"},    {"buckets"}};
 }
 
 // ---- run.json -------------------------------------------------------------------
@@ -250,8 +244,8 @@ RunReader::RunReader(std::string dir, std::string name) : dir_(std::move(dir)), 
     throw RunNotFound(fmt::format("'{}' is not a run directory: it has no run.json", dir_));
   }
   std::vector<Columns> tables{Columns(trainFields()), Columns(valFields())};
-  metrics_ = std::make_unique<JsonlFile>(dir_ + "/metrics.jsonl", name_ + "/metrics.jsonl", std::move(tables),
-                                         "kind", std::vector<std::string>{"train", "val"});
+  metrics_ = std::make_unique<JsonlFile>(dir_ + "/metrics.jsonl", name_ + "/metrics.jsonl", std::move(tables), "kind",
+                                         std::vector<std::string>{"train", "val"});
 }
 
 void RunReader::refreshRankFiles(const std::string& subdir, std::map<int, std::unique_ptr<JsonlFile>>& files,
@@ -265,8 +259,8 @@ void RunReader::refreshRankFiles(const std::string& subdir, std::map<int, std::u
     int rank = std::stoi(match[1].str());
     if (files.count(rank) == 0) {
       std::vector<Columns> tables{Columns(fields())};
-      files[rank] = std::make_unique<JsonlFile>(it->path().string(), name_ + "/" + subdir + "/" + file,
-                                                std::move(tables));
+      files[rank] =
+          std::make_unique<JsonlFile>(it->path().string(), name_ + "/" + subdir + "/" + file, std::move(tables));
     }
   }
   for (auto& [rank, file] : files) file->refresh();
@@ -339,10 +333,10 @@ LogDir::LogDir(std::string path) : path_(std::move(path)) {
   if (fs::is_regular_file(path_ + "/run.json", ec)) {
     fs::path parent = fs::absolute(path_).lexically_normal();
     if (!parent.has_filename()) parent = parent.parent_path();  // "runs/tiny/" -> "runs/tiny"
-    throw Error(fmt::format(
-        "'{}' is a run directory (it holds run.json), not a log directory of runs; "
-        "pass its parent: --logdir {}",
-        path_, parent.parent_path().string()));
+    throw Error(
+        fmt::format("'{}' is a run directory (it holds run.json), not a log directory of runs; "
+                    "pass its parent: --logdir {}",
+                    path_, parent.parent_path().string()));
   }
 }
 
@@ -369,9 +363,7 @@ nlohmann::json LogDir::listRuns() const {
       entry["run"] = readRunInfo(path_ + "/" + name, name + "/run.json");
       const auto& run = entry["run"];
       if (run.contains("updated_time") && run["updated_time"].is_number()) updated = run["updated_time"].get<double>();
-    } catch (const Error& e) {
-      entry["error"] = e.what();
-    }
+    } catch (const Error& e) { entry["error"] = e.what(); }
     entries.emplace_back(updated, std::move(entry));
   }
   std::stable_sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.first > b.first; });

@@ -80,8 +80,8 @@ class JsonlFile {
  public:
   /// `kindField` empty: every line is one record of tables[0]. Otherwise a line's
   /// `kindField` value picks the table by `kinds` (same order as `tables`).
-  JsonlFile(std::string path, std::string displayName, std::vector<Columns> tables,
-            std::string kindField = {}, std::vector<std::string> kinds = {});
+  JsonlFile(std::string path, std::string displayName, std::vector<Columns> tables, std::string kindField = {},
+            std::vector<std::string> kinds = {});
 
   /// Parses the complete lines appended since the last call; throws RunFormatError
   /// at the first malformed one (the lines before it are kept, the next call

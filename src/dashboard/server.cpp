@@ -74,24 +74,20 @@ struct DashboardServer::Impl {
 
 void DashboardServer::Impl::routes() {
   server.Get("/", [](const httplib::Request&, httplib::Response& res) { sendAsset(res, "index.html"); });
-  server.Get(R"(/(index\.html|app\.js|style\.css))", [](const httplib::Request& req, httplib::Response& res) {
-    sendAsset(res, req.matches[1].str());
-  });
+  server.Get(R"(/(index\.html|app\.js|style\.css))",
+             [](const httplib::Request& req, httplib::Response& res) { sendAsset(res, req.matches[1].str()); });
   server.Get("/api/runs", [this](const httplib::Request&, httplib::Response& res) {
     std::lock_guard<std::mutex> lock(mutex);
     sendJson(res, 200, logdir.listRuns());
   });
   // The path arrives URL-decoded: "/api/runs/..%2f.." is "/api/runs/../.." here.
-  server.Get(R"(/api/runs/(.*))", [this](const httplib::Request& req, httplib::Response& res) {
-    runRequest(req, res);
-  });
+  server.Get(R"(/api/runs/(.*))",
+             [this](const httplib::Request& req, httplib::Response& res) { runRequest(req, res); });
   server.set_exception_handler([](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
     std::string what = "unknown exception";
     try {
       std::rethrow_exception(ep);
-    } catch (const std::exception& e) {
-      what = e.what();
-    } catch (...) {
+    } catch (const std::exception& e) { what = e.what(); } catch (...) {
     }
     log::error(fmt::format("dashboard: {} {}: {}", req.method, req.path, what));
     sendError(res, 500, what);
@@ -132,19 +128,16 @@ void DashboardServer::Impl::runRequest(const httplib::Request& req, httplib::Res
   std::lock_guard<std::mutex> lock(mutex);
   try {
     sendJson(res, 200, logdir.run(name).toJson());
-  } catch (const RunNotFound& e) {
-    sendError(res, 404, e.what());
-  } catch (const RunFormatError& e) {
+  } catch (const RunNotFound& e) { sendError(res, 404, e.what()); } catch (const RunFormatError& e) {
     nlohmann::json body{{"error", e.what()}, {"file", e.file()}};
     if (e.line() > 0) body["line"] = e.line();
     sendJson(res, 500, body);
   }
 }
 
-void DashboardServer::Impl::sendTimeline(httplib::Response& res, const std::string& name,
-                                         const std::string& rankText) {
-  bool digits = !rankText.empty() && rankText.size() <= 6 &&
-                rankText.find_first_not_of("0123456789") == std::string::npos;
+void DashboardServer::Impl::sendTimeline(httplib::Response& res, const std::string& name, const std::string& rankText) {
+  bool digits =
+      !rankText.empty() && rankText.size() <= 6 && rankText.find_first_not_of("0123456789") == std::string::npos;
   if (!digits) {
     sendError(res, 400, fmt::format("invalid rank '{}': expected a number", rankText));
     return;
@@ -186,9 +179,10 @@ int DashboardServer::bind() {
     impl_->port = impl_->server.bind_to_port(o.host, o.port) ? o.port : -1;
   }
   if (impl_->port < 0) {
-    throw Error(fmt::format("cannot listen on {}:{} (address in use or not local?); "
-                            "--port 0 picks a free port",
-                            o.host, o.port));
+    throw Error(
+        fmt::format("cannot listen on {}:{} (address in use or not local?); "
+                    "--port 0 picks a free port",
+                    o.host, o.port));
   }
   return impl_->port;
 }

@@ -27,7 +27,7 @@ constexpr int64_t kIdxLabelsHeader = 8;           // magic, count
 
 constexpr int64_t kCifarSide = 32;
 constexpr int64_t kCifarPixels = 3 * kCifarSide * kCifarSide;  // 3072: R plane, G plane, B plane
-constexpr int64_t kCifarRecord = 1 + kCifarPixels;              // 3073: label byte first
+constexpr int64_t kCifarRecord = 1 + kCifarPixels;             // 3073: label byte first
 constexpr int kCifarTrainBatches = 5;
 
 const std::vector<std::string> kCifar10Names = {"airplane", "automobile", "bird",  "cat",  "deer",
@@ -47,13 +47,8 @@ class InMemoryImageDataset final : public ImageDataset {
  public:
   InMemoryImageDataset(std::vector<uint8_t> pixels, int64_t offset, std::vector<uint8_t> labels, ImageShape shape,
                        std::vector<std::string> classNames, std::string name, std::string source)
-      : pixels_(std::move(pixels)),
-        offset_(offset),
-        labels_(std::move(labels)),
-        shape_(shape),
-        classNames_(std::move(classNames)),
-        name_(std::move(name)),
-        source_(std::move(source)) {}
+      : pixels_(std::move(pixels)), offset_(offset), labels_(std::move(labels)), shape_(shape),
+        classNames_(std::move(classNames)), name_(std::move(name)), source_(std::move(source)) {}
 
   int64_t size() const override { return static_cast<int64_t>(labels_.size()); }
   int64_t numClasses() const override { return static_cast<int64_t>(classNames_.size()); }
@@ -120,8 +115,8 @@ size_t expectedSize(const std::string& path) {
   unsigned char tail[4] = {0, 0, 0, 0};
   if (diskSize >= 18 && in.read(reinterpret_cast<char*>(head), 2) && head[0] == 0x1f && head[1] == 0x8b &&
       in.seekg(-4, std::ios::end) && in.read(reinterpret_cast<char*>(tail), 4)) {
-    const uintmax_t isize = uintmax_t{tail[0]} | (uintmax_t{tail[1]} << 8) | (uintmax_t{tail[2]} << 16) |
-                            (uintmax_t{tail[3]} << 24);
+    const uintmax_t isize =
+        uintmax_t{tail[0]} | (uintmax_t{tail[1]} << 8) | (uintmax_t{tail[2]} << 16) | (uintmax_t{tail[3]} << 24);
     // Deflate cannot compress more than ~1032:1, so a larger ISIZE is garbage: ignore it.
     return static_cast<size_t>(isize <= diskSize * 1032 ? std::max(diskSize, isize) : diskSize);
   }
@@ -167,7 +162,6 @@ std::string zlibNote(const RawFile& raw) {
   return raw.zlibError.empty() ? std::string() : fmt::format(" (gzip: {})", raw.zlibError);
 }
 
-
 /// Checks the header of an IDX file and that it holds exactly header + count * itemBytes bytes.
 /// Returns the dimensions after the magic number (count first).
 std::vector<uint32_t> checkIdx(const RawFile& raw, const std::string& path, uint32_t magic, int64_t headerBytes,
@@ -189,9 +183,10 @@ std::vector<uint32_t> checkIdx(const RawFile& raw, const std::string& path, uint
     } else if ((found >> 16) != 0) {
       hint = "; not an IDX file (an IDX file starts with two zero bytes)";
     }
-    throw Error(fmt::format("{}: bad magic number 0x{:08x}, expected 0x{:08x} (IDX {} of unsigned bytes, {} "
-                            "dimension{}){}",
-                            path, found, magic, kind, dims, dims == 1 ? "" : "s", hint));
+    throw Error(
+        fmt::format("{}: bad magic number 0x{:08x}, expected 0x{:08x} (IDX {} of unsigned bytes, {} "
+                    "dimension{}){}",
+                    path, found, magic, kind, dims, dims == 1 ? "" : "s", hint));
   }
   if (static_cast<int64_t>(b.size()) < headerBytes) throw truncatedHeader();
   std::vector<uint32_t> sizes;
@@ -297,9 +292,10 @@ std::vector<std::string> cifarClassNames(const std::string& root) {
     names.push_back(line.substr(first, last - first + 1));
   }
   if (names.size() != kCifar10Names.size()) {
-    throw Error(fmt::format("{}: {} class names (non-empty lines), expected {}; remove the file to use CIFAR-10's "
-                            "standard names",
-                            meta.string(), names.size(), kCifar10Names.size()));
+    throw Error(
+        fmt::format("{}: {} class names (non-empty lines), expected {}; remove the file to use CIFAR-10's "
+                    "standard names",
+                    meta.string(), names.size(), kCifar10Names.size()));
   }
   return names;
 }
@@ -339,8 +335,8 @@ std::shared_ptr<ImageDataset> openCifar10(const std::string& root, bool train) {
       const std::string path = (fs::path(root) / fmt::format("data_batch_{}.bin", k)).string();
       if (fs::exists(path, ec)) {
         if (static_cast<int>(files.size()) != k - 1) {
-          throw Error(fmt::format("{}: {} exists but data_batch_{}.bin is missing in {}", name, path, files.size() + 1,
-                                  root));
+          throw Error(
+              fmt::format("{}: {} exists but data_batch_{}.bin is missing in {}", name, path, files.size() + 1, root));
         }
         files.push_back(path);
       }
@@ -355,9 +351,10 @@ std::shared_ptr<ImageDataset> openCifar10(const std::string& root, bool train) {
   for (const auto& path : files) {
     const std::vector<uint8_t> bytes = readBinary(path, name, hint);
     if (bytes.empty() || bytes.size() % kCifarRecord != 0) {
-      throw Error(fmt::format("{}: {} bytes, not a positive multiple of {} (a CIFAR-10 record is 1 label byte + {} "
-                              "pixel bytes); a truncated download or not the binary version?",
-                              path, bytes.size(), kCifarRecord, kCifarPixels));
+      throw Error(
+          fmt::format("{}: {} bytes, not a positive multiple of {} (a CIFAR-10 record is 1 label byte + {} "
+                      "pixel bytes); a truncated download or not the binary version?",
+                      path, bytes.size(), kCifarRecord, kCifarPixels));
     }
     const size_t records = bytes.size() / kCifarRecord;
     pixels.reserve(pixels.size() + records * kCifarPixels);

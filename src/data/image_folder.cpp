@@ -124,9 +124,10 @@ void parallelFor(size_t n, Fn fn) {
 }
 
 std::string badImageError(const std::string& path, const std::string& reason) {
-  return fmt::format("{}: cannot decode the image: {} (stb_image); fix or remove the file, or open the folder "
-                     "with ImageFolderOptions::onBadImage = BadImagePolicy::kSkip to leave such files out",
-                     path, reason);
+  return fmt::format(
+      "{}: cannot decode the image: {} (stb_image); fix or remove the file, or open the folder "
+      "with ImageFolderOptions::onBadImage = BadImagePolicy::kSkip to leave such files out",
+      path, reason);
 }
 
 }  // namespace
@@ -165,11 +166,9 @@ std::shared_ptr<ImageFolderDataset> ImageFolderDataset::open(const std::string& 
   }
   if (ec) throw Error(fmt::format("image folder {}: cannot list it: {}", root, ec.message()));
   if (classDirs.empty()) {
-    throw Error(fmt::format("image folder {} has no class subdirectories (expected {}/<class>/<image>.png|jpg|jpeg){}",
-                            root, root,
-                            loose > 0 ? fmt::format("; it holds {} images directly: put them in one folder per class",
-                                                    loose)
-                                      : ""));
+    throw Error(fmt::format(
+        "image folder {} has no class subdirectories (expected {}/<class>/<image>.png|jpg|jpeg){}", root, root,
+        loose > 0 ? fmt::format("; it holds {} images directly: put them in one folder per class", loose) : ""));
   }
   std::sort(classDirs.begin(), classDirs.end(),
             [](const fs::path& a, const fs::path& b) { return a.filename().string() < b.filename().string(); });
@@ -183,9 +182,10 @@ std::shared_ptr<ImageFolderDataset> ImageFolderDataset::open(const std::string& 
     }
     if (ec) throw Error(fmt::format("image folder: cannot list {}: {}", classDirs[label].string(), ec.message()));
     if (classFiles.empty()) {
-      throw Error(fmt::format("class folder {} has no images (*.png, *.jpg, *.jpeg, any case); every subdirectory of "
-                              "{} is a class: remove it or add images",
-                              classDirs[label].string(), root));
+      throw Error(
+          fmt::format("class folder {} has no images (*.png, *.jpg, *.jpeg, any case); every subdirectory of "
+                      "{} is a class: remove it or add images",
+                      classDirs[label].string(), root));
     }
     std::sort(classFiles.begin(), classFiles.end());
     for (auto& f : classFiles) {
@@ -216,8 +216,7 @@ std::shared_ptr<ImageFolderDataset> ImageFolderDataset::open(const std::string& 
     const int64_t outH = resize ? options.resizeHeight : probe.height;
     const int64_t outW = resize ? options.resizeWidth : probe.width;
     probe.planar.resize(static_cast<size_t>(options.channels * outH * outW));
-    resizeBilinearToPlanar(pixels.get(), probe.height, probe.width, options.channels, outH, outW,
-                                   probe.planar.data());
+    resizeBilinearToPlanar(pixels.get(), probe.height, probe.width, options.channels, outH, outW, probe.planar.data());
   });
 
   std::vector<size_t> kept;
@@ -234,9 +233,10 @@ std::shared_ptr<ImageFolderDataset> ImageFolderDataset::open(const std::string& 
   }
   for (size_t label = 0; label < classDirs.size(); ++label) {
     if (perClass[label] == 0) {
-      throw Error(fmt::format("class folder {} has no decodable image: all its images were skipped as unreadable "
-                              "(BadImagePolicy::kSkip)",
-                              classDirs[label].string()));
+      throw Error(
+          fmt::format("class folder {} has no decodable image: all its images were skipped as unreadable "
+                      "(BadImagePolicy::kSkip)",
+                      classDirs[label].string()));
     }
   }
 
@@ -255,11 +255,11 @@ std::shared_ptr<ImageFolderDataset> ImageFolderDataset::open(const std::string& 
     const int refH = probes[ref].height, refW = probes[ref].width;
     for (size_t i : kept) {
       if (probes[i].height != refH || probes[i].width != refW) {
-        throw Error(fmt::format("{}: image is {}x{} (height x width) but {} of the {} images are {}x{} (e.g. {}); "
-                                "without resizing all images must have one size: set ImageFolderOptions "
-                                "resizeHeight and resizeWidth",
-                                files[i], probes[i].height, probes[i].width, counts[{refH, refW}], kept.size(), refH,
-                                refW, files[ref]));
+        throw Error(fmt::format(
+            "{}: image is {}x{} (height x width) but {} of the {} images are {}x{} (e.g. {}); "
+            "without resizing all images must have one size: set ImageFolderOptions "
+            "resizeHeight and resizeWidth",
+            files[i], probes[i].height, probes[i].width, counts[{refH, refW}], kept.size(), refH, refW, files[ref]));
       }
     }
     ds->shape_.height = refH;
@@ -312,8 +312,8 @@ std::string ImageFolderDataset::description() const {
   if (options_.resizeHeight > 0) notes += fmt::format(", resized to {}x{}", shape_.height, shape_.width);
   if (!skippedFiles_.empty()) notes += fmt::format(", {} unreadable files skipped", skippedFiles_.size());
   if (options_.cacheDecoded) notes += ", decoded in memory";
-  return fmt::format("image folder ({} images {}x{}x{}, {} classes{}) from {}", size(), shape_.channels,
-                     shape_.height, shape_.width, numClasses(), notes, root_);
+  return fmt::format("image folder ({} images {}x{}x{}, {} classes{}) from {}", size(), shape_.channels, shape_.height,
+                     shape_.width, numClasses(), notes, root_);
 }
 
 }  // namespace lockstep

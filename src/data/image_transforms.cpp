@@ -64,7 +64,7 @@ Batch ImageClassificationSet::batch(const std::vector<int64_t>& indices, int64_t
     labels[i] = label;
     const uint8_t* src = image.data_ptr<uint8_t>();
     std::mt19937_64 rng(splitmix(options_.seed ^ splitmix(static_cast<uint64_t>(epoch) * 0x100000001B3ull ^
-                                                        static_cast<uint64_t>(indices[static_cast<size_t>(i)]))));
+                                                          static_cast<uint64_t>(indices[static_cast<size_t>(i)]))));
     bool flip = options_.randomFlip && (rng() & 1);
     int64_t dy = 0, dx = 0;
     if (pad > 0) {

@@ -63,13 +63,13 @@ struct DataLoader::State {
       std::exception_ptr error;
       try {
         batch = dataset->batch(indices, e);
-      } catch (...) {
-        error = std::current_exception();
-      }
+      } catch (...) { error = std::current_exception(); }
       lock.lock();
       if (gen != generation) continue;  // a new plan replaced this one
-      if (error) failed[mine] = error;
-      else ready[mine] = std::move(batch);
+      if (error)
+        failed[mine] = error;
+      else
+        ready[mine] = std::move(batch);
       cv.notify_all();
     }
   }

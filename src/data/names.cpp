@@ -2,8 +2,8 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <nlohmann/json.hpp>
 #include <yaml-cpp/yaml.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <filesystem>
@@ -16,8 +16,8 @@
 namespace lockstep {
 
 const std::vector<std::string> kNameStopList = {
-    "unknown", "unk",     "no name",   "noname",       "none",      "na",  "nan",
-    "null",    "nil",     "unnamed",   "not named",    "not given", "not provided", "tbd",
+    "unknown", "unk", "no name", "noname",    "none",      "na",           "nan",
+    "null",    "nil", "unnamed", "not named", "not given", "not provided", "tbd",
 };
 
 namespace detail {
@@ -126,9 +126,10 @@ std::vector<std::string> csvColumn(const std::string& text, const std::string& c
   if (col == header.size()) {
     std::string found;
     for (const auto& h : header) found += fmt::format("{}\"{}\"", found.empty() ? "" : ", ", h);
-    throw Error(fmt::format("{}: no column \"{}\" in the CSV header; columns found: {} "
-                            "(choose one with NamesOptions::csvColumn, data.csv_column in a config)",
-                            what, column, found));
+    throw Error(
+        fmt::format("{}: no column \"{}\" in the CSV header; columns found: {} "
+                    "(choose one with NamesOptions::csvColumn, data.csv_column in a config)",
+                    what, column, found));
   }
   std::vector<std::string> values;
   values.reserve(rows.size() - 1);
@@ -143,8 +144,8 @@ std::optional<std::vector<std::string>> parseYamlList(const std::string& text, c
   try {
     node = YAML::Load(text);
   } catch (const YAML::Exception& e) {
-    throw Error(fmt::format("{} is not valid YAML at line {}, column {}: {}", what, e.mark.line + 1,
-                            e.mark.column + 1, e.msg));
+    throw Error(
+        fmt::format("{} is not valid YAML at line {}, column {}: {}", what, e.mark.line + 1, e.mark.column + 1, e.msg));
   }
   for (const auto& key : keyPath) {
     if (!node.IsMap()) return std::nullopt;
@@ -154,7 +155,8 @@ std::optional<std::vector<std::string>> parseYamlList(const std::string& text, c
   if (!node.IsSequence()) throw Error(fmt::format("{}: {} is not a sequence; expected a list of names", what, path));
   std::vector<std::string> items;
   for (const auto& item : node) {
-    if (!item.IsScalar()) throw Error(fmt::format("{}: {} holds a non-scalar item; expected a list of names", what, path));
+    if (!item.IsScalar())
+      throw Error(fmt::format("{}: {} holds a non-scalar item; expected a list of names", what, path));
     items.push_back(item.Scalar());
   }
   return items;
@@ -167,7 +169,8 @@ std::vector<std::string> parseJsonStringArray(const std::string& text, const std
   } catch (const nlohmann::json::parse_error& e) {
     throw Error(fmt::format("{} is not valid JSON: {}", what, e.what()));
   }
-  if (!json.is_array()) throw Error(fmt::format("{}: expected a JSON array of names, got a {}", what, json.type_name()));
+  if (!json.is_array())
+    throw Error(fmt::format("{}: expected a JSON array of names, got a {}", what, json.type_name()));
   std::vector<std::string> items;
   for (const auto& item : json) {
     if (!item.is_string()) {
@@ -189,9 +192,7 @@ using detail::lower;
 std::string readFile(const std::string& path, const std::string& source, const std::string& provider) {
   std::error_code ec;
   const auto status = fs::status(path, ec);
-  if (!fs::exists(status)) {
-    throw Error(fmt::format("names source \"{}\": {} not found{}", source, path, provider));
-  }
+  if (!fs::exists(status)) { throw Error(fmt::format("names source \"{}\": {} not found{}", source, path, provider)); }
   if (fs::is_directory(status)) {
     throw Error(fmt::format("names source \"{}\": {} is a directory, expected a file", source, path));
   }
@@ -203,14 +204,17 @@ std::string readFile(const std::string& path, const std::string& source, const s
 }
 
 std::string debianHint(const char* package) {
-  return fmt::format("; the Debian package {} provides it: install it with scripts/setup.sh "
-                     "(or apt-get install {})", package, package);
+  return fmt::format(
+      "; the Debian package {} provides it: install it with scripts/setup.sh "
+      "(or apt-get install {})",
+      package, package);
 }
 
 std::string npmHint(const char* package, const std::string& npmDir) {
-  return fmt::format("; the npm package {} provides it, installed into {} by scripts/setup.sh "
-                     "(scripts/setup_data.sh): run it, or point NamesOptions::npmDir at your copy",
-                     package, npmDir);
+  return fmt::format(
+      "; the npm package {} provides it, installed into {} by scripts/setup.sh "
+      "(scripts/setup_data.sh): run it, or point NamesOptions::npmDir at your copy",
+      package, npmDir);
 }
 
 std::vector<std::string> lines(const std::string& text) {
@@ -319,7 +323,8 @@ std::vector<std::string> readNameSource(const std::string& source, const NamesOp
   if (source == names::kWamerican) return readWamerican(options);
   if (source == names::kFaker) return readFaker(options, source, true);
   if (source == names::kFakerPets) return readFaker(options, source, false);
-  if (source == names::kDogNames) return readNpmJson(options, names::kDogNames, {"male-dog-names.json", "female-dog-names.json"});
+  if (source == names::kDogNames)
+    return readNpmJson(options, names::kDogNames, {"male-dog-names.json", "female-dog-names.json"});
   if (source == names::kCatNames) return readNpmJson(options, names::kCatNames, {"cat-names.json"});
   if (!looksLikePath(source)) {
     throw Error(fmt::format("unknown names source \"{}\": expected {}, {}, {}, {}, {} or a path to a .txt or .csv file",
@@ -402,9 +407,10 @@ std::vector<std::string> loadNames(const NamesOptions& options) {
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());
   if (out.empty()) {
-    throw Error(fmt::format("no names left from sources [{}] after cleaning (letters, space, hyphen and apostrophe "
-                            "only, length {}..{}); see docs/data.md",
-                            fmt::join(options.sources, ", "), options.minLength, options.maxLength));
+    throw Error(
+        fmt::format("no names left from sources [{}] after cleaning (letters, space, hyphen and apostrophe "
+                    "only, length {}..{}); see docs/data.md",
+                    fmt::join(options.sources, ", "), options.minLength, options.maxLength));
   }
   return out;
 }

@@ -18,15 +18,13 @@ std::vector<std::vector<std::string>> parseCsv(const std::string& text, const st
 /// The values of column `column` of CSV `text` whose first row is the header.
 /// The column matches exactly, else ignoring case and surrounding spaces.
 /// Short rows give "". Throws lockstep::Error listing the columns when absent.
-std::vector<std::string> csvColumn(const std::string& text, const std::string& column,
-                                   const std::string& what);
+std::vector<std::string> csvColumn(const std::string& text, const std::string& column, const std::string& what);
 
 /// The sequence under the mapping keys `keyPath` (e.g. {"en","faker","name",
 /// "male_first_name"}) of a YAML document, flow or block style. nullopt when
 /// the key path is absent; throws lockstep::Error naming `what` for invalid
 /// YAML or a value that is not a sequence of scalars.
-std::optional<std::vector<std::string>> parseYamlList(const std::string& text,
-                                                      const std::vector<std::string>& keyPath,
+std::optional<std::vector<std::string>> parseYamlList(const std::string& text, const std::vector<std::string>& keyPath,
                                                       const std::string& what);
 
 /// A JSON array of strings (`["a", "b\u00e9"]`); \u escapes become UTF-8.

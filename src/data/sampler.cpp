@@ -36,12 +36,10 @@ std::vector<int64_t> globalOrder(int64_t datasetSize, bool shuffle, uint64_t see
 }
 
 DistributedSampler::DistributedSampler(SamplerOptions options) : options_(options) {
-  LOCKSTEP_CHECK(options_.worldSize >= 1, "SamplerOptions.worldSize = ", options_.worldSize,
-                 ", expected >= 1");
-  LOCKSTEP_CHECK(options_.rank >= 0 && options_.rank < options_.worldSize, "SamplerOptions.rank = ",
-                 options_.rank, ", expected in [0, worldSize = ", options_.worldSize, ")");
-  LOCKSTEP_CHECK(options_.datasetSize >= 0, "SamplerOptions.datasetSize = ", options_.datasetSize,
-                 ", expected >= 0");
+  LOCKSTEP_CHECK(options_.worldSize >= 1, "SamplerOptions.worldSize = ", options_.worldSize, ", expected >= 1");
+  LOCKSTEP_CHECK(options_.rank >= 0 && options_.rank < options_.worldSize, "SamplerOptions.rank = ", options_.rank,
+                 ", expected in [0, worldSize = ", options_.worldSize, ")");
+  LOCKSTEP_CHECK(options_.datasetSize >= 0, "SamplerOptions.datasetSize = ", options_.datasetSize, ", expected >= 0");
   const int64_t n = options_.datasetSize;
   const int64_t world = options_.worldSize;
   numSamples_ = options_.dropLast ? n / world : (n + world - 1) / world;
@@ -50,8 +48,7 @@ DistributedSampler::DistributedSampler(SamplerOptions options) : options_(option
 
 void DistributedSampler::setEpoch(int64_t epoch) {
   epoch_ = epoch;
-  std::vector<int64_t> order =
-      globalOrder(options_.datasetSize, options_.shuffle, options_.seed, epoch);
+  std::vector<int64_t> order = globalOrder(options_.datasetSize, options_.shuffle, options_.seed, epoch);
   const int64_t n = options_.datasetSize;
   const int64_t total = totalSize();
   const int64_t world = options_.worldSize;
@@ -59,11 +56,9 @@ void DistributedSampler::setEpoch(int64_t epoch) {
   indices_.reserve(static_cast<size_t>(numSamples_));
   // Position p of the padded order is order[p % n]: the padding repeats the
   // permutation's first entries, cyclically when it is longer than n.
-  for (int64_t p = options_.rank; p < total; p += world) {
-    indices_.push_back(order[static_cast<size_t>(p % n)]);
-  }
-  LOCKSTEP_ASSERT(static_cast<int64_t>(indices_.size()) == numSamples_, "rank ", options_.rank,
-                  " got ", indices_.size(), " indices, expected ", numSamples_);
+  for (int64_t p = options_.rank; p < total; p += world) { indices_.push_back(order[static_cast<size_t>(p % n)]); }
+  LOCKSTEP_ASSERT(static_cast<int64_t>(indices_.size()) == numSamples_, "rank ", options_.rank, " got ",
+                  indices_.size(), " indices, expected ", numSamples_);
 }
 
 int64_t DistributedSampler::numBatches(int64_t batchSize, bool dropLastBatch) const {
@@ -73,9 +68,8 @@ int64_t DistributedSampler::numBatches(int64_t batchSize, bool dropLastBatch) co
 
 std::vector<int64_t> DistributedSampler::batch(int64_t batchIndex, int64_t batchSize) const {
   const int64_t count = numBatches(batchSize, false);
-  LOCKSTEP_CHECK(batchIndex >= 0 && batchIndex < count, "batchIndex = ", batchIndex,
-                 ", expected in [0, ", count, ") for batchSize ", batchSize, " and ", numSamples_,
-                 " samples on rank ", options_.rank);
+  LOCKSTEP_CHECK(batchIndex >= 0 && batchIndex < count, "batchIndex = ", batchIndex, ", expected in [0, ", count,
+                 ") for batchSize ", batchSize, " and ", numSamples_, " samples on rank ", options_.rank);
   const int64_t begin = batchIndex * batchSize;
   const int64_t end = std::min(begin + batchSize, numSamples_);
   return {indices_.begin() + begin, indices_.begin() + end};

@@ -2,8 +2,8 @@
 
 #include <ATen/ATen.h>
 
-#include "lockstep/common/error.h"
 #include "lockstep/common/enum_names.h"
+#include "lockstep/common/error.h"
 
 namespace lockstep {
 

@@ -7,15 +7,12 @@
 #include <numeric>
 
 #include "lockstep/common/error.h"
-#include "lockstep/common/tensor_text.h"
 #include "lockstep/common/logging.h"
+#include "lockstep/common/tensor_text.h"
 
 namespace lockstep {
 
-namespace {
-
-
-}  // namespace
+namespace {}  // namespace
 
 std::vector<std::string> parameterSignature(const torch::nn::Module& module) {
   std::vector<std::string> lines;
@@ -59,11 +56,14 @@ void checkModuleConsistency(const torch::nn::Module& module, Communicator& comm)
     if (other == reference) continue;
     size_t i = 0;
     while (i < reference.size() && i < other.size() && reference[i] == other[i]) ++i;
-    std::string left = i < reference.size() ? "'" + reference[i] + "'" : "nothing (it has " + std::to_string(reference.size()) + " entries)";
-    std::string right = i < other.size() ? "'" + other[i] + "'" : "nothing (it has " + std::to_string(other.size()) + " entries)";
-    throw Error(fmt::format("the model differs between ranks: entry #{} is {} on rank 0 but {} on rank {}; every "
-                            "rank must build the same model (same parameters, shapes, dtypes, registration order)",
-                            i, left, right, r));
+    std::string left = i < reference.size() ? "'" + reference[i] + "'"
+                                            : "nothing (it has " + std::to_string(reference.size()) + " entries)";
+    std::string right =
+        i < other.size() ? "'" + other[i] + "'" : "nothing (it has " + std::to_string(other.size()) + " entries)";
+    throw Error(
+        fmt::format("the model differs between ranks: entry #{} is {} on rank 0 but {} on rank {}; every "
+                    "rank must build the same model (same parameters, shapes, dtypes, registration order)",
+                    i, left, right, r));
   }
 }
 
@@ -77,7 +77,7 @@ void broadcastModule(torch::nn::Module& module, Communicator& comm) {
 
 struct DistributedDataParallel::Impl {
   struct Bucket {
-    std::vector<size_t> params;      // indices into params
+    std::vector<size_t> params;  // indices into params
     std::vector<int64_t> offsets;
     at::Tensor buffer;
     at::Tensor scratch;
@@ -107,9 +107,10 @@ struct DistributedDataParallel::Impl {
   void onGradient(size_t index, const at::Tensor& grad) {
     if (!syncEnabled) return;
     if (arrived[index]) {
-      throw Error(fmt::format("the gradient of '{}' arrived twice without finishGradientSync() in between; call "
-                              "finishGradientSync() after every synchronised backward, or use noSync() to accumulate",
-                              names[index]));
+      throw Error(
+          fmt::format("the gradient of '{}' arrived twice without finishGradientSync() in between; call "
+                      "finishGradientSync() after every synchronised backward, or use noSync() to accumulate",
+                      names[index]));
     }
     if (alone) {
       // One rank: the average is the gradient itself; autograd accumulates it into .grad as usual.
@@ -180,8 +181,10 @@ struct DistributedDataParallel::Impl {
       auto [b, slot] = slotOf[i];
       Bucket& bucket = buckets[b];
       at::Tensor slice = bucket.buffer.narrow(0, bucket.offsets[slot], params[i].numel());
-      if (params[i].grad().defined()) slice.copy_(params[i].grad().reshape({-1}));
-      else slice.zero_();
+      if (params[i].grad().defined())
+        slice.copy_(params[i].grad().reshape({-1}));
+      else
+        slice.zero_();
       if (--bucket.pending == 0) bucket.ready = true;
     }
     launchReady(/*duringBackward=*/false);
@@ -242,8 +245,8 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
 
   for (const auto& p : s.module->named_parameters(true)) {
     if (!p.value().requires_grad()) continue;
-    LOCKSTEP_CHECK(p.value().scalar_type() == at::kFloat && p.value().device().is_cpu(),
-                   "parameter '", p.key(), "' is ", describeTensor(p.value()), " on ", p.value().device().str(),
+    LOCKSTEP_CHECK(p.value().scalar_type() == at::kFloat && p.value().device().is_cpu(), "parameter '", p.key(),
+                   "' is ", describeTensor(p.value()), " on ", p.value().device().str(),
                    "; DistributedDataParallel handles float32 CPU parameters");
     s.params.push_back(p.value());
     s.names.push_back(p.key());
@@ -253,8 +256,8 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
 
   // Buckets in reverse registration order: backward produces the last layers' gradients first.
   const int64_t capBytes = std::max<int64_t>(4, static_cast<int64_t>(options.bucketCapMb * 1024 * 1024));
-  const int64_t firstCapBytes = std::min(
-      capBytes, std::max<int64_t>(4, static_cast<int64_t>(options.firstBucketCapMb * 1024 * 1024)));
+  const int64_t firstCapBytes =
+      std::min(capBytes, std::max<int64_t>(4, static_cast<int64_t>(options.firstBucketCapMb * 1024 * 1024)));
   s.slotOf.resize(s.params.size());
   int64_t bucketBytes = 0;
   for (size_t k = s.params.size(); k-- > 0;) {
@@ -286,8 +289,8 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
       if (auto impl = weak.lock()) impl->onGradient(i, grad);
     }));
   }
-  log::debug(fmt::format("DDP: {} parameters in {} bucket(s) of <= {} MB, hook {}", s.params.size(),
-                         s.buckets.size(), options.bucketCapMb, s.hook->name()));
+  log::debug(fmt::format("DDP: {} parameters in {} bucket(s) of <= {} MB, hook {}", s.params.size(), s.buckets.size(),
+                         options.bucketCapMb, s.hook->name()));
 }
 
 DistributedDataParallel::~DistributedDataParallel() {

@@ -14,8 +14,6 @@
 
 namespace lockstep::detail {
 
-
-
 ChildProcess::ChildProcess(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
                            bool pipeStdin) {
   LOCKSTEP_ASSERT(!argv.empty(), "empty command");
@@ -100,8 +98,7 @@ ChildProcess::~ChildProcess() {
   if (running_) {
     signalGroup(SIGKILL);
     int status = 0;
-    while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
-    }
+    while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {}
   }
 }
 

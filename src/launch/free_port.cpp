@@ -8,8 +8,8 @@
 
 #include "common/socket_address.h"
 #include "launch/child_process.h"
-#include "lockstep/common/error.h"
 #include "launch/launch_commands.h"
+#include "lockstep/common/error.h"
 
 namespace lockstep::detail {
 namespace {

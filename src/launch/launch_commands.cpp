@@ -7,9 +7,9 @@
 #include <cctype>
 #include <cstring>
 
+#include "launch/launch_commands.h"
 #include "lockstep/common/env.h"
 #include "lockstep/common/error.h"
-#include "launch/launch_commands.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -28,7 +28,8 @@ std::vector<HostSlots> parseHosts(const std::string& text) {
     bool bracketed = !entry.empty() && entry.front() == '[';
     if (colon != std::string::npos && (!bracketed || colon > entry.find(']'))) {
       h.host = entry.substr(0, colon);
-      h.slots = static_cast<int>(parseInt(entry.substr(colon + 1), fmt::format("-H entry '{}': slots", entry), 1, 4096));
+      h.slots =
+          static_cast<int>(parseInt(entry.substr(colon + 1), fmt::format("-H entry '{}': slots", entry), 1, 4096));
     } else {
       h.host = entry;
     }
@@ -60,11 +61,11 @@ std::string remoteLaunchCommand(const LaunchOptions& o, int nodeRank, const std:
                                 const std::string& workingDir, const std::map<std::string, std::string>& forwardEnv) {
   std::vector<std::string> words{"cd", shellQuote(workingDir), "&&", "exec", "env"};
   for (const auto& [k, v] : forwardEnv) words.push_back(shellQuote(k + "=" + v));
-  for (std::string w : {selfPath, std::string("run"), std::string("--nnodes"), std::to_string(o.hosts.size()),
-                        std::string("--node-rank"), std::to_string(nodeRank), std::string("--master-addr"),
-                        o.masterAddr, std::string("--master-port"), std::to_string(o.masterPort),
-                        std::string("-np"), std::to_string(o.nprocPerNode), std::string("--token-stdin"),
-                        std::string("--stop-grace"), fmt::format("{}", o.stopGrace.count() / 1000.0)}) {
+  for (std::string w :
+       {selfPath, std::string("run"), std::string("--nnodes"), std::to_string(o.hosts.size()),
+        std::string("--node-rank"), std::to_string(nodeRank), std::string("--master-addr"), o.masterAddr,
+        std::string("--master-port"), std::to_string(o.masterPort), std::string("-np"), std::to_string(o.nprocPerNode),
+        std::string("--token-stdin"), std::string("--stop-grace"), fmt::format("{}", o.stopGrace.count() / 1000.0)}) {
     words.push_back(shellQuote(w));
   }
   if (o.threadsPerWorker) words.insert(words.end(), {"--threads", std::to_string(*o.threadsPerWorker)});
@@ -112,10 +113,12 @@ std::string resolveProgram(const std::string& program) {
 }
 
 void validateLaunchOptions(const LaunchOptions& o) {
-  if (o.nprocPerNode < 1) throw ConfigError(fmt::format("-np {}: the number of workers must be at least 1", o.nprocPerNode));
+  if (o.nprocPerNode < 1)
+    throw ConfigError(fmt::format("-np {}: the number of workers must be at least 1", o.nprocPerNode));
   if (o.nnodes < 1) throw ConfigError(fmt::format("--nnodes {}: must be at least 1", o.nnodes));
   if (o.nodeRank < 0 || o.nodeRank >= o.nnodes) {
-    throw ConfigError(fmt::format("--node-rank {}: must be in 0..{} for --nnodes {}", o.nodeRank, o.nnodes - 1, o.nnodes));
+    throw ConfigError(
+        fmt::format("--node-rank {}: must be in 0..{} for --nnodes {}", o.nodeRank, o.nnodes - 1, o.nnodes));
   }
   if (o.masterPort < 0 || o.masterPort > 65535) {
     throw ConfigError(fmt::format("--master-port {}: must be in 1..65535", o.masterPort));
@@ -124,7 +127,8 @@ void validateLaunchOptions(const LaunchOptions& o) {
     throw ConfigError("--master-port is required with --nnodes > 1 (every node must use the same port)");
   }
   if (o.masterAddr.empty()) throw ConfigError("--master-addr must not be empty");
-  if (o.command.empty()) throw ConfigError("missing the program to run: put it after `--`, e.g. `lockstep run -np 2 -- ./train`");
+  if (o.command.empty())
+    throw ConfigError("missing the program to run: put it after `--`, e.g. `lockstep run -np 2 -- ./train`");
   if (resolveProgram(o.command[0]).empty()) {
     throw ConfigError(fmt::format("program '{}' not found or not executable{}", o.command[0],
                                   o.command[0].find('/') == std::string::npos ? " (searched PATH)" : ""));
@@ -137,25 +141,29 @@ void validateLaunchOptions(const LaunchOptions& o) {
   }
   if (o.backend == "mpi") {
     if (o.nnodes > 1) {
-      throw ConfigError("--backend mpi starts workers on this node only; for several nodes run mpirun yourself "
-                        "with a hostfile (see docs/launcher.md)");
+      throw ConfigError(
+          "--backend mpi starts workers on this node only; for several nodes run mpirun yourself "
+          "with a hostfile (see docs/launcher.md)");
     }
     if (resolveProgram("mpirun").empty()) {
-      throw ConfigError("--backend mpi needs `mpirun` on PATH (Debian package openmpi-bin; scripts/setup.sh installs it)");
+      throw ConfigError(
+          "--backend mpi needs `mpirun` on PATH (Debian package openmpi-bin; scripts/setup.sh installs it)");
     }
   }
   if (o.maxRestarts < 0) throw ConfigError(fmt::format("--max-restarts {}: must be 0 or more", o.maxRestarts));
   if (!o.hosts.empty()) {
     if (o.backend == "mpi") {
-      throw ConfigError("-H starts lockstep launchers over ssh with the gloo backend; for MPI across hosts run "
-                        "mpirun with -H or a hostfile yourself (see docs/multi-node.md)");
+      throw ConfigError(
+          "-H starts lockstep launchers over ssh with the gloo backend; for MPI across hosts run "
+          "mpirun with -H or a hostfile yourself (see docs/multi-node.md)");
     }
     if (o.nnodes != 1 || o.nodeRank != 0) throw ConfigError("-H sets the nodes itself; leave out --nnodes/--node-rank");
     for (const auto& h : o.hosts) {
       if (h.slots != o.hosts.front().slots) {
-        throw ConfigError(fmt::format("-H: every host needs the same number of slots (ranks are node * slots + "
-                                      "local rank); {} has {} but {} has {}", o.hosts.front().host,
-                                      o.hosts.front().slots, h.host, h.slots));
+        throw ConfigError(
+            fmt::format("-H: every host needs the same number of slots (ranks are node * slots + "
+                        "local rank); {} has {} but {} has {}",
+                        o.hosts.front().host, o.hosts.front().slots, h.host, h.slots));
       }
     }
     if (o.rsh.empty() || resolveProgram(o.rsh.front()).empty()) {

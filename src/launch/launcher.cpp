@@ -37,8 +37,8 @@ using detail::Fd;
 
 namespace {
 
-using detail::OutputRelay;
 using detail::mpirunCommand;
+using detail::OutputRelay;
 using detail::pickFreePort;
 using detail::portIsFree;
 using detail::remoteLaunchCommand;
@@ -85,10 +85,11 @@ class SignalGuard {
  private:
   static constexpr int kSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGCHLD};
   static int index(int s) {
-    for (int i = 0; i < 4; ++i) if (kSignals[i] == s) return i;
+    for (int i = 0; i < 4; ++i)
+      if (kSignals[i] == s) return i;
     return 0;
   }
-  struct sigaction old_[4] {};
+  struct sigaction old_[4]{};
   struct sigaction oldPipe_ {};
 };
 
@@ -172,9 +173,10 @@ class Runner {
       workers_.push_back(std::move(w));
     }
     std::string placement;
-    for (auto& w : workers_) placement += fmt::format("{}rank {} pid {}", placement.empty() ? "" : ", ", w->rank, w->result.pid);
-    writeAll(STDERR_FILENO, fmt::format("lockstep run: node {} of {} ({}): {}\n", o_.nodeRank, o_.nnodes, detail::hostName(),
-                                        placement));
+    for (auto& w : workers_)
+      placement += fmt::format("{}rank {} pid {}", placement.empty() ? "" : ", ", w->rank, w->result.pid);
+    writeAll(STDERR_FILENO, fmt::format("lockstep run: node {} of {} ({}): {}\n", o_.nodeRank, o_.nnodes,
+                                        detail::hostName(), placement));
     loop(signals.readFd());
     return finish();
   }
@@ -233,8 +235,7 @@ class Runner {
           owners.emplace_back(w.get(), true);
         }
       }
-      bool anyRunning = std::any_of(workers_.begin(), workers_.end(),
-                                    [](auto& w) { return w->process->running(); });
+      bool anyRunning = std::any_of(workers_.begin(), workers_.end(), [](auto& w) { return w->process->running(); });
       if (!anyRunning && fds.size() == 1) break;
       if (!anyRunning) {
         // Every worker exited; give stray holders of the pipes a moment, then stop reading.
@@ -287,7 +288,8 @@ class Runner {
     if (got > 0 || (got < 0 && (errno == EINTR || errno == EAGAIN))) return;
     parentGone_ = true;
     writeAll(STDERR_FILENO, fmt::format("lockstep run: node {}: the launcher that started this node closed its "
-                                        "connection; stopping the workers\n", o_.nodeRank));
+                                        "connection; stopping the workers\n",
+                                        o_.nodeRank));
     stopAll(SIGTERM, killAt);
   }
 
@@ -364,9 +366,10 @@ class Runner {
       s += fmt::format("lockstep run: received {}, forwarded it to mpirun\n", signalName(interruptSignal_));
     } else if (r.failed()) {
       result.exitCode = r.exitCode > 0 ? std::min(r.exitCode, 255) : 1;
-      s += fmt::format("lockstep run: mpirun (pid {}) {} after {:.1f} s\n", r.pid,
-                       r.signal ? "was killed by " + signalName(r.signal) : fmt::format("exited with code {}", r.exitCode),
-                       r.seconds);
+      s += fmt::format(
+          "lockstep run: mpirun (pid {}) {} after {:.1f} s\n", r.pid,
+          r.signal ? "was killed by " + signalName(r.signal) : fmt::format("exited with code {}", r.exitCode),
+          r.seconds);
       if (failedRank >= 0) {
         s += fmt::format("lockstep run: mpirun reports rank {} as the first worker to fail\n", failedRank);
         const auto* tail = w.relay->rankTail(failedRank);
@@ -402,16 +405,17 @@ class Runner {
     };
     if (interruptSignal_ != 0) {
       result.exitCode = 128 + interruptSignal_;
-      s += parentGone_ ? "lockstep run: the launcher that started this node went away; stopped every worker\n"
-                       : fmt::format("lockstep run: received {}, forwarded it to every worker\n",
-                                     signalName(interruptSignal_));
+      s += parentGone_
+               ? "lockstep run: the launcher that started this node went away; stopped every worker\n"
+               : fmt::format("lockstep run: received {}, forwarded it to every worker\n", signalName(interruptSignal_));
     } else if (firstFailed_ >= 0) {
       const RankResult* failed = nullptr;
-      for (const auto& r : result.ranks) if (r.rank == firstFailed_) failed = &r;
+      for (const auto& r : result.ranks)
+        if (r.rank == firstFailed_) failed = &r;
       result.exitCode = failed->exitCode > 0 ? std::min(failed->exitCode, 255) : 1;
       std::string who = label(failed->rank);
-      s += fmt::format("lockstep run: {} (pid {}) {} after {:.1f} s; it was the first {} to fail\n", who,
-                       failed->pid, describe(*failed), failed->seconds, o_.hosts.empty() ? "worker" : "node");
+      s += fmt::format("lockstep run: {} (pid {}) {} after {:.1f} s; it was the first {} to fail\n", who, failed->pid,
+                       describe(*failed), failed->seconds, o_.hosts.empty() ? "worker" : "node");
       if (failed->stderrTail.empty()) {
         s += fmt::format("lockstep run: {} wrote nothing on stderr\n", who);
       } else {
@@ -453,9 +457,11 @@ std::string jobToken(const LaunchOptions& o, const std::map<std::string, std::st
   if (!o.token.empty()) return o.token;
   if (auto token = tokenFromEnvironment(Environment(env))) return *token;
   if (o.nnodes > 1) {
-    throw ConfigError(fmt::format("--nnodes {}: every node must hold the same job token; put it in a file that "
-                                  "every node can read and pass --token-file FILE (or export {}), or start all "
-                                  "nodes from one host with -H", o.nnodes, kJobTokenVar));
+    throw ConfigError(
+        fmt::format("--nnodes {}: every node must hold the same job token; put it in a file that "
+                    "every node can read and pass --token-file FILE (or export {}), or start all "
+                    "nodes from one host with -H",
+                    o.nnodes, kJobTokenVar));
   }
   return randomToken();
 }
@@ -464,9 +470,12 @@ std::string jobToken(const LaunchOptions& o, const std::map<std::string, std::st
 /// followed by the variables they left unset; else cores / workers.
 void setThreadVariables(const LaunchOptions& o, std::map<std::string, std::string>& env) {
   std::string threadText = std::to_string(std::max(1, usableCores() / o.nprocPerNode));
-  if (o.threadsPerWorker) threadText = std::to_string(*o.threadsPerWorker);
-  else if (env.count(env::kNumThreads)) threadText = env[env::kNumThreads];
-  else if (env.count("OMP_NUM_THREADS")) threadText = env["OMP_NUM_THREADS"];
+  if (o.threadsPerWorker)
+    threadText = std::to_string(*o.threadsPerWorker);
+  else if (env.count(env::kNumThreads))
+    threadText = env[env::kNumThreads];
+  else if (env.count("OMP_NUM_THREADS"))
+    threadText = env["OMP_NUM_THREADS"];
   for (const char* var : {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", env::kNumThreads}) {
     if (o.threadsPerWorker || !env.count(var)) env[var] = threadText;
   }
@@ -496,9 +505,10 @@ LaunchResult launch(const LaunchOptions& input) {
       if (pickPort) {
         o.masterPort = pickFreePort(o.masterAddr);
       } else if (attempt == 0 && !portIsFree(o.masterAddr, o.masterPort)) {
-        throw ConfigError(fmt::format("--master-port {}: {}:{} is already in use; choose another port or leave "
-                                      "--master-port out to pick a free one", o.masterPort, o.masterAddr,
-                                      o.masterPort));
+        throw ConfigError(
+            fmt::format("--master-port {}: {}:{} is already in use; choose another port or leave "
+                        "--master-port out to pick a free one",
+                        o.masterPort, o.masterAddr, o.masterPort));
       }
     }
     env[env::kRestartCount] = env["TORCHELASTIC_RESTART_COUNT"] = std::to_string(attempt);
@@ -522,9 +532,10 @@ LaunchResult launch(const LaunchOptions& input) {
     }
     std::string failed = result.firstFailedRank >= 0 ? fmt::format("rank {}", result.firstFailedRank) : "a worker";
     writeAll(STDERR_FILENO, result.summary);
-    writeAll(STDERR_FILENO, fmt::format("lockstep run: {} failed; restarting all {} worker(s) of node {} (restart {} of "
-                                        "{}); they resume from the last complete checkpoint\n",
-                                        failed, o.nprocPerNode, o.nodeRank, attempt + 1, o.maxRestarts));
+    writeAll(STDERR_FILENO,
+             fmt::format("lockstep run: {} failed; restarting all {} worker(s) of node {} (restart {} of "
+                         "{}); they resume from the last complete checkpoint\n",
+                         failed, o.nprocPerNode, o.nodeRank, attempt + 1, o.maxRestarts));
   }
 }
 

@@ -10,9 +10,8 @@ namespace lockstep {
 CharLstmImpl::CharLstmImpl(const CharLstmOptions& o) : options_(o) {
   LOCKSTEP_CHECK(o.vocabSize >= 2, "CharLstm vocab size must be at least 2, got ", o.vocabSize);
   LOCKSTEP_CHECK(o.hidden >= 1 && o.layers >= 1, "CharLstm needs hidden >= 1 and layers >= 1");
-  lstm_ = register_module("lstm", torch::nn::LSTM(torch::nn::LSTMOptions(o.vocabSize, o.hidden)
-                                                      .num_layers(o.layers)
-                                                      .batch_first(true)));
+  lstm_ = register_module(
+      "lstm", torch::nn::LSTM(torch::nn::LSTMOptions(o.vocabSize, o.hidden).num_layers(o.layers).batch_first(true)));
   head_ = register_module("head", torch::nn::Linear(o.hidden, o.vocabSize));
 }
 

@@ -31,8 +31,7 @@ void checkImages(const at::Tensor& images, const char* type, int64_t channels, i
   LOCKSTEP_CHECK_EQ(images.size(1), channels, "model '", type, "' was built for ", channels, " input channels");
   if (side > 0) {
     LOCKSTEP_CHECK(images.size(2) == side && images.size(3) == side, "model '", type, "' was built for ", side, "x",
-                   side, " images, got ", images.size(2), "x", images.size(3),
-                   "; build it with the data's image size");
+                   side, " images, got ", images.size(2), "x", images.size(3), "; build it with the data's image size");
   }
 }
 
@@ -125,17 +124,16 @@ class AlexNetImpl : public ImageClassifierImpl {
     auto pool = [&] { return nn::MaxPool2d(nn::MaxPool2dOptions(l.poolKernel).stride(l.poolStride)); };
     auto relu = [] { return nn::ReLU(nn::ReLUOptions(true)); };
     features_ = register_module(
-        "features",
-        nn::Sequential(nn::Conv2d(nn::Conv2dOptions(o.inChannels, 64, l.k1).stride(l.s1).padding(l.p1)), relu(),
-                       pool(), nn::Conv2d(nn::Conv2dOptions(64, 192, l.k2).padding(l.p2)), relu(), pool(),
-                       nn::Conv2d(nn::Conv2dOptions(192, 384, 3).padding(1)), relu(),
-                       nn::Conv2d(nn::Conv2dOptions(384, 256, 3).padding(1)), relu(),
-                       nn::Conv2d(nn::Conv2dOptions(256, 256, 3).padding(1)), relu(), pool()));
+        "features", nn::Sequential(nn::Conv2d(nn::Conv2dOptions(o.inChannels, 64, l.k1).stride(l.s1).padding(l.p1)),
+                                   relu(), pool(), nn::Conv2d(nn::Conv2dOptions(64, 192, l.k2).padding(l.p2)), relu(),
+                                   pool(), nn::Conv2d(nn::Conv2dOptions(192, 384, 3).padding(1)), relu(),
+                                   nn::Conv2d(nn::Conv2dOptions(384, 256, 3).padding(1)), relu(),
+                                   nn::Conv2d(nn::Conv2dOptions(256, 256, 3).padding(1)), relu(), pool()));
     avgpool_ = register_module("avgpool", nn::AdaptiveAvgPool2d(nn::AdaptiveAvgPool2dOptions(l.pooledSide)));
     classifier_ = register_module(
-        "classifier", nn::Sequential(nn::Dropout(0.5), nn::Linear(256 * l.pooledSide * l.pooledSide, l.hidden),
-                                     relu(), nn::Dropout(0.5), nn::Linear(l.hidden, l.hidden), relu(),
-                                     nn::Linear(l.hidden, o.numClasses)));
+        "classifier",
+        nn::Sequential(nn::Dropout(0.5), nn::Linear(256 * l.pooledSide * l.pooledSide, l.hidden), relu(),
+                       nn::Dropout(0.5), nn::Linear(l.hidden, l.hidden), relu(), nn::Linear(l.hidden, o.numClasses)));
   }
 
   at::Tensor forward(const at::Tensor& images) override {
@@ -328,9 +326,8 @@ std::shared_ptr<ImageClassifierImpl> makeImageModel(const std::string& type, con
     return std::make_shared<ImageMlpImpl>(o);
   }
   if (type == "alexnet") {
-    require(alexNetFeatureSide(o.imageSize) >= 1,
-            "needs images of at least 63x63 (it is laid out for 224x224), got " + size +
-                "; use 'alexnet-cifar' for 32x32 images");
+    require(alexNetFeatureSide(o.imageSize) >= 1, "needs images of at least 63x63 (it is laid out for 224x224), got " +
+                                                      size + "; use 'alexnet-cifar' for 32x32 images");
     return std::make_shared<AlexNetImpl>(o, kAlexNet);
   }
   if (type == "alexnet-cifar") {

@@ -31,12 +31,11 @@ GpuProbe::GpuProbe(int localRank) {
   auto impl = new Impl;
   impl->library = library;
   impl->shutdown = reinterpret_cast<decltype(&nvmlShutdown)>(symbol("nvmlShutdown"));
-  impl->utilization = reinterpret_cast<decltype(&nvmlDeviceGetUtilizationRates)>(
-      symbol("nvmlDeviceGetUtilizationRates"));
+  impl->utilization =
+      reinterpret_cast<decltype(&nvmlDeviceGetUtilizationRates)>(symbol("nvmlDeviceGetUtilizationRates"));
   impl->memory = reinterpret_cast<decltype(&nvmlDeviceGetMemoryInfo)>(symbol("nvmlDeviceGetMemoryInfo"));
   unsigned int devices = 0;
-  bool ok = init && count && byIndex && impl->shutdown && impl->utilization && impl->memory &&
-            init() == NVML_SUCCESS;
+  bool ok = init && count && byIndex && impl->shutdown && impl->utilization && impl->memory && init() == NVML_SUCCESS;
   bool initialised = ok;
   ok = ok && count(&devices) == NVML_SUCCESS && devices > 0 &&
        byIndex(static_cast<unsigned int>(localRank) % devices, &impl->device) == NVML_SUCCESS;

@@ -28,11 +28,8 @@ std::string cell(double value) { return fmt::format("{}", value); }
 
 MetricsWriter::MetricsWriter(const std::string& dir, const std::string& runName, const std::string& configText,
                              bool tensorboard)
-    : dir_(dir),
-      runName_(runName.empty() ? detail::runNameOf(dir) : runName),
-      hostname_(detail::hostName()),
-      startTime_(detail::unixNow()),
-      jsonl_(std::make_unique<detail::AppendFile>()),
+    : dir_(dir), runName_(runName.empty() ? detail::runNameOf(dir) : runName), hostname_(detail::hostName()),
+      startTime_(detail::unixNow()), jsonl_(std::make_unique<detail::AppendFile>()),
       csv_(std::make_unique<detail::AppendFile>()) {
   detail::createDirectories(dir_);
   detail::writeFileAtomically(join(dir_, "config.yaml"), {configText}, detail::Durability::kProcessCrash);
@@ -63,9 +60,7 @@ void MetricsWriter::writeRunJson(const char* status) {
   run["pid"] = static_cast<int64_t>(::getpid());
   try {
     detail::writeFileAtomically(join(dir_, "run.json"), {run.dump(2) + "\n"}, detail::Durability::kProcessCrash);
-  } catch (const std::exception& e) {
-    detail::warnOnce(warned_, "writing run.json", e.what());
-  }
+  } catch (const std::exception& e) { detail::warnOnce(warned_, "writing run.json", e.what()); }
 }
 
 void MetricsWriter::onFitStart(const FitInfo& info) {
@@ -90,8 +85,8 @@ void MetricsWriter::onLog(const LogRecord& r) {
     line["samples_per_sec"] = r.samplesPerSecond;
     line["step_time"] = r.stepSeconds;
     jsonl_->writeLine(line.dump() + "\n");
-    csv_->writeLine(fmt::format("train,{},{},{},{},{},{},{},,\n", r.step, r.epoch, cell(time), cell(r.loss),
-                                cell(r.lr), cell(r.samplesPerSecond), cell(r.stepSeconds)));
+    csv_->writeLine(fmt::format("train,{},{},{},{},{},{},{},,\n", r.step, r.epoch, cell(time), cell(r.loss), cell(r.lr),
+                                cell(r.samplesPerSecond), cell(r.stepSeconds)));
     if (events_) {
       events_->addScalar("train/loss", r.step, r.loss, time);
       events_->addScalar("train/lr", r.step, r.lr, time);
@@ -100,9 +95,7 @@ void MetricsWriter::onLog(const LogRecord& r) {
       events_->flush();
     }
     step_ = std::max(step_, r.step);
-  } catch (const std::exception& e) {
-    detail::warnOnce(warned_, "writing metrics", e.what());
-  }
+  } catch (const std::exception& e) { detail::warnOnce(warned_, "writing metrics", e.what()); }
   writeRunJson("running");
 }
 
@@ -125,9 +118,7 @@ void MetricsWriter::onValidation(const ValidationRecord& r) {
       if (hasAccuracy) events_->addScalar("val/accuracy", r.step, r.accuracy, time);
       events_->flush();
     }
-  } catch (const std::exception& e) {
-    detail::warnOnce(warned_, "writing metrics", e.what());
-  }
+  } catch (const std::exception& e) { detail::warnOnce(warned_, "writing metrics", e.what()); }
 }
 
 void MetricsWriter::onFitEnd(const FitResult& /*result*/) {

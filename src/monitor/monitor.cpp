@@ -6,8 +6,8 @@
 
 #include <fmt/format.h>
 
-#include "lockstep/common/error.h"
 #include "lockstep/common/enum_names.h"
+#include "lockstep/common/error.h"
 #include "lockstep/monitor/metrics_writer.h"
 #include "lockstep/monitor/progress.h"
 #include "lockstep/monitor/step_timeline.h"
@@ -27,9 +27,9 @@ std::string lower(std::string text) {
 }  // namespace
 
 ProgressMode parseProgressMode(const std::string& text, const std::string& what) {
-  static constexpr EnumName<ProgressMode> kNames[] = {{ProgressMode::kAuto, "auto"}, {ProgressMode::kBar, "bar"},
+  static constexpr EnumName<ProgressMode> kNames[] = {{ProgressMode::kAuto, "auto"},   {ProgressMode::kBar, "bar"},
                                                       {ProgressMode::kLines, "lines"}, {ProgressMode::kOff, "off"},
-                                                      {ProgressMode::kOff, "none"}, {ProgressMode::kOff, "false"}};
+                                                      {ProgressMode::kOff, "none"},    {ProgressMode::kOff, "false"}};
   return parseEnum(kNames, text, what);
 }
 

@@ -24,8 +24,10 @@ void createDirectories(const std::string& dir) {
   fs::create_directories(dir, ec);
   // Another rank may create it at the same moment: only a missing directory is an error.
   if (ec && !fs::is_directory(dir)) {
-    throw Error(fmt::format("monitor: cannot create the run directory {}: {} (set monitor.dir to a writable "
-                            "directory, or monitor.dir=off)", dir, ec.message()));
+    throw Error(
+        fmt::format("monitor: cannot create the run directory {}: {} (set monitor.dir to a writable "
+                    "directory, or monitor.dir=off)",
+                    dir, ec.message()));
   }
   if (!fs::is_directory(dir)) {
     throw Error(fmt::format("monitor: {} exists and is not a directory (monitor.dir must name a directory)", dir));
@@ -52,8 +54,10 @@ void AppendFile::open(const std::string& path) {
   path_ = path;
   fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd_ < 0) {
-    throw Error(fmt::format("monitor: cannot open {} for writing: {} (set monitor.dir to a writable directory, "
-                            "or monitor.dir=off)", path, std::strerror(errno)));
+    throw Error(
+        fmt::format("monitor: cannot open {} for writing: {} (set monitor.dir to a writable directory, "
+                    "or monitor.dir=off)",
+                    path, std::strerror(errno)));
   }
   struct stat st {};
   wasEmpty_ = ::fstat(fd_, &st) != 0 || st.st_size == 0;
@@ -73,8 +77,8 @@ void AppendFile::flush() {
 }
 
 void AppendFile::fail(const std::string& what, int error) {
-  log::warn(fmt::format("monitor: {} of {} failed: {}; this file is no longer written, training goes on", what,
-                        path_, std::strerror(error)));
+  log::warn(fmt::format("monitor: {} of {} failed: {}; this file is no longer written, training goes on", what, path_,
+                        std::strerror(error)));
   ::close(fd_);
   fd_ = -1;
   buffer_.clear();
@@ -84,8 +88,7 @@ void AppendFile::fail(const std::string& what, int error) {
 void warnOnce(bool& flag, const std::string& what, const std::string& reason) {
   if (flag) return;
   flag = true;
-  log::warn(fmt::format("monitor: {} failed: {}; training goes on (further failures are not reported)", what,
-                        reason));
+  log::warn(fmt::format("monitor: {} failed: {}; training goes on (further failures are not reported)", what, reason));
 }
 
 }  // namespace lockstep::detail

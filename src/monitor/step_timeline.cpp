@@ -84,8 +84,8 @@ std::string chromeTraceJson(const std::vector<StepRecord>& steps, int rank, doub
       int64_t begin = std::max(launched, commEnd);
       int64_t end = std::max(begin, tick(b.doneUs));
       slice(fmt::format("allreduce bucket {}", b.bucket), 1, begin, end,
-            fmt::format("\"bucket\":{},\"bytes\":{},\"step\":{},\"launched\":{},\"queued_us\":{}", b.bucket,
-                        b.bytes, s.step, launched, begin - launched));
+            fmt::format("\"bucket\":{},\"bytes\":{},\"step\":{},\"launched\":{},\"queued_us\":{}", b.bucket, b.bytes,
+                        s.step, launched, begin - launched));
       commEnd = end;
     }
   }
@@ -144,9 +144,7 @@ void StepTimeline::writeTrace() {
   try {
     detail::writeFileAtomically(tracePath_, {chromeTraceJson(traced_, rank_, info_.unixTimeAtOrigin)},
                                 detail::Durability::kProcessCrash);
-  } catch (const std::exception& e) {
-    detail::warnOnce(warned_, "writing the timeline", e.what());
-  }
+  } catch (const std::exception& e) { detail::warnOnce(warned_, "writing the timeline", e.what()); }
   traced_.clear();
   traced_.shrink_to_fit();
 }

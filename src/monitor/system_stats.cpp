@@ -90,9 +90,9 @@ void SystemMonitor::sample() {
   double cpuPercent = 100.0 * (stats.cpuSeconds - lastCpu_) / elapsed;
   lastWall_ = wall;
   lastCpu_ = stats.cpuSeconds;
-  std::string line = fmt::format(
-      "{{\"time\":{:.6f},\"rank\":{},\"pid\":{},\"cpu_percent\":{:.2f},\"rss_bytes\":{},\"threads\":{}", wall, rank_,
-      ::getpid(), cpuPercent, stats.rssBytes, stats.threads);
+  std::string line =
+      fmt::format("{{\"time\":{:.6f},\"rank\":{},\"pid\":{},\"cpu_percent\":{:.2f},\"rss_bytes\":{},\"threads\":{}",
+                  wall, rank_, ::getpid(), cpuPercent, stats.rssBytes, stats.threads);
   if (auto gpu = gpu_->sample()) {
     line += fmt::format(",\"gpu_util\":{:.1f},\"gpu_mem_bytes\":{}", gpu->utilPercent, gpu->memBytes);
   }

@@ -2,16 +2,16 @@
 
 #include <cmath>
 
-#include "lockstep/common/error.h"
 #include "lockstep/common/enum_names.h"
+#include "lockstep/common/error.h"
 
 namespace lockstep {
 
 namespace {
 constexpr EnumName<LrScalingRule> kRuleNames[] = {{LrScalingRule::kNone, "none"},
-                                                   {LrScalingRule::kLinear, "linear"},
-                                                   {LrScalingRule::kSqrt, "sqrt"},
-                                                   {LrScalingRule::kPow23, "pow2/3"}};
+                                                  {LrScalingRule::kLinear, "linear"},
+                                                  {LrScalingRule::kSqrt, "sqrt"},
+                                                  {LrScalingRule::kPow23, "pow2/3"}};
 }  // namespace
 
 const char* toString(LrScalingRule rule) { return enumName(kRuleNames, rule); }

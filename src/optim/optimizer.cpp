@@ -10,8 +10,8 @@
 #include <set>
 #include <type_traits>
 
-#include "lockstep/common/error.h"
 #include "lockstep/common/enum_names.h"
+#include "lockstep/common/error.h"
 #include "lockstep/common/logging.h"
 #include "lockstep/common/tensor_archive.h"
 #include "lockstep/common/tensor_text.h"
@@ -118,8 +118,10 @@ class OptimizerReader {
   void checkAllUsed() const {
     for (const auto& key : archive_.keys("optimizer/")) {
       if (!used_.count(key)) {
-        throw CheckpointError(fmt::format("checkpoint {} has an optimizer entry '{}' that this run's optimizer does "
-                                          "not have", archive_.label(), key));
+        throw CheckpointError(
+            fmt::format("checkpoint {} has an optimizer entry '{}' that this run's optimizer does "
+                        "not have",
+                        archive_.label(), key));
       }
     }
   }
@@ -129,8 +131,7 @@ class OptimizerReader {
   std::set<std::string> used_;
 };
 
-void warnIfChanged(bool report, const std::string& label, const std::string& option, double stored,
-                   double configured) {
+void warnIfChanged(bool report, const std::string& label, const std::string& option, double stored, double configured) {
   if (report && stored != configured) {
     log::warn(fmt::format("resuming with the optimizer's {} from {}: {} (this run's config says {})", option, label,
                           stored, configured));
@@ -164,7 +165,6 @@ void loadAdamOptions(OptimizerReader& r, Options& stored, const Options& configu
   warnIfChanged(report, label, "weight_decay", stored.weight_decay(), configured.weight_decay());
   warnIfChanged(report, label, "amsgrad", stored.amsgrad(), configured.amsgrad());
 }
-
 
 /// The options of group `g` as stored, checked against the configured ones.
 std::unique_ptr<torch::optim::OptimizerOptions> readGroupOptions(OptimizerType type, OptimizerReader& r,
@@ -205,8 +205,8 @@ std::unique_ptr<torch::optim::OptimizerParamState> readParamState(OptimizerType 
     return s;
   }
   if (type == OptimizerType::kAdam) {
-    return loadAdam<torch::optim::AdamOptions, torch::optim::AdamParamState>(
-        r, as<torch::optim::AdamOptions>(restored), prefix, p);
+    return loadAdam<torch::optim::AdamOptions, torch::optim::AdamParamState>(r, as<torch::optim::AdamOptions>(restored),
+                                                                             prefix, p);
   }
   return loadAdam<torch::optim::AdamWOptions, torch::optim::AdamWParamState>(
       r, as<torch::optim::AdamWOptions>(restored), prefix, p);
@@ -240,8 +240,9 @@ OptimizerType optimizerTypeOf(const torch::optim::Optimizer& optimizer) {
   if (dynamic_cast<const torch::optim::SGD*>(&optimizer)) return OptimizerType::kSgd;
   if (dynamic_cast<const torch::optim::Adam*>(&optimizer)) return OptimizerType::kAdam;
   if (dynamic_cast<const torch::optim::AdamW*>(&optimizer)) return OptimizerType::kAdamW;
-  throw Error("lockstep checkpoints the state of torch::optim::SGD, Adam and AdamW; this optimizer is none of them "
-              "(train without checkpoint.dir, or use one of those three)");
+  throw Error(
+      "lockstep checkpoints the state of torch::optim::SGD, Adam and AdamW; this optimizer is none of them "
+      "(train without checkpoint.dir, or use one of those three)");
 }
 
 void saveOptimizerState(torch::optim::Optimizer& optimizer, TensorArchive& archive) {
@@ -270,8 +271,8 @@ void loadOptimizerState(torch::optim::Optimizer& optimizer, const TensorArchive&
   OptimizerReader r(archive);
   const std::string stored = r.getString("optimizer/type");
   if (stored != toString(type)) {
-    throw CheckpointError(fmt::format("checkpoint {} holds {} optimizer state, but this run uses {}", label, stored,
-                                      toString(type)));
+    throw CheckpointError(
+        fmt::format("checkpoint {} holds {} optimizer state, but this run uses {}", label, stored, toString(type)));
   }
   auto& groups = optimizer.param_groups();
   int64_t groupCount = r.getInt("optimizer/groups");
@@ -287,8 +288,8 @@ void loadOptimizerState(torch::optim::Optimizer& optimizer, const TensorArchive&
     const std::string prefix = fmt::format("optimizer/group{}/", g);
     int64_t params = r.getInt(prefix + "params");
     if (params != static_cast<int64_t>(groups[g].params().size())) {
-      throw CheckpointError(fmt::format("checkpoint {}: optimizer group {} has {} parameters, this run's has {}",
-                                        label, g, params, groups[g].params().size()));
+      throw CheckpointError(fmt::format("checkpoint {}: optimizer group {} has {} parameters, this run's has {}", label,
+                                        g, params, groups[g].params().size()));
     }
     options.push_back(readGroupOptions(type, r, groups[g].options(), prefix, report, label));
     for (const auto& p : groups[g].params()) {
@@ -301,8 +302,10 @@ void loadOptimizerState(torch::optim::Optimizer& optimizer, const TensorArchive&
     groups[g].set_options(std::move(options[g]));
     for (const auto& p : groups[g].params()) {
       auto& state = states[index++];
-      if (state) optimizer.state()[stateKey(p)] = std::move(state);
-      else optimizer.state().erase(stateKey(p));
+      if (state)
+        optimizer.state()[stateKey(p)] = std::move(state);
+      else
+        optimizer.state().erase(stateKey(p));
     }
   }
 }

@@ -15,11 +15,11 @@
 
 #include <thread>
 
+#include "common/socket_address.h"
 #include "lockstep/comm/desync_check.h"
 #include "lockstep/comm/stall_inspector.h"
 #include "lockstep/common/error.h"
 #include "lockstep/common/logging.h"
-#include "common/socket_address.h"
 #include "lockstep/common/token.h"
 
 namespace lockstep {
@@ -44,7 +44,8 @@ std::string jobToken(const Environment& env, const WorldInfo& world, Communicato
     throw ConfigError(fmt::format(
         "rank {}: no job token. The rendezvous store at {}:{} admits only processes that hold the job's token; "
         "`lockstep run` hands one to its workers, and with the mpi backend rank 0 draws one; when you start "
-        "the workers yourself (srun, mpirun with gloo, by hand) set {} to the same secret on every rank, or {} to a file holding it",
+        "the workers yourself (srun, mpirun with gloo, by hand) set {} to the same secret on every rank, or {} to a "
+        "file holding it",
         world.rank, world.masterAddr, world.masterPort, kJobTokenVar, kJobTokenFileVar));
   }
   // Under mpirun the ranks already trust each other through MPI: rank 0 draws a token and sends it.
@@ -78,8 +79,10 @@ std::string addressTowards(const std::string& host, int port) {
   }
   freeaddrinfo(result);
   if (address.empty()) {
-    throw ConfigError(fmt::format("no route from this host to the master {}:{}; check {} or choose an interface "
-                                  "with {} / --iface", host, port, env::kMasterAddr, env::kIface));
+    throw ConfigError(
+        fmt::format("no route from this host to the master {}:{}; check {} or choose an interface "
+                    "with {} / --iface",
+                    host, port, env::kMasterAddr, env::kIface));
   }
   return address;
 }
@@ -95,12 +98,16 @@ std::string chooseBackend(const std::string& requested, const WorldInfo& world, 
   if (requested == "gloo") return requested;
   if (requested == "mpi") {
     if (!mpiBackendBuilt()) {
-      throw ConfigError(fmt::format("{}=mpi: this lockstep was built without the MPI backend; install "
-                                    "libopenmpi-dev (scripts/setup.sh does) and rebuild, or use gloo", source));
+      throw ConfigError(
+          fmt::format("{}=mpi: this lockstep was built without the MPI backend; install "
+                      "libopenmpi-dev (scripts/setup.sh does) and rebuild, or use gloo",
+                      source));
     }
     if (world.worldSize > 1 && world.source != WorldSource::kOpenMpi && !env.has("PMIX_RANK")) {
-      throw ConfigError(fmt::format("{}=mpi needs workers started by mpirun (or `lockstep run --backend mpi`, or "
-                                    "`srun --mpi=pmix`); these were started by {}", source, world.describe()));
+      throw ConfigError(
+          fmt::format("{}=mpi needs workers started by mpirun (or `lockstep run --backend mpi`, or "
+                      "`srun --mpi=pmix`); these were started by {}",
+                      source, world.describe()));
     }
     return requested;
   }
@@ -118,11 +125,11 @@ Context init(const InitOptions& options, const Environment& env) {
   WorldInfo world = detectWorld(env);
   if (world.worldSize > 1) log::setRank(world.rank);
 
-  std::string backend = chooseBackend(options.backend.empty() ? env.get(env::kBackend).value_or("auto")
-                                                              : options.backend,
-                                      world, options.backend.empty() ? env::kBackend : "InitOptions::backend", env);
-  auto timeout = options.timeout ? *options.timeout
-                                 : env.getSeconds(env::kCommTimeout).value_or(std::chrono::seconds(300));
+  std::string backend =
+      chooseBackend(options.backend.empty() ? env.get(env::kBackend).value_or("auto") : options.backend, world,
+                    options.backend.empty() ? env::kBackend : "InitOptions::backend", env);
+  auto timeout =
+      options.timeout ? *options.timeout : env.getSeconds(env::kCommTimeout).value_or(std::chrono::seconds(300));
   if (timeout.count() <= 0) throw ConfigError(fmt::format("{} must be positive", env::kCommTimeout));
 
   DesyncCheckOptions desync = desyncCheckFromEnv(env);  // a bad value fails before the rendezvous
@@ -151,9 +158,10 @@ Context init(const InitOptions& options, const Environment& env) {
     mpi.timeout = timeout;
     comm = makeMpiCommunicator(mpi);
     if (comm->rank() != world.rank || comm->size() != world.worldSize) {
-      throw ConfigError(fmt::format("MPI says rank {} of {}, the environment says rank {} of {} ({}); start the "
-                                    "workers with mpirun (or `lockstep run --backend mpi`)",
-                                    comm->rank(), comm->size(), world.rank, world.worldSize, world.describe()));
+      throw ConfigError(
+          fmt::format("MPI says rank {} of {}, the environment says rank {} of {} ({}); start the "
+                      "workers with mpirun (or `lockstep run --backend mpi`)",
+                      comm->rank(), comm->size(), world.rank, world.worldSize, world.describe()));
     }
   }
   if (world.worldSize > 1 && !token) serveOrJoin(jobToken(env, world, comm.get()));
@@ -163,7 +171,8 @@ Context init(const InitOptions& options, const Environment& env) {
     gloo.worldSize = world.worldSize;
     gloo.timeout = timeout;
     gloo.interface = env.get(env::kIface).value_or("");
-    if (gloo.interface.empty() && world.worldSize > 1) gloo.hostname = addressTowards(world.masterAddr, world.masterPort);
+    if (gloo.interface.empty() && world.worldSize > 1)
+      gloo.hostname = addressTowards(world.masterAddr, world.masterPort);
     if (world.worldSize == 1) gloo.hostname = "127.0.0.1";
     comm = makeGlooCommunicator(store, gloo);
   }

@@ -21,26 +21,28 @@ const char* toString(WorldSource s) {
 }
 
 std::string WorldInfo::describe() const {
-  return fmt::format("rank {} of {} (local {} of {}, node {}), master {}:{}, from {}", rank, worldSize,
-                     localRank, localWorldSize, nodeRank, masterAddr, masterPort, toString(source));
+  return fmt::format("rank {} of {} (local {} of {}, node {}), master {}:{}, from {}", rank, worldSize, localRank,
+                     localWorldSize, nodeRank, masterAddr, masterPort, toString(source));
 }
 
 namespace {
 
 constexpr int64_t kMaxWorld = 1 << 20;
 
-constexpr WorldVariables kLockstepVariables{env::kRank,          env::kWorldSize, env::kLocalRank,
-                                            env::kLocalWorldSize, env::kNodeRank,  env::kMasterAddr,
-                                            env::kMasterPort};
+constexpr WorldVariables kLockstepVariables{env::kRank,     env::kWorldSize,  env::kLocalRank, env::kLocalWorldSize,
+                                            env::kNodeRank, env::kMasterAddr, env::kMasterPort};
 constexpr WorldVariables kTorchrunVariables{"RANK",       "WORLD_SIZE",  "LOCAL_RANK", "LOCAL_WORLD_SIZE",
                                             "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT"};
-constexpr WorldVariables kOpenMpiVariables{"OMPI_COMM_WORLD_RANK",       "OMPI_COMM_WORLD_SIZE",
-                                           "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE",
-                                           "OMPI_COMM_WORLD_NODE_RANK",  "MASTER_ADDR",
+constexpr WorldVariables kOpenMpiVariables{"OMPI_COMM_WORLD_RANK",
+                                           "OMPI_COMM_WORLD_SIZE",
+                                           "OMPI_COMM_WORLD_LOCAL_RANK",
+                                           "OMPI_COMM_WORLD_LOCAL_SIZE",
+                                           "OMPI_COMM_WORLD_NODE_RANK",
+                                           "MASTER_ADDR",
                                            "MASTER_PORT"};
-constexpr WorldVariables kSlurmVariables{"SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID",
-                                         "SLURM_STEP_TASKS_PER_NODE", "SLURM_NODEID", "MASTER_ADDR",
-                                         "MASTER_PORT"};
+constexpr WorldVariables kSlurmVariables{
+    "SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID", "SLURM_STEP_TASKS_PER_NODE",
+    "SLURM_NODEID", "MASTER_ADDR",          "MASTER_PORT"};
 
 struct Reader {
   const Environment& env;
@@ -62,39 +64,42 @@ struct Reader {
 void validate(const WorldInfo& w, const char* rankVar, const char* worldVar, const char* localRankVar,
               const char* localWorldVar) {
   if (w.rank >= w.worldSize) {
-    throw ConfigError(fmt::format("{}={} must be smaller than {}={} ({})", rankVar, w.rank, worldVar,
-                                  w.worldSize, toString(w.source)));
+    throw ConfigError(fmt::format("{}={} must be smaller than {}={} ({})", rankVar, w.rank, worldVar, w.worldSize,
+                                  toString(w.source)));
   }
   if (w.localRank >= w.localWorldSize) {
-    throw ConfigError(fmt::format("{}={} must be smaller than {}={} ({})", localRankVar, w.localRank,
-                                  localWorldVar, w.localWorldSize, toString(w.source)));
+    throw ConfigError(fmt::format("{}={} must be smaller than {}={} ({})", localRankVar, w.localRank, localWorldVar,
+                                  w.localWorldSize, toString(w.source)));
   }
   if (w.localWorldSize > w.worldSize) {
-    throw ConfigError(fmt::format("{}={} cannot exceed {}={} ({})", localWorldVar, w.localWorldSize,
-                                  worldVar, w.worldSize, toString(w.source)));
+    throw ConfigError(fmt::format("{}={} cannot exceed {}={} ({})", localWorldVar, w.localWorldSize, worldVar,
+                                  w.worldSize, toString(w.source)));
   }
 }
 
 /// Master address and port: the explicit variables, else `fallbackAddr`/`fallbackPort`
 /// when the source can derive them, else an error when world > 1.
 void readMaster(WorldInfo& w, const Environment& env, const char* addrVar, const char* portVar,
-                std::optional<std::string> fallbackAddr, std::optional<int> fallbackPort,
-                const std::string& hint) {
+                std::optional<std::string> fallbackAddr, std::optional<int> fallbackPort, const std::string& hint) {
   if (auto addr = env.get(addrVar); addr && !addr->empty()) {
     w.masterAddr = *addr;
   } else if (fallbackAddr) {
     w.masterAddr = *fallbackAddr;
   } else if (w.worldSize > 1) {
-    throw ConfigError(fmt::format("{} is not set; with world size {} ({}) the workers need the master's "
-                                  "address. {}", addrVar, w.worldSize, toString(w.source), hint));
+    throw ConfigError(
+        fmt::format("{} is not set; with world size {} ({}) the workers need the master's "
+                    "address. {}",
+                    addrVar, w.worldSize, toString(w.source), hint));
   }
   if (auto port = env.get(portVar)) {
     w.masterPort = static_cast<int>(parseInt(*port, fmt::format("{} ({})", portVar, toString(w.source)), 1, 65535));
   } else if (fallbackPort) {
     w.masterPort = *fallbackPort;
   } else if (w.worldSize > 1) {
-    throw ConfigError(fmt::format("{} is not set; with world size {} ({}) the workers need the master's "
-                                  "port. {}", portVar, w.worldSize, toString(w.source), hint));
+    throw ConfigError(
+        fmt::format("{} is not set; with world size {} ({}) the workers need the master's "
+                    "port. {}",
+                    portVar, w.worldSize, toString(w.source), hint));
   }
 }
 
@@ -136,8 +141,7 @@ WorldInfo fromOpenMpi(const Environment& env) {
   bool oneNode = w.localWorldSize == w.worldSize;
   std::optional<std::string> jobId = env.get("OMPI_MCA_ess_base_jobid");
   if (!jobId) jobId = env.get("OMPI_MCA_orte_ess_jobid");
-  readMaster(w, env, v.masterAddr, v.masterPort,
-             oneNode ? std::optional<std::string>("127.0.0.1") : std::nullopt,
+  readMaster(w, env, v.masterAddr, v.masterPort, oneNode ? std::optional<std::string>("127.0.0.1") : std::nullopt,
              oneNode && jobId ? std::optional<int>(derivedPort("ompi:" + *jobId)) : std::nullopt,
              "Pass them to every rank, e.g. `mpirun -x MASTER_ADDR=host0 -x MASTER_PORT=29500 ...`.");
   return w;
@@ -163,20 +167,23 @@ WorldInfo fromSlurm(const Environment& env) {
   if (perNode) {
     w.localWorldSize = slurmTasksOnNode(*perNode, w.nodeRank);
   } else {
-    int nodes = r.integer("SLURM_STEP_NUM_NODES", 1, kMaxWorld).value_or(r.integer("SLURM_NNODES", 1, kMaxWorld).value_or(1));
+    int nodes =
+        r.integer("SLURM_STEP_NUM_NODES", 1, kMaxWorld).value_or(r.integer("SLURM_NNODES", 1, kMaxWorld).value_or(1));
     w.localWorldSize = nodes == 1 ? w.worldSize : 1;
   }
   validate(w, "SLURM_PROCID", worldVar, "SLURM_LOCALID", localWorldVar);
   std::optional<std::string> host;
-  if (auto list = env.get("SLURM_STEP_NODELIST")) host = firstSlurmHost(*list);
-  else if (auto list2 = env.get("SLURM_JOB_NODELIST")) host = firstSlurmHost(*list2);
-  else if (auto list3 = env.get("SLURM_NODELIST")) host = firstSlurmHost(*list3);
+  if (auto list = env.get("SLURM_STEP_NODELIST"))
+    host = firstSlurmHost(*list);
+  else if (auto list2 = env.get("SLURM_JOB_NODELIST"))
+    host = firstSlurmHost(*list2);
+  else if (auto list3 = env.get("SLURM_NODELIST"))
+    host = firstSlurmHost(*list3);
   std::optional<int> port;
   if (auto job = env.get("SLURM_JOB_ID")) {
     port = derivedPort("slurm:" + *job + ":" + env.get("SLURM_STEP_ID").value_or("0"));
   }
-  readMaster(w, env, "MASTER_ADDR", "MASTER_PORT", host, port,
-             "Export MASTER_ADDR and MASTER_PORT before `srun`.");
+  readMaster(w, env, "MASTER_ADDR", "MASTER_PORT", host, port, "Export MASTER_ADDR and MASTER_PORT before `srun`.");
   return w;
 }
 
@@ -210,7 +217,8 @@ int slurmTasksOnNode(const std::string& list, int nodeId) {
     int count = 0;
     int repeat = 1;
     auto paren = item.find("(x");
-    count = static_cast<int>(parseInt(item.substr(0, paren), "Slurm tasks-per-node entry '" + item + "'", 0, kMaxWorld));
+    count =
+        static_cast<int>(parseInt(item.substr(0, paren), "Slurm tasks-per-node entry '" + item + "'", 0, kMaxWorld));
     if (paren != std::string::npos) {
       auto close = item.find(')', paren);
       repeat = static_cast<int>(parseInt(item.substr(paren + 2, close - paren - 2),

@@ -54,7 +54,6 @@ size_t readUpTo(int fd, char* out, size_t n, const std::string& path) {
 
 }  // namespace
 
-
 std::string frameCheckpoint(const std::string& payload) { return frameHeader(payload) + payload; }
 
 std::string readCheckpoint(const std::string& path) {
@@ -70,8 +69,8 @@ std::string readCheckpoint(const std::string& path) {
     throw ObsoleteCheckpointError::about(path);
   }
   if (headerBytes < kHeaderSize || std::memcmp(header, kMagic, sizeof(kMagic)) != 0) {
-    throw CheckpointError(fmt::format("{} is not a lockstep checkpoint (no LOCKSTEP-CKPT-v2 header; {} bytes)", path,
-                                      fileSize));
+    throw CheckpointError(
+        fmt::format("{} is not a lockstep checkpoint (no LOCKSTEP-CKPT-v2 header; {} bytes)", path, fileSize));
   }
   uint64_t size = 0;
   uint32_t crc = 0;
@@ -79,23 +78,23 @@ std::string readCheckpoint(const std::string& path) {
   for (int i = 0; i < 4; ++i) crc |= static_cast<uint32_t>(static_cast<uint8_t>(header[24 + i])) << (8 * i);
   // Sizes are checked against the file before anything of `size` is allocated.
   if (fileSize - kHeaderSize < size) {
-    throw CheckpointError(fmt::format("checkpoint {} is truncated: {} of {} bytes present", path, fileSize,
-                                      size + kHeaderSize));
+    throw CheckpointError(
+        fmt::format("checkpoint {} is truncated: {} of {} bytes present", path, fileSize, size + kHeaderSize));
   }
   if (fileSize - kHeaderSize > size) {
-    throw CheckpointError(fmt::format("checkpoint {} has {} unexpected trailing bytes", path,
-                                      fileSize - kHeaderSize - size));
+    throw CheckpointError(
+        fmt::format("checkpoint {} has {} unexpected trailing bytes", path, fileSize - kHeaderSize - size));
   }
   std::string payload(static_cast<size_t>(size), '\0');
   const size_t got = readUpTo(fd, payload.data(), payload.size(), path);
   if (got != size) {  // shrunk since fstat
-    throw CheckpointError(fmt::format("checkpoint {} is truncated: {} of {} bytes present", path, kHeaderSize + got,
-                                      size + kHeaderSize));
+    throw CheckpointError(
+        fmt::format("checkpoint {} is truncated: {} of {} bytes present", path, kHeaderSize + got, size + kHeaderSize));
   }
   uint32_t actual = crc32c(payload.data(), payload.size());
   if (actual != crc) {
-    throw CheckpointError(fmt::format("checkpoint {} is corrupt: CRC-32C {:08x} does not match the recorded {:08x}",
-                                      path, actual, crc));
+    throw CheckpointError(
+        fmt::format("checkpoint {} is corrupt: CRC-32C {:08x} does not match the recorded {:08x}", path, actual, crc));
   }
   return payload;
 }

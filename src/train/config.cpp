@@ -110,9 +110,7 @@ void assign(const Field& field, const YAML::Node& node, const std::string& where
     if (!node.IsScalar()) fail("a single value");
     try {
       c->set(node.Scalar(), field.path);
-    } catch (const ConfigError& e) {
-      throw ConfigError(fmt::format("{}: {}", where, e.what()));
-    }
+    } catch (const ConfigError& e) { throw ConfigError(fmt::format("{}: {}", where, e.what())); }
     return;
   }
   std::visit(
@@ -197,7 +195,8 @@ const Field* findField(const std::vector<Field>& fields, const std::string& path
   return nullptr;
 }
 
-void applyNode(std::vector<Field>& fields, const YAML::Node& node, const std::string& prefix, const std::string& where) {
+void applyNode(std::vector<Field>& fields, const YAML::Node& node, const std::string& prefix,
+               const std::string& where) {
   for (const auto& item : node) {
     std::string key = item.first.Scalar();
     std::string path = prefix.empty() ? key : prefix + "." + key;
@@ -216,8 +215,8 @@ void applyNode(std::vector<Field>& fields, const YAML::Node& node, const std::st
     }
     std::string section = prefix.empty() ? "" : prefix + ".";
     std::string known = knownUnder(fields, section);
-    throw ConfigError(fmt::format("{}: unknown key '{}'{}", where, path,
-                                  known.empty() ? "" : "; known keys here: " + known));
+    throw ConfigError(
+        fmt::format("{}: unknown key '{}'{}", where, path, known.empty() ? "" : "; known keys here: " + known));
   }
 }
 
@@ -279,8 +278,8 @@ TrainConfig loadTrainConfig(const std::string& file, const std::vector<std::stri
     } catch (const YAML::BadFile&) {
       throw ConfigError(fmt::format("cannot read config file {}", file));
     } catch (const YAML::Exception& e) {
-      throw ConfigError(fmt::format("{}: invalid YAML at line {}, column {}: {}", file, e.mark.line + 1,
-                                    e.mark.column + 1, e.msg));
+      throw ConfigError(
+          fmt::format("{}: invalid YAML at line {}, column {}: {}", file, e.mark.line + 1, e.mark.column + 1, e.msg));
     }
     if (!root.IsNull()) {
       if (!root.IsMap()) throw ConfigError(fmt::format("{}: expected a mapping of sections at the top", file));
@@ -297,8 +296,8 @@ TrainConfig loadTrainConfig(const std::string& file, const std::vector<std::stri
     if (!f) {
       auto dot = path.rfind('.');
       std::string known = knownUnder(fields, dot == std::string::npos ? "" : path.substr(0, dot + 1));
-      throw ConfigError(fmt::format("command line: unknown key '{}'{}", path,
-                                    known.empty() ? "" : "; known keys here: " + known));
+      throw ConfigError(
+          fmt::format("command line: unknown key '{}'{}", path, known.empty() ? "" : "; known keys here: " + known));
     }
     YAML::Node value;
     try {
@@ -322,8 +321,10 @@ std::string toYaml(const TrainConfig& constConfig) {
     std::string key = f.path.substr(dot + 1);
     std::visit(
         [&](const auto& target) {
-          if constexpr (std::is_same_v<std::decay_t<decltype(target)>, Choice>) root[section][key] = target.get();
-          else root[section][key] = *target;
+          if constexpr (std::is_same_v<std::decay_t<decltype(target)>, Choice>)
+            root[section][key] = target.get();
+          else
+            root[section][key] = *target;
         },
         f.target);
   }

@@ -77,9 +77,8 @@ class DdpStrategy final : public Strategy {
 
 }  // namespace
 
-std::unique_ptr<Strategy> makeDdpStrategy(std::shared_ptr<torch::nn::Module> model,
-                                          std::shared_ptr<Communicator> comm, DdpOptions options,
-                                          std::unique_ptr<torch::optim::Optimizer> optimizer) {
+std::unique_ptr<Strategy> makeDdpStrategy(std::shared_ptr<torch::nn::Module> model, std::shared_ptr<Communicator> comm,
+                                          DdpOptions options, std::unique_ptr<torch::optim::Optimizer> optimizer) {
   return std::make_unique<DdpStrategy>(std::move(model), std::move(comm), std::move(options), std::move(optimizer));
 }
 

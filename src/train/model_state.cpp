@@ -52,8 +52,8 @@ void loadModelState(const TensorArchive& archive, torch::nn::Module& model) {
     }
     at::Tensor source = archive.getTensor(key);
     if (source.scalar_type() != target.scalar_type() || !source.sizes().equals(target.sizes())) {
-      throw misfit(fmt::format("'{}' is {} here but {} in the file", name, describeTensor(target),
-                               describeTensor(source)));
+      throw misfit(
+          fmt::format("'{}' is {} here but {} in the file", name, describeTensor(target), describeTensor(source)));
     }
     sources.push_back(std::move(source));
   }

@@ -93,16 +93,17 @@ DistributedSampler makeSampler(const Dataset& train, const Communicator& comm, c
 FitRun::FitRun(std::shared_ptr<Communicator> comm, const TrainerOptions& options,
                std::shared_ptr<torch::nn::Module> model, const LossFn& loss, const Dataset& train,
                const Dataset* validation, const CorrectFn& correct)
-    : commPtr_(std::move(comm)), comm_(*commPtr_), o_(options), model_(std::move(model)), lossFn_(loss),
-      train_(train), validation_(validation), correct_(correct), rank_(comm_.rank()), world_(comm_.size()),
-      master_(rank_ == 0), sampler_(makeSampler(train, comm_, options)), loader_(train, options.loader),
+    : commPtr_(std::move(comm)), comm_(*commPtr_), o_(options), model_(std::move(model)), lossFn_(loss), train_(train),
+      validation_(validation), correct_(correct), rank_(comm_.rank()), world_(comm_.size()), master_(rank_ == 0),
+      sampler_(makeSampler(train, comm_, options)), loader_(train, options.loader),
       timer_(origin_, !options.callbacks.empty()) {
   microPerEpoch_ = sampler_.numBatches(o_.batchSize, /*dropLastBatch=*/true);
   stepsPerEpoch_ = microPerEpoch_ / o_.accumulation;
   if (stepsPerEpoch_ == 0) {
-    throw ConfigError(fmt::format("the training set has {} samples: too few for one step of {} workers x batch {} x "
-                                  "accumulation {}; lower trainer.batch_size", train.size(), world_, o_.batchSize,
-                                  o_.accumulation));
+    throw ConfigError(
+        fmt::format("the training set has {} samples: too few for one step of {} workers x batch {} x "
+                    "accumulation {}; lower trainer.batch_size",
+                    train.size(), world_, o_.batchSize, o_.accumulation));
   }
   totalSteps_ = o_.maxSteps > 0 ? o_.maxSteps : o_.epochs * stepsPerEpoch_;
   globalBatch_ = o_.batchSize * world_ * o_.accumulation;
@@ -115,7 +116,8 @@ FitRun::FitRun(std::shared_ptr<Communicator> comm, const TrainerOptions& options
   for (auto& group : optimizer->param_groups()) baseLrs_.push_back(group.options().get_lr());
   LOCKSTEP_CHECK(!baseLrs_.empty(), "the optimizer has no parameter groups");
   strategy_ = makeDdpStrategy(model_, commPtr_, o_.ddp, std::move(optimizer));
-  if (!o_.checkpoint.dir.empty()) checkpoints_ = std::make_unique<CheckpointDir>(o_.checkpoint.dir, o_.checkpoint.keepLast);
+  if (!o_.checkpoint.dir.empty())
+    checkpoints_ = std::make_unique<CheckpointDir>(o_.checkpoint.dir, o_.checkpoint.keepLast);
 }
 
 FitResult FitRun::run() {
@@ -150,10 +152,11 @@ void FitRun::announce() {
     log::info(fmt::format(
         "training on {} worker(s): {} samples, per-worker batch {}{}, global batch {}; lr {} scaled to {} ({} rule, "
         "base batch {}){}; {} optimizer steps ({} per epoch); {}",
-        world_, train_.size(), o_.batchSize, o_.accumulation > 1 ? fmt::format(" x {} accumulated", o_.accumulation) : "",
-        globalBatch_, baseLrs_[0], scaledLearningRate(baseLrs_[0], globalBatch_, scaling_), toString(scaling_.rule),
-        scaling_.baseBatch, scaling_.warmupSteps > 0 ? fmt::format(", warmup {} steps", scaling_.warmupSteps) : "",
-        totalSteps_, stepsPerEpoch_, strategy_->describe()));
+        world_, train_.size(), o_.batchSize,
+        o_.accumulation > 1 ? fmt::format(" x {} accumulated", o_.accumulation) : "", globalBatch_, baseLrs_[0],
+        scaledLearningRate(baseLrs_[0], globalBatch_, scaling_), toString(scaling_.rule), scaling_.baseBatch,
+        scaling_.warmupSteps > 0 ? fmt::format(", warmup {} steps", scaling_.warmupSteps) : "", totalSteps_,
+        stepsPerEpoch_, strategy_->describe()));
   }
   FitInfo info;
   info.rank = rank_;
@@ -244,8 +247,14 @@ void FitRun::logWindow() {
     log::info(fmt::format("step {}/{} epoch {} loss {:.4f} lr {:.3g} {:.0f} samples/s", at_.step, totalSteps_,
                           at_.epoch + 1, result_.lastTrainLoss, lr, samplesPerSecond));
   }
-  LogRecord record{at_.step, totalSteps_, at_.epoch, result_.lastTrainLoss, lr, samplesPerSecond,
-                   seconds / static_cast<double>(windowSteps_), timer_.sinceOrigin(now)};
+  LogRecord record{at_.step,
+                   totalSteps_,
+                   at_.epoch,
+                   result_.lastTrainLoss,
+                   lr,
+                   samplesPerSecond,
+                   seconds / static_cast<double>(windowSteps_),
+                   timer_.sinceOrigin(now)};
   notify([&](TrainerCallback& c) { c.onLog(record); });
   windowLoss_ = 0;
   windowSteps_ = 0;
@@ -325,19 +334,21 @@ void FitRun::finish() {
   result_.breakdown = timer_.breakdown(comm_);
   const StepBreakdown& b = result_.breakdown;
   if (master_) {
-    log::info(fmt::format("done: {} steps in {:.1f} s, {:.0f} samples/s (global, after the first step), {:.1f} s "
-                          "waiting for data", at_.step, result_.seconds, result_.samplesPerSecond,
-                          result_.dataWaitSeconds));
+    log::info(
+        fmt::format("done: {} steps in {:.1f} s, {:.0f} samples/s (global, after the first step), {:.1f} s "
+                    "waiting for data",
+                    at_.step, result_.seconds, result_.samplesPerSecond, result_.dataWaitSeconds));
     if (b.steps > 0) {
       std::string commText = b.commHiddenFraction >= 0
                                  ? fmt::format("; allreduce {:.1f} ms per step, {:.0f}% hidden behind backward",
                                                1e3 * b.commSeconds, 100 * b.commHiddenFraction)
                                  : "";
-      log::info(fmt::format("per step (rank 0, mean of {}): {:.1f} ms = data wait {:.1f} + forward {:.1f} + backward "
-                            "{:.1f} + comm wait {:.1f} + optimizer {:.1f}{}", b.steps, 1e3 * b.stepSeconds,
-                            1e3 * b.phase(Phase::kDataWait), 1e3 * b.phase(Phase::kForward),
-                            1e3 * b.phase(Phase::kBackward), 1e3 * b.phase(Phase::kCommWait),
-                            1e3 * b.phase(Phase::kOptimizer), commText));
+      log::info(
+          fmt::format("per step (rank 0, mean of {}): {:.1f} ms = data wait {:.1f} + forward {:.1f} + backward "
+                      "{:.1f} + comm wait {:.1f} + optimizer {:.1f}{}",
+                      b.steps, 1e3 * b.stepSeconds, 1e3 * b.phase(Phase::kDataWait), 1e3 * b.phase(Phase::kForward),
+                      1e3 * b.phase(Phase::kBackward), 1e3 * b.phase(Phase::kCommWait),
+                      1e3 * b.phase(Phase::kOptimizer), commText));
     }
   }
   notify([&](TrainerCallback& c) { c.onFitEnd(result_); });

@@ -37,18 +37,16 @@ std::string chooseNewest(CheckpointDir& dir, Communicator& comm, std::optional<s
         refusal = e.what();
         chosen = -2;
         break;
-      } catch (const CheckpointError& e) {
-        log::warn(fmt::format("skipping unusable checkpoint: {}", e.what()));
-      }
+      } catch (const CheckpointError& e) { log::warn(fmt::format("skipping unusable checkpoint: {}", e.what())); }
     }
   }
   std::vector<at::Tensor> choice{at::tensor({chosen}, at::kLong)};
   comm.broadcast(choice, 0)->wait();
   chosen = choice[0].item<int64_t>();
   if (chosen == -2) {
-    throw ObsoleteCheckpointError(fmt::format(
-        "{}; move the old checkpoints out of {} (or set checkpoint.dir elsewhere) to start afresh",
-        master ? refusal : "rank 0 found a checkpoint of an older format", dir.dir()));
+    throw ObsoleteCheckpointError(
+        fmt::format("{}; move the old checkpoints out of {} (or set checkpoint.dir elsewhere) to start afresh",
+                    master ? refusal : "rank 0 found a checkpoint of an older format", dir.dir()));
   }
   return chosen >= 0 ? dir.pathFor(chosen) : std::string();
 }
@@ -63,9 +61,7 @@ CheckpointInfo restore(const TensorArchive& archive, Strategy& strategy, bool re
     std::lock_guard<std::mutex> lock(gen.mutex());
     gen.set_state(rngState);
     return info;
-  } catch (const CheckpointError&) {
-    throw;
-  } catch (const std::exception& e) {
+  } catch (const CheckpointError&) { throw; } catch (const std::exception& e) {
     throw CheckpointError(
         fmt::format("cannot resume from {}: {}", archive.label(), std::string(e.what()).substr(0, 300)));
   }
@@ -78,8 +74,8 @@ CheckpointInfo readCheckpointMeta(const TensorArchive& archive) {
   auto readCount = [&](const char* key, int64_t minimum) {
     int64_t v = archive.getInt(key);
     if (v < minimum) {
-      throw CheckpointError(fmt::format("checkpoint {}: '{}' is {}, expected at least {}", archive.label(), key, v,
-                                        minimum));
+      throw CheckpointError(
+          fmt::format("checkpoint {}: '{}' is {}, expected at least {}", archive.label(), key, v, minimum));
     }
     return v;
   };
@@ -112,8 +108,10 @@ Position resumeTraining(const TrainerOptions& o, CheckpointDir* dir, Communicato
   const std::string& resume = o.checkpoint.resume;
   std::string path;
   std::optional<std::string> verified;  // rank 0's read of the chosen file, parsed without reading it again
-  if (resume != "none" && resume != "auto") path = resume;
-  else if (resume == "auto" && dir) path = chooseNewest(*dir, comm, verified);
+  if (resume != "none" && resume != "auto")
+    path = resume;
+  else if (resume == "auto" && dir)
+    path = chooseNewest(*dir, comm, verified);
   if (path.empty()) return {};
 
   CheckpointInfo info;
@@ -131,9 +129,10 @@ Position resumeTraining(const TrainerOptions& o, CheckpointDir* dir, Communicato
     int64_t consumed = info.batchInEpoch * info.batchSize * info.worldSize;
     at.batchInEpoch = consumed / (o.batchSize * world);
     at.batchInEpoch -= at.batchInEpoch % o.accumulation;
-    log::warn(fmt::format("resuming a run of {} workers x batch {} with {} workers x batch {}: continuing epoch {} "
-                          "at micro-batch {}", info.worldSize, info.batchSize, world, o.batchSize, at.epoch,
-                          at.batchInEpoch));
+    log::warn(
+        fmt::format("resuming a run of {} workers x batch {} with {} workers x batch {}: continuing epoch {} "
+                    "at micro-batch {}",
+                    info.worldSize, info.batchSize, world, o.batchSize, at.epoch, at.batchInEpoch));
   }
   if (master) {
     log::info(fmt::format("resumed from {}: step {}, epoch {}, micro-batch {} of the epoch", path, at.step, at.epoch,

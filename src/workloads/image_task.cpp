@@ -32,14 +32,15 @@ class ImageTask final : public Task {
     }
     TaskParts parts;
     parts.train = std::make_shared<ImageClassificationSet>(trainImages, transformsFor(config, true));
-    if (testImages) parts.validation = std::make_shared<ImageClassificationSet>(testImages, transformsFor(config, false));
+    if (testImages)
+      parts.validation = std::make_shared<ImageClassificationSet>(testImages, transformsFor(config, false));
     if (rank == 0) {
       log::info(fmt::format("data: {}; validation: {}", trainImages->description(),
                             testImages ? testImages->description() : std::string("none")));
     }
-    parts.model = makeImageModel(config.model.type, ImageModelOptions{shape.channels, shape.height,
-                                                                      trainImages->numClasses(),
-                                                                      config.model.hiddenSizes});
+    parts.model = makeImageModel(
+        config.model.type,
+        ImageModelOptions{shape.channels, shape.height, trainImages->numClasses(), config.model.hiddenSizes});
     if (rank == 0) {
       log::info(fmt::format("model: {} with {} parameters", config.model.type, countParameters(*parts.model)));
     }
@@ -61,8 +62,8 @@ class ImageTask final : public Task {
   void afterFit(const TrainConfig& config, const FitResult& result, int rank) override {
     if (rank != 0 || result.lastValidationAccuracy < 0) return;
     std::cout << fmt::format("{} on {}: validation accuracy {:.2f}% after {} steps ({:.0f} s, {:.0f} samples/s)\n",
-                             config.model.type, config.data.dataset, 100 * result.lastValidationAccuracy,
-                             result.steps, result.seconds, result.samplesPerSecond)
+                             config.model.type, config.data.dataset, 100 * result.lastValidationAccuracy, result.steps,
+                             result.seconds, result.samplesPerSecond)
               << std::flush;
   }
 };

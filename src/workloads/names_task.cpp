@@ -47,10 +47,11 @@ class NamesTask final : public Task {
       parts.validation = std::make_shared<TensorDataset>(v.inputs, v.targets);
     }
     if (rank == 0) {
-      log::info(fmt::format("data: {} names from {} ({} for training, {} for validation), {} training windows of {}, "
-                            "vocabulary {} symbols", names.size(), fmt::join(config.data.sources, ", "),
-                            trainNames.size(), validationNames.size(), trainWindows.inputs.size(0), window,
-                            vocab_.size()));
+      log::info(
+          fmt::format("data: {} names from {} ({} for training, {} for validation), {} training windows of {}, "
+                      "vocabulary {} symbols",
+                      names.size(), fmt::join(config.data.sources, ", "), trainNames.size(), validationNames.size(),
+                      trainWindows.inputs.size(0), window, vocab_.size()));
     }
     model_ = CharLstm(CharLstmOptions{vocab_.size(), config.model.hidden, config.model.layers});
     parts.model = model_.ptr();
@@ -92,8 +93,8 @@ std::vector<std::string> sampleNames(CharLstmImpl& model, const CharVocab& vocab
   at::Generator generator = at::detail::createCPUGenerator(seed);
   std::vector<std::string> out;
   for (int64_t i = 0; i < count; ++i) {
-    auto indices = sampleSequence(model, window, CharVocab::kPadIndex, CharVocab::kStopIndex, temperature, maxLength,
-                                  generator);
+    auto indices =
+        sampleSequence(model, window, CharVocab::kPadIndex, CharVocab::kStopIndex, temperature, maxLength, generator);
     out.push_back(capitalise(vocab.decode(indices)));
   }
   return out;

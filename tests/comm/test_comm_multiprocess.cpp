@@ -8,8 +8,8 @@
 #include <future>
 #include <thread>
 
-#include "lockstep/comm/communicator.h"
 #include "launch/launch_commands.h"
+#include "lockstep/comm/communicator.h"
 #include "lockstep/launch/launcher.h"
 #include "support/subprocess.h"
 
@@ -68,11 +68,11 @@ class MpiWorlds : public ::testing::TestWithParam<int> {};
 TEST_P(MpiWorlds, EveryCollectiveOverTheMpiBackend) {
   if (!mpiBackendBuilt()) GTEST_SKIP() << "built without libopenmpi-dev";
   int world = GetParam();
-  auto r = runProcess({test::lockstepBin(), "run", "-np", std::to_string(world), "--backend", "mpi",
-                       "--comm-timeout", "60", "--", test::helperBin("comm_worker"), "check"});
+  auto r = runProcess({test::lockstepBin(), "run", "-np", std::to_string(world), "--backend", "mpi", "--comm-timeout",
+                       "60", "--", test::helperBin("comm_worker"), "check"});
   EXPECT_EQ(r.exitCode, 0) << r.out << r.err;
-  EXPECT_NE(r.out.find("[0] all checks passed on " + std::to_string(world) + " ranks (backend mpi)"),
-            std::string::npos) << r.out << r.err;
+  EXPECT_NE(r.out.find("[0] all checks passed on " + std::to_string(world) + " ranks (backend mpi)"), std::string::npos)
+      << r.out << r.err;
 }
 
 TEST(MpiBlockingPath, EveryCollectiveWithAllreducesOnTheCommunicationThread) {
@@ -82,7 +82,8 @@ TEST(MpiBlockingPath, EveryCollectiveWithAllreducesOnTheCommunicationThread) {
   ProcessOptions o;
   o.setEnv = {{"LOCKSTEP_MPI_BLOCKING_BYTES", "0"}};
   auto r = runProcess({test::lockstepBin(), "run", "-np", "3", "--backend", "mpi", "--comm-timeout", "60", "--",
-                       test::helperBin("comm_worker"), "check"}, o);
+                       test::helperBin("comm_worker"), "check"},
+                      o);
   EXPECT_EQ(r.exitCode, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("[0] all checks passed on 3 ranks (backend mpi)"), std::string::npos) << r.out << r.err;
 }
@@ -95,8 +96,9 @@ TEST(LaunchedByOthers, MpirunWorkersUseMpiByDefaultAndGlooWhenAsked) {
   // Gloo, derives the rendezvous port from the OpenMPI job id). CI runs as root, hence the flags.
   // With MPI, rank 0 draws the job token and broadcasts it; Gloo needs one given (-x).
   for (std::string backend : {"auto", "gloo"}) {
-    std::vector<std::string> argv{"mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "3", "-x",
-                                  "LOCKSTEP_COMM_TIMEOUT=60", "-x", "LOCKSTEP_BACKEND=" + backend};
+    std::vector<std::string> argv{
+        "mpirun", "--allow-run-as-root",        "--oversubscribe", "-np", "3", "-x", "LOCKSTEP_COMM_TIMEOUT=60",
+        "-x",     "LOCKSTEP_BACKEND=" + backend};
     if (backend == "gloo") argv.insert(argv.end(), {"-x", "LOCKSTEP_JOB_TOKEN=from-the-job-script"});
     argv.insert(argv.end(), {test::helperBin("comm_worker"), "check"});
     auto r = runProcess(argv);
@@ -140,13 +142,16 @@ TEST_P(StallInspector, RankZeroNamesTheRankThatHasNotArrivedBeforeTheTimeout) {
   o.setEnv = {{"LOCKSTEP_STALL_WARN_SECONDS", "1"}};
   o.timeout = std::chrono::seconds(60);
   auto r = runProcess({test::lockstepBin(), "run", "-np", "3", "--backend", GetParam(), "--comm-timeout", "8", "--",
-                       test::helperBin("comm_worker"), "stall", "1", "4"}, o);
+                       test::helperBin("comm_worker"), "stall", "1", "4"},
+                      o);
   auto report = r.err.find("[0] [lockstep");
   auto stall = r.err.find("stall: operation #1 has waited");
   ASSERT_NE(stall, std::string::npos) << r.err;
   EXPECT_NE(report, std::string::npos) << r.err;
   EXPECT_NE(r.err.find("s on ranks 0, 2; rank 1 has not submitted it yet; rank 1 has submitted nothing. "
-                       "Its timeout (8 s) will fail it."), std::string::npos) << r.err;
+                       "Its timeout (8 s) will fail it."),
+            std::string::npos)
+      << r.err;
   auto error = r.err.find("CommError kind=");
   if (error != std::string::npos) EXPECT_LT(stall, error) << "the report must come before the failure: " << r.err;
 }

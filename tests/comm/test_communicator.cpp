@@ -55,8 +55,9 @@ TEST_P(CommunicatorWorlds, AllreduceEveryOpDtypeAndSize) {
           std::vector<at::Tensor> t{inputFor(rank, n, dtype)};
           comm.allreduce(t, op)->wait();
           EXPECT_EQ(t[0].scalar_type(), dtype);
-          expectEqualValues(t[0], expectedReduction(world, n, op),
-                            std::string("allreduce ") + toString(op) + " " + c10::toString(dtype) + " n=" + std::to_string(n));
+          expectEqualValues(
+              t[0], expectedReduction(world, n, op),
+              std::string("allreduce ") + toString(op) + " " + c10::toString(dtype) + " n=" + std::to_string(n));
         }
       }
     }
@@ -66,9 +67,12 @@ TEST_P(CommunicatorWorlds, AllreduceEveryOpDtypeAndSize) {
 TEST_P(CommunicatorWorlds, AllreduceListFusesMixedDtypesAndShapes) {
   int world = GetParam();
   runRanks(world, [&](int rank, Communicator& comm) {
-    std::vector<at::Tensor> list{inputFor(rank, 5, at::kFloat).view({5, 1}), inputFor(rank, 0, at::kFloat),
-                                 inputFor(rank, 13, at::kBFloat16), inputFor(rank, 1, at::kDouble),
-                                 inputFor(rank, 7, at::kFloat), inputFor(rank, 3, at::kHalf)};
+    std::vector<at::Tensor> list{inputFor(rank, 5, at::kFloat).view({5, 1}),
+                                 inputFor(rank, 0, at::kFloat),
+                                 inputFor(rank, 13, at::kBFloat16),
+                                 inputFor(rank, 1, at::kDouble),
+                                 inputFor(rank, 7, at::kFloat),
+                                 inputFor(rank, 3, at::kHalf)};
     std::vector<int64_t> sizes{5, 0, 13, 1, 7, 3};
     comm.allreduce(list, ReduceOp::kSum)->wait();
     for (size_t i = 0; i < list.size(); ++i) {
@@ -232,41 +236,44 @@ TEST(CommunicatorErrors, InvalidArgumentsAreTypedAndSendNothing) {
 TEST(CommunicatorErrors, MissingPeerTimesOutWithTypedErrorThenAborts) {
   using Clock = std::chrono::steady_clock;
   // Rank 1 never joins the allreduce: rank 0 must fail within its per-op timeout.
-  runRanks(2, [&](int rank, Communicator& comm) {
-    if (rank == 1) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(2500));
-      return;  // leaves, closing its connections
-    }
-    std::vector<at::Tensor> t{at::ones({1024})};
-    CollectiveOptions options;
-    options.timeout = std::chrono::milliseconds(500);
-    auto start = Clock::now();
-    try {
-      comm.allreduce(t, ReduceOp::kSum, options)->wait();
-      ADD_FAILURE() << "allreduce without a peer succeeded";
-    } catch (const CommError& e) {
-      double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-      EXPECT_EQ(e.kind(), CommErrorKind::kTimeout) << e.what();
-      EXPECT_LT(seconds, 1.5) << e.what();
-      EXPECT_GE(seconds, 0.45);
-      std::string what = e.what();
-      EXPECT_NE(what.find("allreduce(sum)"), std::string::npos) << what;
-      EXPECT_NE(what.find("rank 0 of 2"), std::string::npos) << what;
-      EXPECT_NE(what.find("peer: rank 1"), std::string::npos) << what;
-      EXPECT_NE(what.find("4096 B"), std::string::npos) << what;
-      EXPECT_NE(what.find("timeout 500 ms"), std::string::npos) << what;
-    }
-    // Every later operation fails at once, naming the first failure.
-    auto later = Clock::now();
-    try {
-      comm.barrier()->wait();
-      ADD_FAILURE() << "barrier after a failure succeeded";
-    } catch (const CommError& e) {
-      EXPECT_EQ(e.kind(), CommErrorKind::kAborted) << e.what();
-      EXPECT_NE(std::string(e.what()).find("operation #1 (allreduce(sum)) failed"), std::string::npos) << e.what();
-    }
-    EXPECT_LT(std::chrono::duration<double>(Clock::now() - later).count(), 0.5);
-  }, std::chrono::seconds(3));
+  runRanks(
+      2,
+      [&](int rank, Communicator& comm) {
+        if (rank == 1) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+          return;  // leaves, closing its connections
+        }
+        std::vector<at::Tensor> t{at::ones({1024})};
+        CollectiveOptions options;
+        options.timeout = std::chrono::milliseconds(500);
+        auto start = Clock::now();
+        try {
+          comm.allreduce(t, ReduceOp::kSum, options)->wait();
+          ADD_FAILURE() << "allreduce without a peer succeeded";
+        } catch (const CommError& e) {
+          double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+          EXPECT_EQ(e.kind(), CommErrorKind::kTimeout) << e.what();
+          EXPECT_LT(seconds, 1.5) << e.what();
+          EXPECT_GE(seconds, 0.45);
+          std::string what = e.what();
+          EXPECT_NE(what.find("allreduce(sum)"), std::string::npos) << what;
+          EXPECT_NE(what.find("rank 0 of 2"), std::string::npos) << what;
+          EXPECT_NE(what.find("peer: rank 1"), std::string::npos) << what;
+          EXPECT_NE(what.find("4096 B"), std::string::npos) << what;
+          EXPECT_NE(what.find("timeout 500 ms"), std::string::npos) << what;
+        }
+        // Every later operation fails at once, naming the first failure.
+        auto later = Clock::now();
+        try {
+          comm.barrier()->wait();
+          ADD_FAILURE() << "barrier after a failure succeeded";
+        } catch (const CommError& e) {
+          EXPECT_EQ(e.kind(), CommErrorKind::kAborted) << e.what();
+          EXPECT_NE(std::string(e.what()).find("operation #1 (allreduce(sum)) failed"), std::string::npos) << e.what();
+        }
+        EXPECT_LT(std::chrono::duration<double>(Clock::now() - later).count(), 0.5);
+      },
+      std::chrono::seconds(3));
 }
 
 TEST(CommunicatorErrors, RejectsBadRankAndWorld) {

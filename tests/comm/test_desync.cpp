@@ -11,11 +11,11 @@
 #include <future>
 #include <mutex>
 
-#include "lockstep/comm/desync_check.h"
-#include "support/expect.h"
-#include "lockstep/common/error.h"
 #include "launch/launch_commands.h"
+#include "lockstep/comm/desync_check.h"
+#include "lockstep/common/error.h"
 #include "lockstep/launch/launcher.h"
+#include "support/expect.h"
 #include "support/subprocess.h"
 #include "support/thread_ranks.h"
 
@@ -114,9 +114,12 @@ TEST(DesyncCheck, DifferentSizesFailOnEveryRankWithBothViewsAndPoison) {
     std::string what = e.what();
     EXPECT_EQ(e.kind(), CommErrorKind::kDesync) << what;
     EXPECT_NE(what.find("allreduce(sum) failed (desync) on rank " + std::to_string(rank) + " of 2, operation #3"),
-              std::string::npos) << what;
+              std::string::npos)
+        << what;
     EXPECT_NE(what.find("collectives out of step at #3: rank 0 calls allreduce(sum) float32 x 1024 (4096 B) but "
-                        "rank 1 calls allreduce(sum) float32 x 512 (2048 B)"), std::string::npos) << what;
+                        "rank 1 calls allreduce(sum) float32 x 512 (2048 B)"),
+              std::string::npos)
+        << what;
     EXPECT_EQ(e.info().peer, 1 - rank);
     EXPECT_EQ(e.info().sequence, 3u);
     // The mismatched allreduce never reached the backend: 2 real ones, 3 fingerprint exchanges.
@@ -124,13 +127,17 @@ TEST(DesyncCheck, DifferentSizesFailOnEveryRankWithBothViewsAndPoison) {
     EXPECT_EQ(counting->allgathers.load(), 3);
     EXPECT_EQ(t[0][0].item<float>(), 1.0f);
     // Poisoned: every later operation fails at once, naming the desync.
-    for (auto* later : {+[](Communicator& c) { auto x = ones(4); c.allreduce(x)->wait(); },
+    for (auto* later : {+[](Communicator& c) {
+                          auto x = ones(4);
+                          c.allreduce(x)->wait();
+                        },
                         +[](Communicator& c) { c.barrier()->wait(); },
                         +[](Communicator& c) { c.send(at::ones({2}), 1 - c.rank(), 0)->wait(); }}) {
       CommError a = test::commErrorOf([&] { later(*comm); });
       EXPECT_EQ(a.kind(), CommErrorKind::kAborted) << a.what();
       EXPECT_NE(std::string(a.what()).find("unusable since operation #3 (allreduce(sum)) failed: desync"),
-                std::string::npos) << a.what();
+                std::string::npos)
+          << a.what();
     }
     EXPECT_EQ(counting->allreduces.load() + counting->barriers.load() + counting->others.load(), 2);
   });
@@ -153,10 +160,13 @@ TEST(DesyncCheck, AllreduceAgainstBroadcastIsNamedOnBothSides) {
     EXPECT_EQ(e.kind(), CommErrorKind::kDesync) << e.what();
     EXPECT_NE(std::string(e.what()).find("collectives out of step at #2: rank 0 calls allreduce(sum) float32 x 1024 "
                                          "(4096 B) but rank 1 calls broadcast(root=0) float32 x 10 (40 B)"),
-              std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find(rank == 0 ? "allreduce(sum) failed (desync)" : "broadcast(root=0) failed "
-                                                                                         "(desync)"),
-              std::string::npos) << e.what();
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find(rank == 0 ? "allreduce(sum) failed (desync)"
+                                                   : "broadcast(root=0) failed "
+                                                     "(desync)"),
+              std::string::npos)
+        << e.what();
   });
 }
 
@@ -177,7 +187,9 @@ TEST(DesyncCheck, OneRankCallingAnExtraCollectiveIsDetectedWhereTheOrderShifts) 
     CommError e = test::commErrorOf([&] { works[0]->wait(); });
     EXPECT_EQ(e.kind(), CommErrorKind::kDesync) << e.what();
     EXPECT_NE(std::string(e.what()).find("collectives out of step at #2: ranks 0, 2 call allreduce(sum) float32 x 8 "
-                                         "(32 B) but rank 1 calls barrier"), std::string::npos) << e.what();
+                                         "(32 B) but rank 1 calls barrier"),
+              std::string::npos)
+        << e.what();
     EXPECT_EQ(e.info().peer, rank == 1 ? 0 : 1);
     for (size_t i = 1; i < works.size(); ++i) {
       CommError later = test::commErrorOf([&] { works[i]->wait(); });
@@ -236,7 +248,8 @@ TEST(DesyncCheck, SampledModeChecksOnlySampledCollectivesAndCatchesAMismatchTher
     EXPECT_NE(std::string(e.what()).find("collectives out of step at #8: rank 0 calls allreduce(sum) float32 x 4 "
                                          "(16 B) but rank 1 calls allreduce(sum) float32 x 6 (24 B) (sampled check: "
                                          "the ranks agreed at #4, so they went apart in #5..#8"),
-              std::string::npos) << e.what();
+              std::string::npos)
+        << e.what();
     EXPECT_EQ(counting->allgathers.load(), 4);
     EXPECT_EQ(counting->allreduces.load(), 7);
     // Poisoned: an unchecked collective (#9) no longer goes straight through either.
@@ -413,9 +426,12 @@ TEST(DesyncCheckProcesses, DifferentSizesFailFastOnBothProcessesWithTheDefaultSa
   std::vector<std::future<test::ProcessResult>> futures;
   for (int r = 0; r < 2; ++r) {
     test::ProcessOptions o;
-    o.setEnv = {{"LOCKSTEP_RANK", std::to_string(r)},   {"LOCKSTEP_WORLD_SIZE", "2"},
-                {"LOCKSTEP_MASTER_ADDR", "127.0.0.1"},  {"LOCKSTEP_MASTER_PORT", std::to_string(port)},
-                {"LOCKSTEP_NUM_THREADS", "1"},          {"LOCKSTEP_COMM_TIMEOUT", "30"},
+    o.setEnv = {{"LOCKSTEP_RANK", std::to_string(r)},
+                {"LOCKSTEP_WORLD_SIZE", "2"},
+                {"LOCKSTEP_MASTER_ADDR", "127.0.0.1"},
+                {"LOCKSTEP_MASTER_PORT", std::to_string(port)},
+                {"LOCKSTEP_NUM_THREADS", "1"},
+                {"LOCKSTEP_COMM_TIMEOUT", "30"},
                 {"LOCKSTEP_JOB_TOKEN", "desync-test-token"}};
     o.unsetEnv = {"LOCKSTEP_DESYNC_CHECK", "LOCKSTEP_DEBUG"};
     o.timeout = std::chrono::seconds(60);
@@ -428,7 +444,9 @@ TEST(DesyncCheckProcesses, DifferentSizesFailFastOnBothProcessesWithTheDefaultSa
     EXPECT_NE(res.err.find("CommError kind=desync"), std::string::npos) << res.err;
     EXPECT_NE(res.err.find("on rank " + std::to_string(r) + " of 2, operation #4"), std::string::npos) << res.err;
     EXPECT_NE(res.err.find("collectives out of step at #4: rank 0 calls allreduce(sum) float32 x 1024 (4096 B) but "
-                           "rank 1 calls allreduce(sum) float32 x 512 (2048 B)"), std::string::npos) << res.err;
+                           "rank 1 calls allreduce(sum) float32 x 512 (2048 B)"),
+              std::string::npos)
+        << res.err;
     EXPECT_LT(res.seconds, 20) << res.err;
   }
 }

@@ -50,7 +50,8 @@ TEST(DesyncFingerprint, SameCountsInOtherShapesShowTheShapeHashes) {
   auto b = fingerprint(4, Collective::allreduce(ReduceOp::kSum), {at::zeros({3, 2})});
   std::string message = compareFingerprints({a, b}, 4);
   EXPECT_NE(message.find("collectives out of step at #4: rank 0 calls allreduce(sum) float32 x 6 (24 B) [shapes "),
-            std::string::npos) << message;
+            std::string::npos)
+      << message;
   EXPECT_NE(message.find(" but rank 1 calls allreduce(sum) float32 x 6 (24 B) [shapes "), std::string::npos) << message;
 }
 
@@ -58,8 +59,9 @@ TEST(DesyncFingerprint, GroupsRanksByViewAndNamesAnExtraCollectiveBySequence) {
   auto reduce = fingerprint(3, Collective::allreduce(ReduceOp::kSum), {at::zeros({8})});
   auto extra = fingerprint(4, Collective::barrier(), {});
   std::string message = compareFingerprints({reduce, extra, reduce}, 3);
-  EXPECT_EQ(message, "collectives out of step at #3: ranks 0, 2 call allreduce(sum) float32 x 8 (32 B) but rank 1 "
-                     "calls barrier as its collective #4");
+  EXPECT_EQ(message,
+            "collectives out of step at #3: ranks 0, 2 call allreduce(sum) float32 x 8 (32 B) but rank 1 "
+            "calls barrier as its collective #4");
 }
 
 TEST(DesyncFingerprint, MixedDtypesAndForeignPeersAreNamed) {

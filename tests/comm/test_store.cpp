@@ -116,8 +116,8 @@ TEST(Store, ForeignBytesAreRefusedWithoutTouchingTheData) {
   Store server = serve("secret");
   server.set("k", bytes("original"));
   // A client of another protocol (here an HTTP request) gets the greeting, then a refusal, then EOF.
-  std::string answer = rawExchange(server.port(), std::string("GET / HTTP/1.1\r\nHost: x\r\n\r\n") +
-                                                      std::string(64, 'A'));
+  std::string answer =
+      rawExchange(server.port(), std::string("GET / HTTP/1.1\r\nHost: x\r\n\r\n") + std::string(64, 'A'));
   EXPECT_EQ(answer.substr(0, 8), "LKSTORE1");
   EXPECT_HAS(answer, "does not speak lockstep's store protocol");
   // Well-formed framing with a forged proof is refused too.

@@ -19,7 +19,8 @@ TEST(Environment, ParsesIntegersStrictly) {
   try {
     env.getInt("B");
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("environment variable B='4x' is not an integer"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("environment variable B='4x' is not an integer"), std::string::npos)
+        << e.what();
   }
 }
 
@@ -67,9 +68,7 @@ TEST(EnumNames, OneTableGivesNamesParsingAliasesAndAnErrorListingTheNames) {
   try {
     parseEnum(kFruitNames, "plum", "basket.fruit");
     ADD_FAILURE() << "no error";
-  } catch (const ConfigError& e) {
-    EXPECT_STREQ(e.what(), "basket.fruit 'plum' is unknown; expected apple or pear");
-  }
+  } catch (const ConfigError& e) { EXPECT_STREQ(e.what(), "basket.fruit 'plum' is unknown; expected apple or pear"); }
   EXPECT_EQ(log::parseLevel("warning", "LOCKSTEP_LOG_LEVEL"), log::Level::kWarn);
 }
 

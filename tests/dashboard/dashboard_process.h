@@ -90,8 +90,10 @@ class DashboardProcess {
     for (size_t i = 0; i < fds.size(); ++i) {
       if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
       ssize_t n = ::read(fds[i].fd, buffer, sizeof(buffer));
-      if (n > 0) owners[i].second->append(buffer, static_cast<size_t>(n));
-      else owners[i].first->reset();
+      if (n > 0)
+        owners[i].second->append(buffer, static_cast<size_t>(n));
+      else
+        owners[i].first->reset();
     }
     return true;
   }

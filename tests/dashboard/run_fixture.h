@@ -37,9 +37,14 @@ inline void appendText(const std::string& path, const std::string& text) {
 }
 
 inline std::string trainLine(int step, double t) {
-  return nlohmann::json{{"kind", "train"},        {"step", step},           {"epoch", step / 20},
-                        {"time", t},               {"loss", 3.0 / std::sqrt(step)}, {"lr", 0.01},
-                        {"samples_per_sec", 900.0 + step}, {"step_time", 0.05}}
+  return nlohmann::json{{"kind", "train"},
+                        {"step", step},
+                        {"epoch", step / 20},
+                        {"time", t},
+                        {"loss", 3.0 / std::sqrt(step)},
+                        {"lr", 0.01},
+                        {"samples_per_sec", 900.0 + step},
+                        {"step_time", 0.05}}
              .dump() +
          "\n";
 }
@@ -65,8 +70,12 @@ inline void writeRunFixture(const std::string& dir, const RunFixture& f = {}) {
   for (int s = 1; s <= f.steps; ++s) {
     metrics += trainLine(s, t0 + 10.0 * s);
     if (s % f.valEvery == 0) {
-      metrics += nlohmann::json{{"kind", "val"},          {"step", s},         {"epoch", s / 20}, {"time", t0 + 10.0 * s},
-                                {"val_loss", 3.2 / std::sqrt(s)}, {"val_accuracy", nullptr}}
+      metrics += nlohmann::json{{"kind", "val"},
+                                {"step", s},
+                                {"epoch", s / 20},
+                                {"time", t0 + 10.0 * s},
+                                {"val_loss", 3.2 / std::sqrt(s)},
+                                {"val_accuracy", nullptr}}
                      .dump() +
                  "\n";
     }
@@ -76,17 +85,22 @@ inline void writeRunFixture(const std::string& dir, const RunFixture& f = {}) {
     std::string system;
     std::string phases;
     for (int i = 0; i < f.steps; ++i) {
-      nlohmann::json sample{{"time", t0 + 10.0 * i}, {"rank", r},           {"pid", 1000 + r},
-                            {"cpu_percent", 95.0 + r}, {"rss_bytes", 200000000 + i * 1000}, {"threads", 4}};
+      nlohmann::json sample{{"time", t0 + 10.0 * i},
+                            {"rank", r},
+                            {"pid", 1000 + r},
+                            {"cpu_percent", 95.0 + r},
+                            {"rss_bytes", 200000000 + i * 1000},
+                            {"threads", 4}};
       if (f.gpu) {
         sample["gpu_util"] = 50.0 + r;
         sample["gpu_mem_bytes"] = 1000000000;
       }
       system += sample.dump() + "\n";
-      phases += nlohmann::json{{"step", i + 1},         {"time", t0 + 10.0 * i}, {"data_wait_ms", 1.0},
-                               {"forward_ms", 10.0 + r}, {"backward_ms", 20.0},   {"comm_wait_ms", 3.0},
-                               {"optimizer_ms", 2.0},   {"step_ms", 38.0 + r},    {"comm_ms", 15.0},
-                               {"buckets", 4}}
+      phases += nlohmann::json{{"step", i + 1},       {"time", t0 + 10.0 * i},
+                               {"data_wait_ms", 1.0}, {"forward_ms", 10.0 + r},
+                               {"backward_ms", 20.0}, {"comm_wait_ms", 3.0},
+                               {"optimizer_ms", 2.0}, {"step_ms", 38.0 + r},
+                               {"comm_ms", 15.0},     {"buckets", 4}}
                     .dump() +
                 "\n";
     }

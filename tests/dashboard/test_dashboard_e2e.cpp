@@ -30,11 +30,11 @@ std::string dumpDom(const std::string& url) {
   std::string profile = test::makeTempDir();
   test::ProcessOptions options;
   options.timeout = std::chrono::seconds(90);
-  auto result = test::runProcess({kChromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                                  "--no-first-run", "--disable-background-networking", "--disable-component-update",
-                                  "--disable-sync", "--user-data-dir=" + profile, "--window-size=1280,1600",
-                                  "--virtual-time-budget=10000", "--dump-dom", url},
-                                 options);
+  auto result = test::runProcess(
+      {kChromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+       "--disable-background-networking", "--disable-component-update", "--disable-sync", "--user-data-dir=" + profile,
+       "--window-size=1280,1600", "--virtual-time-budget=10000", "--dump-dom", url},
+      options);
   std::error_code ec;
   fs::remove_all(profile, ec);
   EXPECT_EQ(result.exitCode, 0) << "chromium failed on " << url << ":\n" << result.err;
@@ -84,7 +84,8 @@ void expectChartsDrawn(const std::string& dom, const std::string& where) {
   EXPECT_NE(dom.find("<svg"), std::string::npos);
 }
 
-const std::string kTinyConfig = test::tinyNamesConfig("  max_steps: 120\n  log_every: 2\n", "checkpoint:\n  dir: ckpt\n");
+const std::string kTinyConfig =
+    test::tinyNamesConfig("  max_steps: 120\n  log_every: 2\n", "checkpoint:\n  dir: ckpt\n");
 
 /// The run directory of a real 2-worker training:
 /// `lockstep run -np 2 -- lockstep train tiny.yaml monitor.dir=LOGDIR/tiny`.
@@ -94,11 +95,11 @@ std::string trainTinyRun(const std::string& workDir, const std::string& logdir) 
   std::string dir = logdir + "/tiny";
   test::ProcessOptions options;
   options.timeout = std::chrono::seconds(180);
-  auto result = test::runProcess({"sh", "-c",
-                                  "cd '" + workDir + "' && exec '" + bin + "' run -np 2 --comm-timeout 60 -- '" + bin +
-                                      "' train tiny.yaml monitor.dir='" + dir +
-                                      "' monitor.system_interval=0.05 monitor.progress=off"},
-                                 options);
+  auto result = test::runProcess(
+      {"sh", "-c",
+       "cd '" + workDir + "' && exec '" + bin + "' run -np 2 --comm-timeout 60 -- '" + bin +
+           "' train tiny.yaml monitor.dir='" + dir + "' monitor.system_interval=0.05 monitor.progress=off"},
+      options);
   EXPECT_EQ(result.exitCode, 0) << result.out << result.err;
   return dir;
 }

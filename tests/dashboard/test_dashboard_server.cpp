@@ -87,8 +87,7 @@ TEST(DashboardServer, ServesRunsAndTheirData) {
   EXPECT_EQ(trace->status, 200);
   EXPECT_EQ(trace->body, "{\"traceEvents\":[]}\n");
   EXPECT_NE(trace->get_header_value("Content-Disposition").find("tiny-rank1.trace.json"), std::string::npos);
-  EXPECT_EQ(getJson(client, "/api/runs/tiny/timeline/7", 404)["error"],
-            "run 'tiny' has no timeline for rank 7");
+  EXPECT_EQ(getJson(client, "/api/runs/tiny/timeline/7", 404)["error"], "run 'tiny' has no timeline for rank 7");
   getJson(client, "/api/runs/tiny/timeline/x", 400);
 }
 
@@ -193,8 +192,7 @@ TEST(DashboardCommand, BadLogDirectoryOrPortFailsWithExit2) {
   InProcessServer taken(tmp);
   auto busy = test::runProcess({bin, "dashboard", "--logdir", tmp, "--port", std::to_string(taken.port())});
   EXPECT_EQ(busy.exitCode, 1);
-  EXPECT_NE(busy.err.find("cannot listen on 127.0.0.1:" + std::to_string(taken.port())), std::string::npos)
-      << busy.err;
+  EXPECT_NE(busy.err.find("cannot listen on 127.0.0.1:" + std::to_string(taken.port())), std::string::npos) << busy.err;
 }
 
 TEST(ReportCommand, WritesOneSelfContainedFile) {

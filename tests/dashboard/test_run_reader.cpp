@@ -9,8 +9,8 @@
 #include <cmath>
 #include <filesystem>
 
-#include "dashboard/run_reader.h"
 #include "dashboard/run_fixture.h"
+#include "dashboard/run_reader.h"
 #include "support/subprocess.h"
 
 namespace lockstep::dashboard {

@@ -5,10 +5,10 @@
 #include <functional>
 
 #include "data/real_names.h"
-#include "support/expect.h"
 #include "lockstep/common/error.h"
 #include "lockstep/data/char_dataset.h"
 #include "lockstep/data/names.h"
+#include "support/expect.h"
 
 namespace lockstep {
 namespace {
@@ -76,7 +76,10 @@ TEST(CharVocab, SerialisationRoundTrip) {
 }
 
 TEST(CharVocab, RealSourcesFitTheWorkloadAndRoundTrip) {
-  const Names sources[] = {{names::kDogNames}, {names::kCatNames}, {names::kWamerican}, {names::kFaker},
+  const Names sources[] = {{names::kDogNames},
+                           {names::kCatNames},
+                           {names::kWamerican},
+                           {names::kFaker},
                            {names::kDogNames, names::kCatNames, names::kWamerican, names::kFaker}};
   for (const auto& source : sources) {
     const auto names = loadReal(source);

@@ -18,9 +18,9 @@
 #include <map>
 #include <thread>
 
-#include "support/expect.h"
 #include "lockstep/common/error.h"
 #include "lockstep/data/image_dataset.h"
+#include "support/expect.h"
 #include "support/image_files.h"
 
 namespace lockstep {
@@ -34,8 +34,8 @@ using test::idxFile;
 using test::putBigEndian;
 using test::readGzip;
 using test::sizesOf;
-using test::tensorBytes;
 using test::TempDir;
+using test::tensorBytes;
 using test::writeFile;
 using test::writeGzip;
 
@@ -129,8 +129,7 @@ TEST(FashionMnist, GetThroughputOneThread) {
   for (int64_t k = 0; k < kCalls; ++k) checksum += ds->get((k * 7919) % ds->size()).second;
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const double rate = static_cast<double>(kCalls) / seconds;
-  std::printf("[ info     ] Fashion-MNIST get(): %.0f calls/s on one thread (%.2f us per call)\n", rate,
-              1e6 / rate);
+  std::printf("[ info     ] Fashion-MNIST get(): %.0f calls/s on one thread (%.2f us per call)\n", rate, 1e6 / rate);
   RecordProperty("get_per_second", static_cast<int>(rate));
   EXPECT_GT(checksum, 0);
 }

@@ -30,8 +30,8 @@ using test::Bytes;
 using test::errorOf;
 using test::expectSameFromFourThreads;
 using test::sizesOf;
-using test::tensorBytes;
 using test::TempDir;
+using test::tensorBytes;
 using test::writeFile;
 
 /// An interleaved [h, w, c] image.
@@ -110,7 +110,7 @@ struct Folder {
     const std::string text = "not an image";
     writeFile(path("dog/notes.txt"), Bytes(text.begin(), text.end()));
     writePng(path(".thumbnails/x.png"), noisy(2, 2, 3, 9));  // hidden: not a class
-    writePng(path("cat/.hidden.png"), noisy(3, 3, 3, 9));   // hidden: not a sample
+    writePng(path("cat/.hidden.png"), noisy(3, 3, 3, 9));    // hidden: not a sample
   }
   std::string path(const std::string& rel) const { return root + "/" + rel; }
   /// The exact [3, 6, 8] pixels of a PNG (RGB of RGBA).
@@ -296,7 +296,6 @@ TEST(ImageFolder, LayoutAndOptionErrors) {
   EXPECT_HAS(errorOf([&] { ImageFolderDataset::open(dir / "two", opts(0, 5)); }),
              "resizeHeight = 0, resizeWidth = 5, expected both 0 (no resize) or both > 0");
 }
-
 
 TEST(ThreadSafety, FolderGetFromFourThreadsMatchesSerial) {
   Folder f;

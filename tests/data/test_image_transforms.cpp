@@ -41,8 +41,9 @@ TEST(ImageTransforms, ScalesAndNormalisesPerChannel) {
   EXPECT_EQ(b.targets[1].item<int64_t>(), 1);
   double pixel = (10 * 7 + 4 * 2 + 1 + 100) / 255.0;  // sample 7, channel 1, y 2, x 1
   EXPECT_NEAR(b.inputs[1][1][2][1].item<float>(), (pixel - 0.25) / 0.25, 1e-5);
-  EXPECT_THROW(ImageClassificationSet(std::make_shared<Ramp>(2), ImageTransformOptions{{0.1, 0.2, 0.3}, {}, false, 0, 0}),
-               ConfigError);
+  EXPECT_THROW(
+      ImageClassificationSet(std::make_shared<Ramp>(2), ImageTransformOptions{{0.1, 0.2, 0.3}, {}, false, 0, 0}),
+      ConfigError);
 }
 
 TEST(ImageTransforms, AugmentationDependsOnSeedEpochAndIndexOnly) {

@@ -21,8 +21,7 @@ class SlowDataset : public Dataset {
     ++calls;
     int now = ++inFlight;
     int seen = maxInFlight.load();
-    while (now > seen && !maxInFlight.compare_exchange_weak(seen, now)) {
-    }
+    while (now > seen && !maxInFlight.compare_exchange_weak(seen, now)) {}
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
     --inFlight;
     for (int64_t i : indices) {
@@ -53,7 +52,8 @@ TEST(DataLoader, SameBatchesInOrderForAnyWorkerCount) {
     for (const auto& expected : plan) {
       Batch b = loader.next();
       ASSERT_EQ(b.inputs.numel(), static_cast<int64_t>(expected.size()));
-      for (size_t i = 0; i < expected.size(); ++i) EXPECT_EQ(b.inputs[static_cast<int64_t>(i)].item<int64_t>(), expected[i]);
+      for (size_t i = 0; i < expected.size(); ++i)
+        EXPECT_EQ(b.inputs[static_cast<int64_t>(i)].item<int64_t>(), expected[i]);
       EXPECT_EQ(b.targets[0].item<int64_t>(), 2);
     }
     EXPECT_THROW(loader.next(), Error) << "past the end of the plan";

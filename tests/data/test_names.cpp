@@ -12,9 +12,9 @@
 
 #include "data/names_parsing.h"
 #include "data/real_names.h"
-#include "support/expect.h"
 #include "lockstep/common/error.h"
 #include "lockstep/data/names.h"
+#include "support/expect.h"
 
 namespace lockstep {
 namespace {
@@ -87,9 +87,7 @@ TEST(NamesReal, Wamerican) {
   Names raw;
   try {
     raw = readNameSource(names::kWamerican, o);
-  } catch (const Error& e) {
-    FAIL() << "run scripts/setup.sh to install wamerican: " << e.what();
-  }
+  } catch (const Error& e) { FAIL() << "run scripts/setup.sh to install wamerican: " << e.what(); }
   for (const auto& w : raw) {
     ASSERT_TRUE(std::isupper(static_cast<unsigned char>(w[0]))) << w;
     ASSERT_EQ(w.find('\''), std::string::npos) << "possessives are not names: " << w;
@@ -107,10 +105,10 @@ TEST(NamesReal, Wamerican) {
 TEST(NamesReal, Faker) {
   const auto all = loadReal({names::kFaker});
   EXPECT_GT(all.size(), 3000u);
-  EXPECT_TRUE(contains(all, "Aaron"));     // male_first_name
-  EXPECT_TRUE(contains(all, "Abigail"));   // female_first_name
-  EXPECT_TRUE(contains(all, "Buddy"));     // creature/dog name
-  EXPECT_TRUE(contains(all, "Waffles"));   // creature/cat name
+  EXPECT_TRUE(contains(all, "Aaron"));    // male_first_name
+  EXPECT_TRUE(contains(all, "Abigail"));  // female_first_name
+  EXPECT_TRUE(contains(all, "Buddy"));    // creature/dog name
+  EXPECT_TRUE(contains(all, "Waffles"));  // creature/cat name
   expectClean(all);
   for (const auto& n : all) EXPECT_EQ(n.find('#'), std::string::npos) << "unexpanded faker reference " << n;
 
@@ -297,7 +295,10 @@ TEST(NameCleaning, Rules) {
 // ---- parsers --------------------------------------------------------------------------
 
 TEST(NameParsers, Csv) {
-  const auto rows = detail::parseCsv("\xEF\xBB\xBF" "a,\"b,c\",\"d\"\"e\"\r\n\n\"multi\nline\",,x\rlast", "t.csv");
+  const auto rows = detail::parseCsv(
+      "\xEF\xBB\xBF"
+      "a,\"b,c\",\"d\"\"e\"\r\n\n\"multi\nline\",,x\rlast",
+      "t.csv");
   ASSERT_EQ(rows.size(), 3u);
   EXPECT_EQ(rows[0], (Names{"a", "b,c", "d\"e"}));
   EXPECT_EQ(rows[1], (Names{"multi\nline", "", "x"}));
@@ -343,7 +344,10 @@ TEST(NameParsers, Yaml) {
 
 TEST(NameParsers, Json) {
   EXPECT_EQ(detail::parseJsonStringArray(" [\n\t\"Max\",\n\t\"Z\\u00f6e\", \"a\\\"b\"\n]\n", "t.json"),
-            (Names{"Max", "Z\xC3\xB6" "e", "a\"b"}));
+            (Names{"Max",
+                   "Z\xC3\xB6"
+                   "e",
+                   "a\"b"}));
   EXPECT_TRUE(detail::parseJsonStringArray("[]", "t.json").empty());
   EXPECT_HAS(errorOf([] { detail::parseJsonStringArray("{\"a\": 1}", "t.json"); }), "t.json");
   EXPECT_HAS(errorOf([] { detail::parseJsonStringArray("[\"a\" \"b\"]", "t.json"); }), "t.json is not valid JSON");

@@ -28,8 +28,8 @@ SamplerOptions opts(int64_t n, int rank, int world, bool dropLast, bool shuffle 
 }
 
 /// The indices of every rank for one epoch.
-std::vector<std::vector<int64_t>> allRanks(int64_t n, int world, bool dropLast, int64_t epoch = 0,
-                                           bool shuffle = true, uint64_t seed = 7) {
+std::vector<std::vector<int64_t>> allRanks(int64_t n, int world, bool dropLast, int64_t epoch = 0, bool shuffle = true,
+                                           uint64_t seed = 7) {
   std::vector<std::vector<int64_t>> out;
   for (int r = 0; r < world; ++r) {
     DistributedSampler s(opts(n, r, world, dropLast, shuffle, seed));
@@ -43,9 +43,7 @@ void expectErrorMentioning(const std::function<void()>& fn, const std::string& n
   try {
     fn();
     ADD_FAILURE() << "expected lockstep::Error mentioning " << needle;
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
+  } catch (const Error& e) { EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what(); }
 }
 
 TEST(Sampler, GlobalOrderIsAPermutation) {

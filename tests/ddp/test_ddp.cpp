@@ -30,7 +30,8 @@ Data makeData(int64_t n, int64_t steps) {
   return {at::randn({steps, n, 12}), at::randn({steps, n, 5})};
 }
 
-void expectSameParameters(torch::nn::Module& a, torch::nn::Module& b, double rtol, double atol, const std::string& what) {
+void expectSameParameters(torch::nn::Module& a, torch::nn::Module& b, double rtol, double atol,
+                          const std::string& what) {
   auto pa = a.named_parameters();
   auto pb = b.named_parameters();
   ASSERT_EQ(pa.size(), pb.size());
@@ -82,16 +83,24 @@ void checkEquivalence(int world, double bucketCapMb, GradCompression compression
   for (int r = 0; r < world; ++r) {
     expectSameParameters(*replicas[r], *reference, rtol, atol, "rank " + std::to_string(r));
   }
-  if (bucketCapMb < 0.01) {
-    EXPECT_GE(bucketCounts[0], 3) << "the small cap should force several buckets";
-  }
+  if (bucketCapMb < 0.01) { EXPECT_GE(bucketCounts[0], 3) << "the small cap should force several buckets"; }
 }
 
-TEST(DdpEquivalence, TwoWorkersManyBucketsMatchOneProcess) { checkEquivalence(2, 0.001, GradCompression::kNone, 1e-5, 1e-6); }
-TEST(DdpEquivalence, ThreeWorkersManyBucketsMatchOneProcess) { checkEquivalence(3, 0.001, GradCompression::kNone, 1e-5, 1e-6); }
-TEST(DdpEquivalence, ThreeWorkersOneBucketMatchOneProcess) { checkEquivalence(3, 25, GradCompression::kNone, 1e-5, 1e-6); }
-TEST(DdpEquivalence, Bf16CompressionIsCloseToOneProcess) { checkEquivalence(2, 0.001, GradCompression::kBf16, 2e-2, 2e-3); }
-TEST(DdpEquivalence, Fp16CompressionIsCloseToOneProcess) { checkEquivalence(3, 0.001, GradCompression::kFp16, 5e-3, 5e-4); }
+TEST(DdpEquivalence, TwoWorkersManyBucketsMatchOneProcess) {
+  checkEquivalence(2, 0.001, GradCompression::kNone, 1e-5, 1e-6);
+}
+TEST(DdpEquivalence, ThreeWorkersManyBucketsMatchOneProcess) {
+  checkEquivalence(3, 0.001, GradCompression::kNone, 1e-5, 1e-6);
+}
+TEST(DdpEquivalence, ThreeWorkersOneBucketMatchOneProcess) {
+  checkEquivalence(3, 25, GradCompression::kNone, 1e-5, 1e-6);
+}
+TEST(DdpEquivalence, Bf16CompressionIsCloseToOneProcess) {
+  checkEquivalence(2, 0.001, GradCompression::kBf16, 2e-2, 2e-3);
+}
+TEST(DdpEquivalence, Fp16CompressionIsCloseToOneProcess) {
+  checkEquivalence(3, 0.001, GradCompression::kFp16, 5e-3, 5e-4);
+}
 
 TEST(DdpEquivalence, CharLstmTwoWorkersMatchOneProcess) {
   const int world = 2;
@@ -131,7 +140,8 @@ TEST(DdpEquivalence, CharLstmTwoWorkersMatchOneProcess) {
       opt.step();
     }
   });
-  for (int r = 0; r < world; ++r) expectSameParameters(*replicas[r], *reference, 1e-5, 1e-6, "charlstm rank " + std::to_string(r));
+  for (int r = 0; r < world; ++r)
+    expectSameParameters(*replicas[r], *reference, 1e-5, 1e-6, "charlstm rank " + std::to_string(r));
 }
 
 /// Counts the allreduce launches that reach the communicator.
@@ -168,9 +178,7 @@ TEST(DdpAccumulation, FourMicroBatchesUnderNoSyncEqualOneBigStep) {
     DistributedDataParallel ddp(replicas[rank].ptr(), shared, options);
     torch::optim::SGD opt(replicas[rank]->parameters(), torch::optim::SGDOptions(0.2));
     opt.zero_grad();
-    auto shard = [&](int m, const at::Tensor& t) {
-      return t[0].narrow(0, (rank * micro + m) * perMicro, perMicro);
-    };
+    auto shard = [&](int m, const at::Tensor& t) { return t[0].narrow(0, (rank * micro + m) * perMicro, perMicro); };
     for (int m = 0; m < micro; ++m) {
       auto loss = at::mse_loss(replicas[rank]->forward(shard(m, data.x)), shard(m, data.y)) / micro;
       if (m < micro - 1) {
@@ -245,14 +253,14 @@ TEST(DdpConsistency, MismatchedModelsGiveAClearErrorOnEveryRank) {
     auto shared = std::shared_ptr<Communicator>(&comm, [](Communicator*) {});
     try {
       DistributedDataParallel ddp(models[rank].ptr(), shared, {});
-    } catch (const Error& e) {
-      messages[rank] = e.what();
-    }
+    } catch (const Error& e) { messages[rank] = e.what(); }
   });
   for (const auto& m : messages) {
     EXPECT_NE(m.find("the model differs between ranks"), std::string::npos) << m;
-    EXPECT_NE(m.find("'parameter fc1.weight float32[16,24]' on rank 0 but 'parameter fc1.weight float32[17,24]' on rank 1"),
-              std::string::npos) << m;
+    EXPECT_NE(
+        m.find("'parameter fc1.weight float32[16,24]' on rank 0 but 'parameter fc1.weight float32[17,24]' on rank 1"),
+        std::string::npos)
+        << m;
   }
 }
 
@@ -277,8 +285,8 @@ TEST(DdpBuckets, FirstBucketIsSmallSoCommunicationStartsEarly) {
   std::vector<Mlp> models{makeMlp(1), makeMlp(1)};
   runRanks(2, [&](int rank, Communicator& comm) {
     auto shared = std::shared_ptr<Communicator>(&comm, [](Communicator*) {});
-    DdpOptions options;                                 // the whole model fits in one 25 MB bucket ...
-    options.firstBucketCapMb = 400.0 / (1024 * 1024);   // ... but the first holds at most 100 floats
+    DdpOptions options;                                // the whole model fits in one 25 MB bucket ...
+    options.firstBucketCapMb = 400.0 / (1024 * 1024);  // ... but the first holds at most 100 floats
     DistributedDataParallel ddp(models[rank].ptr(), shared, options);
     auto layout = ddp.bucketLayout();
     ASSERT_EQ(layout.size(), 2u);

@@ -82,9 +82,9 @@ void check(Communicator& comm) {
     }
   }
   // Lists: fused per dtype on the wire, every tensor gets its own result back.
-  std::vector<at::Tensor> mixed{inputFor(rank, 5, at::kFloat), inputFor(rank, 0, at::kFloat),
+  std::vector<at::Tensor> mixed{inputFor(rank, 5, at::kFloat),  inputFor(rank, 0, at::kFloat),
                                 inputFor(rank, 3, at::kDouble), inputFor(rank, 7, at::kFloat),
-                                inputFor(rank, 4, at::kInt), inputFor(rank, 2, at::kLong)};
+                                inputFor(rank, 4, at::kInt),    inputFor(rank, 2, at::kLong)};
   comm.allreduce(mixed, ReduceOp::kSum)->wait();
   for (size_t i = 0; i < mixed.size(); ++i) {
     int64_t n = mixed[i].numel();
@@ -100,7 +100,8 @@ void check(Communicator& comm) {
   std::vector<at::Tensor> outs;
   for (int r = 0; r < world; ++r) outs.push_back(at::empty({2, 3}, at::kDouble));
   comm.allgather(inputFor(rank, 6, at::kDouble).view({2, 3}), outs)->wait();
-  for (int r = 0; r < world; ++r) expect(close(outs[r], inputFor(r, 6, at::kDouble)), "list allgather " + std::to_string(r));
+  for (int r = 0; r < world; ++r)
+    expect(close(outs[r], inputFor(r, 6, at::kDouble)), "list allgather " + std::to_string(r));
   comm.barrier()->wait();
 }
 

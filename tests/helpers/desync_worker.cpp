@@ -90,7 +90,8 @@ int main(int argc, char** argv) {
       }
       std::map<std::string, std::vector<double>> rounds;
       for (int round = 0; round < roundCount; ++round) {
-        for (const auto& m : modes) rounds[m].push_back(timeAllreduce(*comms[m], std::max<int64_t>(1, bytes / 4), iters));
+        for (const auto& m : modes)
+          rounds[m].push_back(timeAllreduce(*comms[m], std::max<int64_t>(1, bytes / 4), iters));
       }
       if (ctx.comm->rank() == 0) {
         double base = 0;
@@ -99,9 +100,11 @@ int main(int argc, char** argv) {
           std::sort(r.begin(), r.end());
           double median = r[r.size() / 2];
           if (m == modes.front()) base = median;
-          std::printf("desync check %-12s allreduce %lld B x %d: median %.1f us per op (rounds %.1f..%.1f us), "
-                      "%+.1f%% vs %s\n", m.c_str(), static_cast<long long>(bytes), iters, median * 1e6,
-                      r.front() * 1e6, r.back() * 1e6, (median / base - 1) * 100, modes.front().c_str());
+          std::printf(
+              "desync check %-12s allreduce %lld B x %d: median %.1f us per op (rounds %.1f..%.1f us), "
+              "%+.1f%% vs %s\n",
+              m.c_str(), static_cast<long long>(bytes), iters, median * 1e6, r.front() * 1e6, r.back() * 1e6,
+              (median / base - 1) * 100, modes.front().c_str());
         }
         std::fflush(stdout);
       }

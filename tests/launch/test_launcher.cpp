@@ -167,41 +167,43 @@ TEST_P(LauncherBadArgs, OneLineErrorUsageAndExitCode2) {
 
 INSTANTIATE_TEST_SUITE_P(
     Cases, LauncherBadArgs,
-    ::testing::Values(BadArgs{{"-np", "0", "--", "true"}, "-np 0: the number of workers must be at least 1"},
-                      BadArgs{{"-np", "-3", "--", "true"}, "-np -3"},
-                      BadArgs{{"-np", "2", "--bogus", "--", "true"}, "unknown option '--bogus'"},
-                      BadArgs{{"-np", "2", "--bogus", "true"}, "unknown option '--bogus'"},
-                      BadArgs{{"-np", "two", "--", "true"}, "Could not convert: --np = two"},
-                      BadArgs{{"--", "true"}, "-np N is required"},
-                      BadArgs{{"-np", "2"}, "missing the program to run"},
-                      BadArgs{{"-np", "2", "--", "/no/such/program"}, "program '/no/such/program' not found"},
-                      BadArgs{{"-np", "2", "--", "no-such-program-xyz"}, "program 'no-such-program-xyz' not found"},
-                      BadArgs{{"-np", "2", "--nnodes", "2", "--", "true"}, "--master-port is required with --nnodes > 1"},
-                      BadArgs{{"-np", "2", "--nnodes", "2", "--node-rank", "2", "--master-port", "1234", "--", "true"},
-                              "--node-rank 2: must be in 0..1"},
-                      BadArgs{{"-np", "2", "--master-port", "70000", "--", "true"}, "--master-port 70000"},
-                      BadArgs{{"-np", "2", "--backend", "nccl", "--", "true"}, "--backend nccl: expected gloo, mpi or auto"},
-                      BadArgs{{"-np", "2", "--backend", "mpi", "--nnodes", "2", "--master-port", "1234", "--", "true"},
-                              "--backend mpi starts workers on this node only"},
-                      BadArgs{{"-np", "2", "--nnodes", "2", "--master-port", "1234", "--", "true"},
-                              "--nnodes 2: every node must hold the same job token"},
-                      BadArgs{{"-np", "2", "--token-file", "/no/such/token", "--", "true"},
-                              "--token-file: cannot read the job token file '/no/such/token'"},
-                      BadArgs{{"-np", "2", "--max-restarts", "-1", "--", "true"}, "--max-restarts -1: must be 0 or more"},
-                      BadArgs{{"-H", "a:2,b:1", "--", "true"}, "-H: every host needs the same number of slots"},
-                      BadArgs{{"-H", "a:2,,b:2", "--", "true"}, "-H 'a:2,,b:2': empty host in entry 2"},
-                      BadArgs{{"-H", "a:x", "--", "true"}, "-H entry 'a:x': slots"},
-                      BadArgs{{"-H", "a:2,b:2", "-np", "3", "--", "true"}, "-np 3 does not match -H a:2,b:2 (4 slots"},
-                      BadArgs{{"-H", "a:2", "--rsh", "no-such-rsh", "--", "true"}, "--rsh: 'no-such-rsh' not found"}));
+    ::testing::Values(
+        BadArgs{{"-np", "0", "--", "true"}, "-np 0: the number of workers must be at least 1"},
+        BadArgs{{"-np", "-3", "--", "true"}, "-np -3"},
+        BadArgs{{"-np", "2", "--bogus", "--", "true"}, "unknown option '--bogus'"},
+        BadArgs{{"-np", "2", "--bogus", "true"}, "unknown option '--bogus'"},
+        BadArgs{{"-np", "two", "--", "true"}, "Could not convert: --np = two"},
+        BadArgs{{"--", "true"}, "-np N is required"}, BadArgs{{"-np", "2"}, "missing the program to run"},
+        BadArgs{{"-np", "2", "--", "/no/such/program"}, "program '/no/such/program' not found"},
+        BadArgs{{"-np", "2", "--", "no-such-program-xyz"}, "program 'no-such-program-xyz' not found"},
+        BadArgs{{"-np", "2", "--nnodes", "2", "--", "true"}, "--master-port is required with --nnodes > 1"},
+        BadArgs{{"-np", "2", "--nnodes", "2", "--node-rank", "2", "--master-port", "1234", "--", "true"},
+                "--node-rank 2: must be in 0..1"},
+        BadArgs{{"-np", "2", "--master-port", "70000", "--", "true"}, "--master-port 70000"},
+        BadArgs{{"-np", "2", "--backend", "nccl", "--", "true"}, "--backend nccl: expected gloo, mpi or auto"},
+        BadArgs{{"-np", "2", "--backend", "mpi", "--nnodes", "2", "--master-port", "1234", "--", "true"},
+                "--backend mpi starts workers on this node only"},
+        BadArgs{{"-np", "2", "--nnodes", "2", "--master-port", "1234", "--", "true"},
+                "--nnodes 2: every node must hold the same job token"},
+        BadArgs{{"-np", "2", "--token-file", "/no/such/token", "--", "true"},
+                "--token-file: cannot read the job token file '/no/such/token'"},
+        BadArgs{{"-np", "2", "--max-restarts", "-1", "--", "true"}, "--max-restarts -1: must be 0 or more"},
+        BadArgs{{"-H", "a:2,b:1", "--", "true"}, "-H: every host needs the same number of slots"},
+        BadArgs{{"-H", "a:2,,b:2", "--", "true"}, "-H 'a:2,,b:2': empty host in entry 2"},
+        BadArgs{{"-H", "a:x", "--", "true"}, "-H entry 'a:x': slots"},
+        BadArgs{{"-H", "a:2,b:2", "-np", "3", "--", "true"}, "-np 3 does not match -H a:2,b:2 (4 slots"},
+        BadArgs{{"-H", "a:2", "--rsh", "no-such-rsh", "--", "true"}, "--rsh: 'no-such-rsh' not found"}));
 
 TEST(Launcher, RestartsAreBoundedByMaxRestarts) {
   // A fault that recurs in every attempt: two restarts, then the launcher gives up with the cause.
   auto r = run({"-np", "2", "--max-restarts", "2", "--", "sh", "-c",
                 "echo attempt $LOCKSTEP_RESTART_COUNT; [ $LOCKSTEP_RANK = 1 ] && exit 7; sleep 30"});
   EXPECT_EQ(r.exitCode, 7) << r.err;
-  for (const char* line : {"[1] attempt 0", "[1] attempt 1", "[1] attempt 2"}) EXPECT_TRUE(contains(r.out, line)) << r.out;
+  for (const char* line : {"[1] attempt 0", "[1] attempt 1", "[1] attempt 2"})
+    EXPECT_TRUE(contains(r.out, line)) << r.out;
   EXPECT_FALSE(contains(r.out, "attempt 3")) << r.out;
-  EXPECT_TRUE(contains(r.err, "lockstep run: rank 1 failed; restarting all 2 worker(s) of node 0 (restart 2 of 2)")) << r.err;
+  EXPECT_TRUE(contains(r.err, "lockstep run: rank 1 failed; restarting all 2 worker(s) of node 0 (restart 2 of 2)"))
+      << r.err;
   EXPECT_TRUE(contains(r.err, "giving up: the group failed 3 time(s) and --max-restarts is 2")) << r.err;
   EXPECT_LT(r.seconds, 25) << "the surviving rank was not stopped after each failure";
 }
@@ -226,8 +228,8 @@ TEST(Launcher, RemoteCommandQuotesForTheShellAndCarriesNoToken) {
   o.maxRestarts = 1;
   o.token = "s3cret-token";
   o.command = {"/bin/echo", "it's", "two words", "$HOME"};
-  std::string cmd = remoteLaunchCommand(o, 1, "/opt/lockstep/bin/lockstep", "/work dir",
-                                        {{"LOCKSTEP_LOG_LEVEL", "debug"}});
+  std::string cmd =
+      remoteLaunchCommand(o, 1, "/opt/lockstep/bin/lockstep", "/work dir", {{"LOCKSTEP_LOG_LEVEL", "debug"}});
   EXPECT_EQ(cmd.find("s3cret"), std::string::npos) << cmd;
   EXPECT_TRUE(contains(cmd, "--nnodes 2 --node-rank 1 --master-addr a --master-port 29500 -np 2 --token-stdin")) << cmd;
   EXPECT_TRUE(contains(cmd, "--max-restarts 1")) << cmd;
@@ -247,8 +249,9 @@ TEST(Launcher, MpiBackendCommandLine) {
   o.command = {"./train", "--flag"};
   o.mpirunArgs = {"--mca", "btl", "self,vader"};
   auto argv = mpirunCommand(o, 2, true);
-  std::vector<std::string> want{"mpirun", "-np", "3", "--tag-output", "--bind-to", "none", "--allow-run-as-root",
-                                "--oversubscribe", "--mca", "btl", "self,vader", "./train", "--flag"};
+  std::vector<std::string> want{
+      "mpirun",          "-np",   "3",   "--tag-output", "--bind-to", "none",  "--allow-run-as-root",
+      "--oversubscribe", "--mca", "btl", "self,vader",   "./train",   "--flag"};
   EXPECT_EQ(argv, want);
   argv = mpirunCommand(o, 4, false);
   EXPECT_EQ(std::count(argv.begin(), argv.end(), "--oversubscribe"), 0);

@@ -29,9 +29,7 @@ using test::ProcessOptions;
 using test::ProcessResult;
 using test::runProcess;
 
-bool sh(const std::string& command) {
-  return runProcess({"sh", "-c", command + " >/dev/null 2>&1"}).exitCode == 0;
-}
+bool sh(const std::string& command) { return runProcess({"sh", "-c", command + " >/dev/null 2>&1"}).exitCode == 0; }
 
 /// Namespaces <p>-sw (a bridge) and <p>-h0..h(n-1), host i at 10.77.<subnet>.(i+1)/24.
 class Hosts {
@@ -47,8 +45,8 @@ class Hosts {
       ok_ = sh("ip netns add " + ns) &&
             sh("ip -n " + sw() + " link add v" + std::to_string(i) + " type veth peer name eth0 netns " + ns) &&
             sh("ip -n " + sw() + " link set v" + std::to_string(i) + " master br0 up") &&
-            sh("ip -n " + ns + " addr add " + address(i) + "/24 dev eth0") &&
-            sh("ip -n " + ns + " link set eth0 up") && sh("ip -n " + ns + " link set lo up");
+            sh("ip -n " + ns + " addr add " + address(i) + "/24 dev eth0") && sh("ip -n " + ns + " link set eth0 up") &&
+            sh("ip -n " + ns + " link set lo up");
       count_ = i + 1;
     }
     // No spanning tree on the bridge (the default): its ports forward at once.
@@ -82,9 +80,9 @@ class Hosts {
 
 bool canMakeHosts() { return ::geteuid() == 0 && sh("command -v ip"); }
 
-#define REQUIRE_NETNS()                                                                        \
-  if (!canMakeHosts()) GTEST_SKIP() << "needs root and iproute2 (CI runs as root)";       \
-  Hosts hosts(kHosts);                                                                         \
+#define REQUIRE_NETNS()                                                             \
+  if (!canMakeHosts()) GTEST_SKIP() << "needs root and iproute2 (CI runs as root)"; \
+  Hosts hosts(kHosts);                                                              \
   ASSERT_TRUE(hosts.ok()) << "could not build the namespaces (ip netns/veth/bridge)"
 
 std::string quote(const std::string& s) { return "'" + s + "'"; }
@@ -94,8 +92,9 @@ std::string readAll(const std::string& path) {
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
-const std::string kConfig = test::tinyNamesConfig(
-    "  max_steps: 24\n  log_every: 4\n", "checkpoint:\n  dir: ckpt\n  every: 8\n  keep_last: 2\nmonitor:\n  dir: \"off\"\n");
+const std::string kConfig =
+    test::tinyNamesConfig("  max_steps: 24\n  log_every: 4\n",
+                          "checkpoint:\n  dir: ckpt\n  every: 8\n  keep_last: 2\nmonitor:\n  dir: \"off\"\n");
 
 std::string runDir() {
   std::string dir = test::makeTempDir();
@@ -109,8 +108,9 @@ TEST(MultiNode, TwoHostsOverVethMatchTheSingleHostRunBitForBit) {
   std::string bin = test::lockstepBin();
   // One host, two workers, one thread each.
   std::string single = runDir();
-  auto a = runProcess({"sh", "-c", "cd " + quote(single) + " && exec " + quote(bin) + " run -np 2 --threads 1 -- " +
-                                       quote(bin) + " train tiny.yaml"},
+  auto a = runProcess({"sh", "-c",
+                       "cd " + quote(single) + " && exec " + quote(bin) + " run -np 2 --threads 1 -- " + quote(bin) +
+                           " train tiny.yaml"},
                       ProcessOptions{{}, {}, 180s});
   ASSERT_EQ(a.exitCode, 0) << a.err;
 
@@ -119,10 +119,11 @@ TEST(MultiNode, TwoHostsOverVethMatchTheSingleHostRunBitForBit) {
   ProcessOptions o;
   o.setEnv = {{"LOCKSTEP_TEST_NETNS", hosts.map()}};
   o.timeout = 180s;
-  auto b = runProcess({"sh", "-c", "cd " + quote(multi) + " && exec " + quote(bin) + " run -H " + hosts.address(0) +
-                                       ":1," + hosts.address(1) + ":1 --rsh " + LOCKSTEP_NETNS_RSH +
-                                       " --threads 1 --comm-timeout 60 -- " + quote(bin) + " train tiny.yaml"},
-                      o);
+  auto b = runProcess(
+      {"sh", "-c",
+       "cd " + quote(multi) + " && exec " + quote(bin) + " run -H " + hosts.address(0) + ":1," + hosts.address(1) +
+           ":1 --rsh " + LOCKSTEP_NETNS_RSH + " --threads 1 --comm-timeout 60 -- " + quote(bin) + " train tiny.yaml"},
+      o);
   ASSERT_EQ(b.exitCode, 0) << b.err;
   EXPECT_HAS(b.err, "lockstep run: node 0 on " + hosts.address(0) + ": ranks 0..0");
   EXPECT_HAS(b.err, "lockstep run: node 1 on " + hosts.address(1) + ": ranks 1..1");
@@ -138,10 +139,10 @@ TEST(MultiNode, TwoHostsOverVethMatchTheSingleHostRunBitForBit) {
   std::string restarted = runDir();
   o.setEnv["LOCKSTEP_FAULT_KILL_AT_STEP"] = "11";
   o.setEnv["LOCKSTEP_FAULT_KILL_RANK"] = "1";
-  auto c = runProcess({"sh", "-c", "cd " + quote(restarted) + " && exec " + quote(bin) + " run -H " +
-                                       hosts.address(0) + ":1," + hosts.address(1) + ":1 --rsh " + LOCKSTEP_NETNS_RSH +
-                                       " --max-restarts 1 --threads 1 --comm-timeout 60 -- " + quote(bin) +
-                                       " train tiny.yaml"},
+  auto c = runProcess({"sh", "-c",
+                       "cd " + quote(restarted) + " && exec " + quote(bin) + " run -H " + hosts.address(0) + ":1," +
+                           hosts.address(1) + ":1 --rsh " + LOCKSTEP_NETNS_RSH +
+                           " --max-restarts 1 --threads 1 --comm-timeout 60 -- " + quote(bin) + " train tiny.yaml"},
                       o);
   ASSERT_EQ(c.exitCode, 0) << c.err;
   EXPECT_HAS(c.err, "restarting all 1 worker(s) of node 1 (restart 1 of 1)");
@@ -154,11 +155,29 @@ TEST(MultiNode, TwoHostsOverVethMatchTheSingleHostRunBitForBit) {
 /// Starts `lockstep run --nnodes N --node-rank K ...` inside host K's namespace (torchrun's model).
 std::future<ProcessResult> startNode(const Hosts& hosts, int k, int nodes, int port, const std::string& tokenFile,
                                      const std::vector<std::string>& program, double commTimeout) {
-  std::vector<std::string> argv{"ip", "netns", "exec", hosts.host(k), test::lockstepBin(), "run",
-                                "--nnodes", std::to_string(nodes), "--node-rank", std::to_string(k),
-                                "--master-addr", hosts.address(0), "--master-port", std::to_string(port),
-                                "-np", "1", "--token-file", tokenFile, "--comm-timeout",
-                                std::to_string(commTimeout), "--stop-grace", "1", "--"};
+  std::vector<std::string> argv{"ip",
+                                "netns",
+                                "exec",
+                                hosts.host(k),
+                                test::lockstepBin(),
+                                "run",
+                                "--nnodes",
+                                std::to_string(nodes),
+                                "--node-rank",
+                                std::to_string(k),
+                                "--master-addr",
+                                hosts.address(0),
+                                "--master-port",
+                                std::to_string(port),
+                                "-np",
+                                "1",
+                                "--token-file",
+                                tokenFile,
+                                "--comm-timeout",
+                                std::to_string(commTimeout),
+                                "--stop-grace",
+                                "1",
+                                "--"};
   argv.insert(argv.end(), program.begin(), program.end());
   ProcessOptions o;
   o.timeout = 120s;

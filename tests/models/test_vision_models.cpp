@@ -39,9 +39,7 @@ std::set<std::string> parameterNames(const torch::nn::Module& m) {
 std::string configErrorOf(const std::string& type, const ImageModelOptions& o) {
   try {
     makeImageModel(type, o);
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
+  } catch (const ConfigError& e) { return e.what(); }
   return "";
 }
 
@@ -76,8 +74,8 @@ TEST(VisionModels, MlpHiddenSizesAreConfigurable) {
   ASSERT_EQ(dense(784, 4096) + dense(4096, 4096) + dense(4096, 10), 20037642);
   auto big = makeImageModel("mlp", o);
   EXPECT_EQ(countParameters(*big), 20037642);
-  EXPECT_EQ(parameterNames(*big), (std::set<std::string>{"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias",
-                                                         "fc3.weight", "fc3.bias"}));
+  EXPECT_EQ(parameterNames(*big),
+            (std::set<std::string>{"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias", "fc3.weight", "fc3.bias"}));
   o.hiddenSizes = {7};
   auto one = makeImageModel("mlp", o);
   EXPECT_EQ(countParameters(*one), dense(784, 7) + dense(7, 10));
@@ -119,9 +117,9 @@ TEST(VisionModels, ResNetsMatchTorchvision) {
   // torchvision's state-dict names: 62 / 161 parameter tensors.
   auto names18 = parameterNames(*r18);
   EXPECT_EQ(names18.size(), 62u);
-  for (const char* name : {"conv1.weight", "bn1.weight", "layer1.0.conv1.weight", "layer1.1.bn2.bias",
-                           "layer2.0.downsample.0.weight", "layer2.0.downsample.1.weight", "layer4.1.conv2.weight",
-                           "fc.weight", "fc.bias"}) {
+  for (const char* name :
+       {"conv1.weight", "bn1.weight", "layer1.0.conv1.weight", "layer1.1.bn2.bias", "layer2.0.downsample.0.weight",
+        "layer2.0.downsample.1.weight", "layer4.1.conv2.weight", "fc.weight", "fc.bias"}) {
     EXPECT_TRUE(names18.count(name)) << name;
   }
   EXPECT_FALSE(names18.count("layer1.0.downsample.0.weight"));  // layer1 of ResNet-18 keeps its shape

@@ -98,9 +98,8 @@ TEST(MonitorFit, TwoRanksWriteTheRunDirectory) {
     for (const auto& p : phases) {
       EXPECT_GT(p["buckets"].get<int>(), 1);
       EXPECT_GT(p["comm_ms"].get<double>(), 0);
-      double sum = p["data_wait_ms"].get<double>() + p["forward_ms"].get<double>() +
-                   p["backward_ms"].get<double>() + p["comm_wait_ms"].get<double>() +
-                   p["optimizer_ms"].get<double>();
+      double sum = p["data_wait_ms"].get<double>() + p["forward_ms"].get<double>() + p["backward_ms"].get<double>() +
+                   p["comm_wait_ms"].get<double>() + p["optimizer_ms"].get<double>();
       EXPECT_NEAR(sum, p["step_ms"].get<double>(), 0.01);  // the phases tile the step
     }
     auto trace = json::parse(test::readFile(dir + "/timeline/rank" + std::to_string(rank) + ".trace.json"));

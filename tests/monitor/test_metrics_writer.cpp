@@ -72,7 +72,7 @@ TEST(MetricsWriter, WritesEveryRunFileFromTheCallbacks) {
   auto lines = test::readJsonLines(dir + "/metrics.jsonl");
   ASSERT_EQ(lines.size(), 3u);
   EXPECT_EQ(lines[0], json::parse(R"({"kind":"train","step":10,"epoch":0,"time":1700000001.0,"loss":0.1,"lr":0.002,)"
-                                 R"("samples_per_sec":5000.0,"step_time":0.05})"));
+                                  R"("samples_per_sec":5000.0,"step_time":0.05})"));
   EXPECT_EQ(test::readLines(dir + "/metrics.jsonl")[0].rfind(R"({"kind":"train","step":10,"epoch":0,"time":)", 0), 0u);
   EXPECT_EQ(lines[1]["step"], 20);
   EXPECT_DOUBLE_EQ(lines[1]["loss"].get<double>(), 0.05);

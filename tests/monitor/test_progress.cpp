@@ -1,6 +1,6 @@
 // The progress text, and the bar's redraw rate measured on a pipe.
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <algorithm>

@@ -175,9 +175,7 @@ TEST(TensorBoard, UnwritableDirectoryNamesThePath) {
   try {
     TensorBoardWriter writer(blocker + "/tb");
     ADD_FAILURE() << "expected an Error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(blocker + "/tb"), std::string::npos) << e.what();
-  }
+  } catch (const Error& e) { EXPECT_NE(std::string(e.what()).find(blocker + "/tb"), std::string::npos) << e.what(); }
 }
 
 }  // namespace

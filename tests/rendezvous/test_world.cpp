@@ -16,9 +16,7 @@ void expectConfigError(std::map<std::string, std::string> vars, const std::strin
   try {
     detect(std::move(vars));
     ADD_FAILURE() << "expected ConfigError containing: " << needle;
-  } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
+  } catch (const ConfigError& e) { EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what(); }
 }
 
 TEST(World, NothingSetIsASingleProcess) {
@@ -30,9 +28,13 @@ TEST(World, NothingSetIsASingleProcess) {
 }
 
 TEST(World, LockstepLauncher) {
-  auto w = detect({{"LOCKSTEP_RANK", "3"}, {"LOCKSTEP_WORLD_SIZE", "4"}, {"LOCKSTEP_LOCAL_RANK", "1"},
-                   {"LOCKSTEP_LOCAL_WORLD_SIZE", "2"}, {"LOCKSTEP_NODE_RANK", "1"},
-                   {"LOCKSTEP_MASTER_ADDR", "10.1.2.3"}, {"LOCKSTEP_MASTER_PORT", "29511"}});
+  auto w = detect({{"LOCKSTEP_RANK", "3"},
+                   {"LOCKSTEP_WORLD_SIZE", "4"},
+                   {"LOCKSTEP_LOCAL_RANK", "1"},
+                   {"LOCKSTEP_LOCAL_WORLD_SIZE", "2"},
+                   {"LOCKSTEP_NODE_RANK", "1"},
+                   {"LOCKSTEP_MASTER_ADDR", "10.1.2.3"},
+                   {"LOCKSTEP_MASTER_PORT", "29511"}});
   EXPECT_EQ(w.source, WorldSource::kLockstep);
   EXPECT_EQ(w.rank, 3);
   EXPECT_EQ(w.worldSize, 4);
@@ -44,16 +46,26 @@ TEST(World, LockstepLauncher) {
 }
 
 TEST(World, LockstepWinsOverTorchrunAndMpi) {
-  auto w = detect({{"LOCKSTEP_RANK", "0"}, {"LOCKSTEP_WORLD_SIZE", "1"}, {"RANK", "5"}, {"WORLD_SIZE", "8"},
-                   {"OMPI_COMM_WORLD_RANK", "2"}, {"OMPI_COMM_WORLD_SIZE", "3"}});
+  auto w = detect({{"LOCKSTEP_RANK", "0"},
+                   {"LOCKSTEP_WORLD_SIZE", "1"},
+                   {"RANK", "5"},
+                   {"WORLD_SIZE", "8"},
+                   {"OMPI_COMM_WORLD_RANK", "2"},
+                   {"OMPI_COMM_WORLD_SIZE", "3"}});
   EXPECT_EQ(w.source, WorldSource::kLockstep);
   EXPECT_EQ(w.worldSize, 1);
 }
 
 TEST(World, Torchrun) {
-  auto w = detect({{"RANK", "5"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "4"},
-                   {"MASTER_ADDR", "node0"}, {"MASTER_PORT", "29500"}, {"GROUP_RANK", "1"},
-                   {"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "1"}});
+  auto w = detect({{"RANK", "5"},
+                   {"WORLD_SIZE", "8"},
+                   {"LOCAL_RANK", "1"},
+                   {"LOCAL_WORLD_SIZE", "4"},
+                   {"MASTER_ADDR", "node0"},
+                   {"MASTER_PORT", "29500"},
+                   {"GROUP_RANK", "1"},
+                   {"OMPI_COMM_WORLD_RANK", "0"},
+                   {"OMPI_COMM_WORLD_SIZE", "1"}});
   EXPECT_EQ(w.source, WorldSource::kTorchrun);
   EXPECT_EQ(w.rank, 5);
   EXPECT_EQ(w.worldSize, 8);
@@ -65,8 +77,10 @@ TEST(World, Torchrun) {
 }
 
 TEST(World, OpenMpiOnOneNodeDerivesLoopbackAndAPortFromTheJob) {
-  std::map<std::string, std::string> vars = {{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"},
-                                             {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+  std::map<std::string, std::string> vars = {{"OMPI_COMM_WORLD_RANK", "1"},
+                                             {"OMPI_COMM_WORLD_SIZE", "2"},
+                                             {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+                                             {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
                                              {"OMPI_MCA_ess_base_jobid", "3546873857"}};
   auto w = detect(vars);
   EXPECT_EQ(w.source, WorldSource::kOpenMpi);
@@ -82,15 +96,23 @@ TEST(World, OpenMpiOnOneNodeDerivesLoopbackAndAPortFromTheJob) {
 }
 
 TEST(World, OpenMpiAcrossNodesNeedsMasterAddr) {
-  expectConfigError({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "4"},
-                     {"OMPI_COMM_WORLD_LOCAL_RANK", "0"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}},
+  expectConfigError({{"OMPI_COMM_WORLD_RANK", "0"},
+                     {"OMPI_COMM_WORLD_SIZE", "4"},
+                     {"OMPI_COMM_WORLD_LOCAL_RANK", "0"},
+                     {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}},
                     "MASTER_ADDR is not set; with world size 4 (OpenMPI)");
 }
 
 TEST(World, SlurmStep) {
-  auto w = detect({{"SLURM_PROCID", "3"}, {"SLURM_NTASKS", "8"}, {"SLURM_STEP_NUM_TASKS", "4"},
-                   {"SLURM_LOCALID", "1"}, {"SLURM_NODEID", "1"}, {"SLURM_STEP_TASKS_PER_NODE", "2(x2)"},
-                   {"SLURM_STEP_NODELIST", "gpu[07-08]"}, {"SLURM_JOB_ID", "1234"}, {"SLURM_STEP_ID", "0"}});
+  auto w = detect({{"SLURM_PROCID", "3"},
+                   {"SLURM_NTASKS", "8"},
+                   {"SLURM_STEP_NUM_TASKS", "4"},
+                   {"SLURM_LOCALID", "1"},
+                   {"SLURM_NODEID", "1"},
+                   {"SLURM_STEP_TASKS_PER_NODE", "2(x2)"},
+                   {"SLURM_STEP_NODELIST", "gpu[07-08]"},
+                   {"SLURM_JOB_ID", "1234"},
+                   {"SLURM_STEP_ID", "0"}});
   EXPECT_EQ(w.source, WorldSource::kSlurm);
   EXPECT_EQ(w.rank, 3);
   EXPECT_EQ(w.worldSize, 4);
@@ -114,7 +136,9 @@ TEST(World, SlurmHostListsAndTasksPerNode) {
 }
 
 TEST(World, InconsistentValuesAreClearErrors) {
-  expectConfigError({{"LOCKSTEP_RANK", "2"}, {"LOCKSTEP_WORLD_SIZE", "2"}, {"LOCKSTEP_MASTER_PORT", "1"},
+  expectConfigError({{"LOCKSTEP_RANK", "2"},
+                     {"LOCKSTEP_WORLD_SIZE", "2"},
+                     {"LOCKSTEP_MASTER_PORT", "1"},
                      {"LOCKSTEP_MASTER_ADDR", "h"}},
                     "LOCKSTEP_RANK=2 must be smaller than LOCKSTEP_WORLD_SIZE=2");
   expectConfigError({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}},
@@ -124,8 +148,12 @@ TEST(World, InconsistentValuesAreClearErrors) {
   expectConfigError({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "99999"}},
                     "MASTER_PORT (torchrun)=99999 is out of range");
   expectConfigError({{"RANK", "0"}, {"WORLD_SIZE", "0"}}, "WORLD_SIZE (from torchrun)=0 is out of range");
-  expectConfigError({{"RANK", "1"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "3"}, {"LOCAL_WORLD_SIZE", "2"},
-                     {"MASTER_ADDR", "h"}, {"MASTER_PORT", "5"}},
+  expectConfigError({{"RANK", "1"},
+                     {"WORLD_SIZE", "4"},
+                     {"LOCAL_RANK", "3"},
+                     {"LOCAL_WORLD_SIZE", "2"},
+                     {"MASTER_ADDR", "h"},
+                     {"MASTER_PORT", "5"}},
                     "LOCAL_RANK=3 must be smaller than LOCAL_WORLD_SIZE=2");
   expectConfigError({{"SLURM_PROCID", "0"}}, "SLURM_PROCID is set but SLURM_NTASKS is missing (Slurm)");
 }
@@ -156,16 +184,18 @@ TEST(Init, UnknownBackendIsRejected) {
     init({}, Environment(Vars{{"LOCKSTEP_BACKEND", "carrier-pigeon"}}));
     FAIL() << "no error";
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("LOCKSTEP_BACKEND='carrier-pigeon': unknown backend; expected gloo, mpi or auto"),
-              std::string::npos) << e.what();
+    EXPECT_NE(
+        std::string(e.what()).find("LOCKSTEP_BACKEND='carrier-pigeon': unknown backend; expected gloo, mpi or auto"),
+        std::string::npos)
+        << e.what();
   }
 }
 
 // The launcher writes its workers' variables with environmentFor(); detectWorld
 // must read back exactly what was written, in every form it understands.
 TEST(World, EnvironmentForRoundTripsThroughDetectWorldInEveryForm) {
-  for (WorldSource form : {WorldSource::kLockstep, WorldSource::kTorchrun, WorldSource::kOpenMpi,
-                           WorldSource::kSlurm}) {
+  for (WorldSource form :
+       {WorldSource::kLockstep, WorldSource::kTorchrun, WorldSource::kOpenMpi, WorldSource::kSlurm}) {
     SCOPED_TRACE(toString(form));
     for (int rank : {0, 5, 7}) {
       WorldInfo w;
@@ -200,7 +230,9 @@ TEST(World, EnvironmentForRoundTripsThroughDetectWorldInEveryForm) {
 
 TEST(Init, AutoPicksMpiOnlyForWorkersStartedByMpirun) {
   Vars mpirun{{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"}, {"OMPI_MCA_ess_base_jobid", "42"}};
-  Vars ours{{"LOCKSTEP_RANK", "0"}, {"LOCKSTEP_WORLD_SIZE", "2"}, {"LOCKSTEP_MASTER_ADDR", "127.0.0.1"},
+  Vars ours{{"LOCKSTEP_RANK", "0"},
+            {"LOCKSTEP_WORLD_SIZE", "2"},
+            {"LOCKSTEP_MASTER_ADDR", "127.0.0.1"},
             {"LOCKSTEP_MASTER_PORT", "29500"}};
   Environment envMpirun(mpirun);
   Environment envOurs(ours);
@@ -213,7 +245,9 @@ TEST(Init, AutoPicksMpiOnlyForWorkersStartedByMpirun) {
 
 TEST(Init, MpiBackendNeedsMpirunWorkers) {
   if (!mpiBackendBuilt()) GTEST_SKIP() << "built without libopenmpi-dev";
-  Vars ours{{"LOCKSTEP_RANK", "1"}, {"LOCKSTEP_WORLD_SIZE", "2"}, {"LOCKSTEP_MASTER_ADDR", "127.0.0.1"},
+  Vars ours{{"LOCKSTEP_RANK", "1"},
+            {"LOCKSTEP_WORLD_SIZE", "2"},
+            {"LOCKSTEP_MASTER_ADDR", "127.0.0.1"},
             {"LOCKSTEP_MASTER_PORT", "29500"}};
   Environment env(ours);
   try {

@@ -15,9 +15,7 @@ namespace lockstep::test {
 inline std::string errorOf(const std::function<void()>& fn) {
   try {
     fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
+  } catch (const Error& e) { return e.what(); }
   ADD_FAILURE() << "expected lockstep::Error";
   return {};
 }
@@ -26,9 +24,7 @@ inline std::string errorOf(const std::function<void()>& fn) {
 inline CommError commErrorOf(const std::function<void()>& fn) {
   try {
     fn();
-  } catch (const CommError& e) {
-    return e;
-  }
+  } catch (const CommError& e) { return e; }
   ADD_FAILURE() << "expected a CommError";
   return CommError(CommErrorInfo{});
 }

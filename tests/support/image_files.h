@@ -117,9 +117,7 @@ inline void expectSameFromFourThreads(const ImageDataset& ds) {
                 std::memcmp(p, want.data(), want.size()) != 0) {
               ++mismatches;
             }
-          } catch (...) {
-            ++errors;
-          }
+          } catch (...) { ++errors; }
         }
       }
     });

@@ -24,7 +24,7 @@ struct ProcessOptions {
   std::map<std::string, std::string> setEnv;  ///< added to (or replacing in) this process's environment
   std::vector<std::string> unsetEnv;
   std::chrono::milliseconds timeout{std::chrono::seconds(120)};  ///< then SIGKILL, timedOut = true
-  std::atomic<pid_t>* pidOut = nullptr;  ///< receives the child's pid once started
+  std::atomic<pid_t>* pidOut = nullptr;                          ///< receives the child's pid once started
 };
 
 ProcessResult runProcess(const std::vector<std::string>& argv, const ProcessOptions& options = {});

@@ -28,9 +28,7 @@ inline void runRanks(int world, const std::function<void(int, Communicator&)>& f
         o.timeout = timeout;
         auto comm = makeGlooCommunicator(store, o);
         fn(r, *comm);
-      } catch (...) {
-        errors[static_cast<size_t>(r)] = std::current_exception();
-      }
+      } catch (...) { errors[static_cast<size_t>(r)] = std::current_exception(); }
     });
   }
   for (auto& t : threads) t.join();

@@ -11,9 +11,11 @@ namespace lockstep::test {
 inline std::string tinyNamesConfig(const std::string& trainerLines = "", const std::string& sections = "") {
   return "model:\n  hidden: 16\n  layers: 2\n  window: 8\n"
          "data:\n  sources: [faker-pets]\n  validation_fraction: 0.1\n"
-         "trainer:\n  batch_size: 16\n  seed: 7\n" + trainerLines +
+         "trainer:\n  batch_size: 16\n  seed: 7\n" +
+         trainerLines +
          "optimizer:\n  type: adam\n  lr: 0.01\n"
-         "generate:\n  samples: 0\n" + sections;
+         "generate:\n  samples: 0\n" +
+         sections;
 }
 
 }  // namespace lockstep::test

@@ -18,10 +18,10 @@ using namespace std::string_literals;
 
 #include "common/posix_io.h"
 #include "lockstep/common/checksum.h"
+#include "lockstep/common/tensor_archive.h"
 #include "lockstep/data/dataset.h"
 #include "lockstep/models/char_lstm.h"
 #include "lockstep/train/checkpoint.h"
-#include "lockstep/common/tensor_archive.h"
 #include "lockstep/train/trainer.h"
 #include "support/expect.h"
 #include "support/subprocess.h"
@@ -81,7 +81,8 @@ TEST(Checkpoint, TruncatedCorruptAndForeignFilesAreNamed) {
     readCheckpoint(path);
     ADD_FAILURE();
   } catch (const CheckpointError& e) {
-    EXPECT_NE(std::string(e.what()).find(path + " is truncated: 500 of 1032 bytes present"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(path + " is truncated: 500 of 1032 bytes present"), std::string::npos)
+        << e.what();
   }
   std::string flipped = framed;
   flipped[700] ^= 1;
@@ -149,9 +150,7 @@ template <typename Fn>
 std::string checkpointErrorOf(Fn&& fn) {
   try {
     fn();
-  } catch (const CheckpointError& e) {
-    return e.what();
-  }
+  } catch (const CheckpointError& e) { return e.what(); }
   ADD_FAILURE() << "expected a CheckpointError";
   return "";
 }
@@ -216,7 +215,8 @@ TEST(TensorArchive, RoundTripsEveryKindOfValue) {
   EXPECT_EQ(b.getInt("i/min"), std::numeric_limits<int64_t>::min());
   EXPECT_EQ(b.getInt("i/max"), std::numeric_limits<int64_t>::max());
   EXPECT_EQ(b.getInt("i/minus"), -1);
-  for (size_t i = 0; i < doubles.size(); ++i) EXPECT_EQ(bitsOf(b.getDouble("d/" + std::to_string(i))), bitsOf(doubles[i]));
+  for (size_t i = 0; i < doubles.size(); ++i)
+    EXPECT_EQ(bitsOf(b.getDouble("d/" + std::to_string(i))), bitsOf(doubles[i]));
   EXPECT_TRUE(b.getBool("b/yes"));
   EXPECT_FALSE(b.getBool("b/no"));
   EXPECT_EQ(b.getString("s/nul"), "a\0b\xff"s);
@@ -231,7 +231,9 @@ TEST(TensorArchive, TheSameContentGivesTheSameBytes) {
   auto build = [](bool reversed) {
     TensorArchive a;
     std::vector<std::function<void()>> puts = {
-        [&] { a.putTensor("model/w", at::arange(6, at::kFloat).reshape({2, 3})); },
+        [&] {
+          a.putTensor("model/w", at::arange(6, at::kFloat).reshape({2, 3}));
+        },
         [&] { a.putInt("meta/step", 7); },
         [&] { a.putDouble("optimizer/lr", 0.25); },
         [&] { a.putString("extra/task", "names"); },
@@ -260,8 +262,7 @@ TEST(TensorArchive, TheSameContentGivesTheSameBytes) {
 TEST(TensorArchive, GettersNameTheMissingOrMistypedKey) {
   TensorArchive a("ckpt/step-000000004.ckpt");
   a.putInt("meta/step", 4);
-  EXPECT_EQ(checkpointErrorOf([&] { a.getInt("meta/epoch"); }),
-            "ckpt/step-000000004.ckpt has no entry 'meta/epoch'");
+  EXPECT_EQ(checkpointErrorOf([&] { a.getInt("meta/epoch"); }), "ckpt/step-000000004.ckpt has no entry 'meta/epoch'");
   EXPECT_EQ(checkpointErrorOf([&] { a.getString("meta/step"); }),
             "entry 'meta/step' of ckpt/step-000000004.ckpt is an int64, expected a string");
   EXPECT_EQ(checkpointErrorOf([&] { a.getTensor("meta/step"); }),
@@ -305,9 +306,7 @@ TEST(TensorArchive, FlippedBytesNeverCrash) {
       damaged[i] = static_cast<char>(damaged[i] ^ mask);
       try {
         TensorArchive::parse(damaged, "flipped");  // may parse: data bytes carry no check (the frame's CRC does)
-      } catch (const CheckpointError&) {
-        ++refused;
-      } catch (const std::exception& e) {
+      } catch (const CheckpointError&) { ++refused; } catch (const std::exception& e) {
         ADD_FAILURE() << "byte " << i << " ^ " << int(mask) << " threw something else: " << e.what();
       }
     }
@@ -336,32 +335,37 @@ TEST(TensorArchive, CorruptLengthsCodesAndKeysAreNamed) {
   s.putString("s", "hello");
   const std::string str = s.serialize();
   ASSERT_EQ(str.size(), 51u);
-  expectCorruptionsNamed(str, {
-      {{{45, '\x7f'}}, "at byte 46 of 51, in entry 's': a string needs 9151314442816847877 bytes but only 5 remain"},
-      {{{38, 6}}, "at byte 46 of 51, in entry 's': a string needs 6 bytes but only 5 remain"},
-      {{{34, 1}}, "at byte 32 of 51: entry 0 has a key of 65537 bytes (1 to 4096 allowed)"},
-      {{{32, 0}}, "entry 0 has a key of 0 bytes"},
-      {{{37, 9}}, "at byte 37 of 51, in entry 's': unknown value kind 9"},
-      {{{31, '\x7f'}}, "at byte 24 of 51: it claims 9151314442816847873 entries but only 19 bytes follow"},
-      {{{16, 2}}, "format version 2 is not supported"},
-      {{{20, 1}}, "unknown flags 0x1"},
-      {{{0, 'X'}}, "at byte 0 of 51: it does not start with LOCKSTEP-TENSORS"},
-  });
+  expectCorruptionsNamed(
+      str, {
+               {{{45, '\x7f'}},
+                "at byte 46 of 51, in entry 's': a string needs 9151314442816847877 bytes but only 5 remain"},
+               {{{38, 6}}, "at byte 46 of 51, in entry 's': a string needs 6 bytes but only 5 remain"},
+               {{{34, 1}}, "at byte 32 of 51: entry 0 has a key of 65537 bytes (1 to 4096 allowed)"},
+               {{{32, 0}}, "entry 0 has a key of 0 bytes"},
+               {{{37, 9}}, "at byte 37 of 51, in entry 's': unknown value kind 9"},
+               {{{31, '\x7f'}}, "at byte 24 of 51: it claims 9151314442816847873 entries but only 19 bytes follow"},
+               {{{16, 2}}, "format version 2 is not supported"},
+               {{{20, 1}}, "unknown flags 0x1"},
+               {{{0, 'X'}}, "at byte 0 of 51: it does not start with LOCKSTEP-TENSORS"},
+           });
 
   // One Float[2, 3] tensor: kind 37, dtype 38, ndim 39, sizes 40-55, byte count 56-63, data 64-87.
   TensorArchive t;
   t.putTensor("t", at::zeros({2, 3}));
   const std::string ten = t.serialize();
   ASSERT_EQ(ten.size(), 88u);
-  expectCorruptionsNamed(ten, {
-      {{{38, 99}}, "at byte 38 of 88, in entry 't': unknown dtype code 99"},
-      {{{39, static_cast<char>(200)}}, "at byte 39 of 88, in entry 't': 200 dimensions (at most 32 are allowed)"},
-      {{{47, '\x7f'}}, "at byte 40 of 88, in entry 't': dimension 0 has size"},
-      {{{40, 3}}, "at byte 56 of 88, in entry 't': the tensor's byte count is 24 but a Float tensor of 9 elements "
-                  "takes 36"},
-      {{{40, 3}, {56, 36}}, "at byte 64 of 88, in entry 't': the tensor's data needs 36 bytes but only 24 remain"},
-      {{{56, 25}}, "the tensor's byte count is 25"},
-  });
+  expectCorruptionsNamed(
+      ten,
+      {
+          {{{38, 99}}, "at byte 38 of 88, in entry 't': unknown dtype code 99"},
+          {{{39, static_cast<char>(200)}}, "at byte 39 of 88, in entry 't': 200 dimensions (at most 32 are allowed)"},
+          {{{47, '\x7f'}}, "at byte 40 of 88, in entry 't': dimension 0 has size"},
+          {{{40, 3}},
+           "at byte 56 of 88, in entry 't': the tensor's byte count is 24 but a Float tensor of 9 elements "
+           "takes 36"},
+          {{{40, 3}, {56, 36}}, "at byte 64 of 88, in entry 't': the tensor's data needs 36 bytes but only 24 remain"},
+          {{{56, 25}}, "the tensor's byte count is 25"},
+      });
 
   // Bools must be 0 or 1, in a value and in a tensor.
   TensorArchive bools;
@@ -384,8 +388,9 @@ TEST(TensorArchive, CorruptLengthsCodesAndKeysAreNamed) {
 
 // ---- checkpoints of the Trainer --------------------------------------------
 
-const std::string kObsolete = " was written by an older lockstep (torch archive format); it cannot be loaded safely — "
-                              "retrain or convert";
+const std::string kObsolete =
+    " was written by an older lockstep (torch archive format); it cannot be loaded safely — "
+    "retrain or convert";
 
 /// What lockstep 0.x wrote as a checkpoint's payload: a LibTorch (TorchScript zip) archive.
 std::string torchArchivePayload() {
@@ -410,12 +415,12 @@ TEST(Checkpoint, OldTorchArchiveCheckpointsAreRefusedUnparsed) {
   torch::nn::Linear model(3, 2);
   for (int i = 0; i < 2; ++i) {
     try {
-      if (i == 0) readCheckpointInfo(framed);
-      else loadModelFromCheckpoint(framed, *model);
+      if (i == 0)
+        readCheckpointInfo(framed);
+      else
+        loadModelFromCheckpoint(framed, *model);
       ADD_FAILURE() << "a torch archive was accepted";
-    } catch (const ObsoleteCheckpointError& e) {
-      EXPECT_EQ(e.what(), framed + kObsolete);
-    }
+    } catch (const ObsoleteCheckpointError& e) { EXPECT_EQ(e.what(), framed + kObsolete); }
   }
   // A file written by the older lockstep itself: the v1 frame is refused before anything is read.
   std::string old = frameCheckpoint(payload);
@@ -425,9 +430,7 @@ TEST(Checkpoint, OldTorchArchiveCheckpointsAreRefusedUnparsed) {
   try {
     readCheckpoint(oldPath);
     ADD_FAILURE() << "a v1 checkpoint was accepted";
-  } catch (const ObsoleteCheckpointError& e) {
-    EXPECT_EQ(e.what(), oldPath + kObsolete);
-  }
+  } catch (const ObsoleteCheckpointError& e) { EXPECT_EQ(e.what(), oldPath + kObsolete); }
 }
 
 /// A checkpoint as the Trainer writes one, with the model entries `fill` adds.
@@ -469,8 +472,9 @@ TEST(Checkpoint, ModelLoadChecksEveryNameShapeAndDtype) {
   // Another shape: named, expected vs found, and the model is left as it was.
   torch::nn::Linear wide(4, 2);
   at::Tensor before = wide->weight.clone();
-  EXPECT_EQ(checkpointErrorOf([&] { loadModelFromCheckpoint(path, *wide); }),
-            "checkpoint " + path + " does not fit this model: 'weight' is float32[2,4] here but float32[2,3] in the file");
+  EXPECT_EQ(
+      checkpointErrorOf([&] { loadModelFromCheckpoint(path, *wide); }),
+      "checkpoint " + path + " does not fit this model: 'weight' is float32[2,4] here but float32[2,3] in the file");
   EXPECT_TRUE(at::equal(wide->weight, before));
 
   // Each refused file holds a usable weight that differs from the loaded one: copying before checking all would show.
@@ -530,9 +534,12 @@ FitResult trainMlp(const std::string& optimizer, const std::string& dir, int64_t
   FitResult result;
   test::runRanks(1, [&](int, Communicator& comm) {
     auto shared = std::shared_ptr<Communicator>(&comm, [](Communicator*) {});
-    result = Trainer(shared, o).fit(model.ptr(), [](torch::nn::Module& m, const Batch& b) {
-      return at::mse_loss(static_cast<MlpImpl&>(m).forward(b.inputs), b.targets);
-    }, data);
+    result = Trainer(shared, o).fit(
+        model.ptr(),
+        [](torch::nn::Module& m, const Batch& b) {
+          return at::mse_loss(static_cast<MlpImpl&>(m).forward(b.inputs), b.targets);
+        },
+        data);
   });
   return result;
 }

@@ -20,16 +20,15 @@ void expectConfigError(const std::string& file, const std::vector<std::string>& 
   try {
     loadTrainConfig(file, overrides);
     ADD_FAILURE() << "expected a ConfigError containing: " << needle;
-  } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
+  } catch (const ConfigError& e) { EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what(); }
 }
 
 TEST(TrainConfig, FileThenOverrides) {
-  auto path = writeConfig("trainer:\n  batch_size: 64\n  epochs: 3\noptimizer:\n  type: sgd\n  lr: 0.5\n"
-                          "data:\n  sources: [a.csv, faker]\n  csv_column: Name\n");
-  auto c = loadTrainConfig(path, {"trainer.batch_size=8", "ddp.compression=bf16", "data.sources=[x.txt]",
-                                  "trainer.validate=false"});
+  auto path = writeConfig(
+      "trainer:\n  batch_size: 64\n  epochs: 3\noptimizer:\n  type: sgd\n  lr: 0.5\n"
+      "data:\n  sources: [a.csv, faker]\n  csv_column: Name\n");
+  auto c = loadTrainConfig(
+      path, {"trainer.batch_size=8", "ddp.compression=bf16", "data.sources=[x.txt]", "trainer.validate=false"});
   EXPECT_EQ(c.trainer.batchSize, 8);
   EXPECT_EQ(c.trainer.epochs, 3);
   EXPECT_EQ(c.trainer.optimizer.type, OptimizerType::kSgd);

@@ -50,8 +50,8 @@ class SensorTask final : public Task {
 TEST(Task, AUserTaskTrainsThroughTheRegistryOnEveryRank) {
   std::string dir = test::makeTempDir() + "/ckpt";
   TrainConfig config = loadTrainConfig("", {"data.dataset=sensors", "trainer.batch_size=10", "trainer.epochs=2",
-                                            "optimizer.type=sgd", "optimizer.lr=0.2", "trainer.log_every=5", "lr_scaling.rule=none",
-                                            "data.num_workers=0", "checkpoint.dir=" + dir});
+                                            "optimizer.type=sgd", "optimizer.lr=0.2", "trainer.log_every=5",
+                                            "lr_scaling.rule=none", "data.num_workers=0", "checkpoint.dir=" + dir});
   std::atomic<int> afterFits{0};
   std::vector<std::shared_ptr<torch::nn::Module>> made;  // each rank's model
   std::mutex madeMutex;

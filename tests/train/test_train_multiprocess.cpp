@@ -62,7 +62,8 @@ TEST(TrainMultiprocess, ResumeAfterAKilledRunIsBitIdentical) {
   ASSERT_EQ(a.exitCode, 0) << a.err;
   EXPECT_NE(a.err.find("training on 2 worker(s)"), std::string::npos) << a.err;
   EXPECT_NE(a.err.find("per-worker batch 16, global batch 32; lr 0.01 scaled to 0.02 (linear rule, base batch 16)"),
-            std::string::npos) << a.err;
+            std::string::npos)
+      << a.err;
   ASSERT_TRUE(fs::exists(ckpt(straight, 26))) << a.err;
 
   std::string interrupted = makeRunDir();
@@ -159,7 +160,9 @@ TEST(TrainMultiprocess, CorruptCheckpointIsNamedAndThePreviousOneIsUsed) {
   auto automaticAltered = train(dir, 2, "");
   ASSERT_EQ(automaticAltered.exitCode, 0) << automaticAltered.err;
   EXPECT_NE(automaticAltered.err.find("skipping unusable checkpoint: checkpoint ckpt/step-000000026.ckpt is corrupt: "
-                                      "CRC-32C"), std::string::npos) << automaticAltered.err;
+                                      "CRC-32C"),
+            std::string::npos)
+      << automaticAltered.err;
   EXPECT_NE(automaticAltered.err.find("resumed from ckpt/step-000000024.ckpt"), std::string::npos)
       << automaticAltered.err;
   EXPECT_TRUE(readAll(newest) == goodNewest) << "recomputing steps 25-26 must give the same checkpoint";
@@ -175,7 +178,8 @@ TEST(TrainMultiprocess, MismatchedModelsFailFastWithTheDifference) {
   EXPECT_NE(r.exitCode, 0) << r.err;
   EXPECT_LT(r.seconds, 60);
   EXPECT_NE(r.err.find("the model differs between ranks: entry #0 is 'parameter lstm.weight_ih_l0 float32[64,"),
-            std::string::npos) << r.err;
+            std::string::npos)
+      << r.err;
   EXPECT_NE(r.err.find("on rank 0 but 'parameter lstm.weight_ih_l0 float32[68,"), std::string::npos) << r.err;
 }
 
@@ -195,7 +199,8 @@ TEST(TrainMultiprocess, TrainedCheckpointGeneratesNames) {
   while (std::getline(in, line)) {
     ++lines;
     EXPECT_LE(line.size(), 24u);
-    for (char c : line) EXPECT_TRUE(std::isalpha(static_cast<unsigned char>(c)) || c == ' ' || c == '-' || c == '\'') << line;
+    for (char c : line)
+      EXPECT_TRUE(std::isalpha(static_cast<unsigned char>(c)) || c == ' ' || c == '-' || c == '\'') << line;
   }
   EXPECT_EQ(lines, 5);
   auto bad = test::runProcess({bin, "generate", "--checkpoint", dir + "/tiny.yaml"});

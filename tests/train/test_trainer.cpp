@@ -36,7 +36,9 @@ TrainSetup makeSetup() {
 }
 
 LossFn mse() {
-  return [](torch::nn::Module& m, const Batch& b) { return at::mse_loss(static_cast<MlpImpl&>(m).forward(b.inputs), b.targets); };
+  return [](torch::nn::Module& m, const Batch& b) {
+    return at::mse_loss(static_cast<MlpImpl&>(m).forward(b.inputs), b.targets);
+  };
 }
 
 Mlp trainOn(int world, int64_t batch, int64_t accumulation) {
@@ -63,8 +65,8 @@ void expectSame(Mlp& a, Mlp& b) {
   auto pa = a->parameters();
   auto pb = b->parameters();
   for (size_t i = 0; i < pa.size(); ++i) {
-    EXPECT_TRUE(at::allclose(pa[i], pb[i], 1e-5, 1e-6)) << "parameter " << i << " differs by "
-                                                         << (pa[i] - pb[i]).abs().max().item<double>();
+    EXPECT_TRUE(at::allclose(pa[i], pb[i], 1e-5, 1e-6))
+        << "parameter " << i << " differs by " << (pa[i] - pb[i]).abs().max().item<double>();
   }
 }
 

@@ -28,14 +28,14 @@ const char* toString(CommErrorKind kind);
 
 struct CommErrorInfo {
   CommErrorKind kind = CommErrorKind::kBackend;
-  std::string op;        ///< e.g. "allreduce(sum)"
-  int rank = -1;         ///< this rank
+  std::string op;  ///< e.g. "allreduce(sum)"
+  int rank = -1;   ///< this rank
   int worldSize = -1;
-  int peer = -1;         ///< the peer held responsible, -1 when unknown
-  std::string sizes;     ///< e.g. "2 tensors, 4096 B, float32 [1024]"
-  uint64_t sequence = 0; ///< the operation's number on this communicator (1-based)
+  int peer = -1;          ///< the peer held responsible, -1 when unknown
+  std::string sizes;      ///< e.g. "2 tensors, 4096 B, float32 [1024]"
+  uint64_t sequence = 0;  ///< the operation's number on this communicator (1-based)
   int64_t timeoutMs = -1;
-  std::string detail;    ///< the backend's own message
+  std::string detail;  ///< the backend's own message
 };
 
 class CommError : public Error {

@@ -57,27 +57,22 @@ class Communicator {
   virtual WorkHandle allreduce(std::vector<at::Tensor>& tensors, ReduceOp op = ReduceOp::kSum,
                                const CollectiveOptions& options = {}) = 0;
   /// Copies `root`'s tensors into every other rank's, in place.
-  virtual WorkHandle broadcast(std::vector<at::Tensor>& tensors, int root,
-                               const CollectiveOptions& options = {}) = 0;
+  virtual WorkHandle broadcast(std::vector<at::Tensor>& tensors, int root, const CollectiveOptions& options = {}) = 0;
   /// output = concatenation over ranks of `input` (output.numel() == size() * input.numel(),
   /// same dtype). This is the flat form ZeRO needs.
-  virtual WorkHandle allgather(const at::Tensor& input, at::Tensor& output,
-                               const CollectiveOptions& options = {}) = 0;
+  virtual WorkHandle allgather(const at::Tensor& input, at::Tensor& output, const CollectiveOptions& options = {}) = 0;
   /// outputs[r] = rank r's `input`; outputs.size() == size(), each shaped like `input`.
   virtual WorkHandle allgather(const at::Tensor& input, std::vector<at::Tensor>& outputs,
                                const CollectiveOptions& options = {}) = 0;
   /// output = reduction over ranks of chunk rank() of `input`
   /// (input.numel() == size() * output.numel(), same dtype).
-  virtual WorkHandle reduceScatter(const at::Tensor& input, at::Tensor& output,
-                                   ReduceOp op = ReduceOp::kSum,
+  virtual WorkHandle reduceScatter(const at::Tensor& input, at::Tensor& output, ReduceOp op = ReduceOp::kSum,
                                    const CollectiveOptions& options = {}) = 0;
   /// Returns once every rank has called barrier().
   virtual WorkHandle barrier(const CollectiveOptions& options = {}) = 0;
   /// Point to point. The receiver's tensor must match the sender's dtype and size.
-  virtual WorkHandle send(const at::Tensor& tensor, int dst, int tag = 0,
-                          const CollectiveOptions& options = {}) = 0;
-  virtual WorkHandle recv(at::Tensor& tensor, int src, int tag = 0,
-                          const CollectiveOptions& options = {}) = 0;
+  virtual WorkHandle send(const at::Tensor& tensor, int dst, int tag = 0, const CollectiveOptions& options = {}) = 0;
+  virtual WorkHandle recv(at::Tensor& tensor, int src, int tag = 0, const CollectiveOptions& options = {}) = 0;
 };
 
 struct GlooOptions {

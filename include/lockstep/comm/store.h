@@ -23,7 +23,7 @@ namespace lockstep {
 namespace detail {
 struct StoreImpl;
 struct StoreAccess;
-}
+}  // namespace detail
 
 struct TcpStoreOptions {
   std::string host = "127.0.0.1";  ///< the master address

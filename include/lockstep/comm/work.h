@@ -25,13 +25,12 @@ class Work {
   using Clock = std::chrono::steady_clock;
   /// `onTimeout` is called (once, outside the lock) when a wait() hits the
   /// deadline; it returns the exception to throw and poisons the communicator.
-  Work(std::string description, Clock::time_point deadline,
-       std::function<std::exception_ptr()> onTimeout);
+  Work(std::string description, Clock::time_point deadline, std::function<std::exception_ptr()> onTimeout);
   /// A backend that progresses only when polled (MPI) passes `poll`: wait()
   /// calls it on the waiting thread, over and over, until the work completed
   /// or the deadline passed. One call must return promptly.
-  Work(std::string description, Clock::time_point deadline,
-       std::function<std::exception_ptr()> onTimeout, std::function<void()> poll);
+  Work(std::string description, Clock::time_point deadline, std::function<std::exception_ptr()> onTimeout,
+       std::function<void()> poll);
 
   /// Blocks until done; throws CommError on failure or timeout.
   void wait();
@@ -43,7 +42,6 @@ class Work {
   /// When the backend completed the operation (successfully or not); the
   /// default time point while it has not. Used for timelines.
   Clock::time_point completedAt() const;
-
 
  private:
   friend struct detail::WorkAccess;  // the backends (src/comm/work_access.h)

@@ -24,8 +24,7 @@ class Environment {
   std::optional<std::string> get(const std::string& name) const;
   bool has(const std::string& name) const { return vars_.count(name) != 0; }
   /// Parses a base-10 integer; throws ConfigError naming `name` when malformed or out of [lo, hi].
-  std::optional<int64_t> getInt(const std::string& name, int64_t lo = INT64_MIN,
-                                int64_t hi = INT64_MAX) const;
+  std::optional<int64_t> getInt(const std::string& name, int64_t lo = INT64_MIN, int64_t hi = INT64_MAX) const;
   /// Parses seconds as a decimal number ("30", "0.5"); throws ConfigError when malformed or negative.
   std::optional<std::chrono::milliseconds> getSeconds(const std::string& name) const;
 
@@ -37,8 +36,7 @@ class Environment {
 
 /// Parses a base-10 integer from `text` strictly (the whole string); throws
 /// ConfigError mentioning `what` on failure or when outside [lo, hi].
-int64_t parseInt(const std::string& text, const std::string& what, int64_t lo = INT64_MIN,
-                 int64_t hi = INT64_MAX);
+int64_t parseInt(const std::string& text, const std::string& what, int64_t lo = INT64_MIN, int64_t hi = INT64_MAX);
 
 /// Variables lockstep's launcher sets for its workers.
 namespace env {

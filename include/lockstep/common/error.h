@@ -34,10 +34,8 @@ class InternalError : public std::logic_error {
 
 namespace detail {
 
-[[noreturn]] void throwCheckFailure(const char* file, int line, const char* condition,
-                                    const std::string& message);
-[[noreturn]] void throwAssertFailure(const char* file, int line, const char* condition,
-                                     const std::string& message);
+[[noreturn]] void throwCheckFailure(const char* file, int line, const char* condition, const std::string& message);
+[[noreturn]] void throwAssertFailure(const char* file, int line, const char* condition, const std::string& message);
 
 template <typename... Args>
 std::string streamConcat(const Args&... args) {
@@ -50,24 +48,23 @@ std::string streamConcat(const Args&... args) {
 }  // namespace lockstep
 
 /// Throws lockstep::Error unless `cond`; the remaining arguments are streamed into the message.
-#define LOCKSTEP_CHECK(cond, ...)                                                   \
-  do {                                                                              \
-    if (!(cond)) {                                                                  \
-      ::lockstep::detail::throwCheckFailure(__FILE__, __LINE__, #cond,              \
-                                            ::lockstep::detail::streamConcat(__VA_ARGS__)); \
-    }                                                                               \
+#define LOCKSTEP_CHECK(cond, ...)                                                                                      \
+  do {                                                                                                                 \
+    if (!(cond)) {                                                                                                     \
+      ::lockstep::detail::throwCheckFailure(__FILE__, __LINE__, #cond, ::lockstep::detail::streamConcat(__VA_ARGS__)); \
+    }                                                                                                                  \
   } while (0)
 
-#define LOCKSTEP_CHECK_OP_(a, b, op, ...)                                              \
-  do {                                                                                 \
-    const auto& lockstep_a_ = (a);                                                     \
-    const auto& lockstep_b_ = (b);                                                     \
-    if (!(lockstep_a_ op lockstep_b_)) {                                               \
-      ::lockstep::detail::throwCheckFailure(                                           \
-          __FILE__, __LINE__, #a " " #op " " #b,                                       \
+#define LOCKSTEP_CHECK_OP_(a, b, op, ...)                                                     \
+  do {                                                                                        \
+    const auto& lockstep_a_ = (a);                                                            \
+    const auto& lockstep_b_ = (b);                                                            \
+    if (!(lockstep_a_ op lockstep_b_)) {                                                      \
+      ::lockstep::detail::throwCheckFailure(                                                  \
+          __FILE__, __LINE__, #a " " #op " " #b,                                              \
           ::lockstep::detail::streamConcat(#a " = ", lockstep_a_, ", " #b " = ", lockstep_b_, \
-                                           ". " __VA_OPT__(, ) __VA_ARGS__));          \
-    }                                                                                  \
+                                           ". " __VA_OPT__(, ) __VA_ARGS__));                 \
+    }                                                                                         \
   } while (0)
 
 #define LOCKSTEP_CHECK_EQ(a, b, ...) LOCKSTEP_CHECK_OP_(a, b, ==, __VA_ARGS__)
@@ -78,10 +75,10 @@ std::string streamConcat(const Args&... args) {
 #define LOCKSTEP_CHECK_GT(a, b, ...) LOCKSTEP_CHECK_OP_(a, b, >, __VA_ARGS__)
 
 /// Throws lockstep::InternalError unless `cond`: for lockstep's own invariants.
-#define LOCKSTEP_ASSERT(cond, ...)                                                   \
-  do {                                                                               \
-    if (!(cond)) {                                                                   \
-      ::lockstep::detail::throwAssertFailure(__FILE__, __LINE__, #cond,              \
+#define LOCKSTEP_ASSERT(cond, ...)                                                           \
+  do {                                                                                       \
+    if (!(cond)) {                                                                           \
+      ::lockstep::detail::throwAssertFailure(__FILE__, __LINE__, #cond,                      \
                                              ::lockstep::detail::streamConcat(__VA_ARGS__)); \
-    }                                                                                \
+    }                                                                                        \
   } while (0)

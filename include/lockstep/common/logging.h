@@ -21,10 +21,20 @@ void setRank(int rank);
 void write(Level level, const std::string& message);
 inline bool enabled(Level l) { return l >= level(); }
 
-inline void trace(const std::string& m) { if (enabled(Level::kTrace)) write(Level::kTrace, m); }
-inline void debug(const std::string& m) { if (enabled(Level::kDebug)) write(Level::kDebug, m); }
-inline void info(const std::string& m) { if (enabled(Level::kInfo)) write(Level::kInfo, m); }
-inline void warn(const std::string& m) { if (enabled(Level::kWarn)) write(Level::kWarn, m); }
-inline void error(const std::string& m) { if (enabled(Level::kError)) write(Level::kError, m); }
+inline void trace(const std::string& m) {
+  if (enabled(Level::kTrace)) write(Level::kTrace, m);
+}
+inline void debug(const std::string& m) {
+  if (enabled(Level::kDebug)) write(Level::kDebug, m);
+}
+inline void info(const std::string& m) {
+  if (enabled(Level::kInfo)) write(Level::kInfo, m);
+}
+inline void warn(const std::string& m) {
+  if (enabled(Level::kWarn)) write(Level::kWarn, m);
+}
+inline void error(const std::string& m) {
+  if (enabled(Level::kError)) write(Level::kError, m);
+}
 
 }  // namespace lockstep::log

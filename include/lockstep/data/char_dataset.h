@@ -68,8 +68,8 @@ class CharVocab {
  private:
   void add(char c);
 
-  std::string chars_;      // index -> character
-  int16_t index_[256]{};   // (unsigned char) -> index + 1; 0 = absent
+  std::string chars_;     // index -> character
+  int16_t index_[256]{};  // (unsigned char) -> index + 1; 0 = absent
 };
 
 struct CharWindows {

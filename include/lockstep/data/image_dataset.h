@@ -90,7 +90,7 @@ struct ImageFolderOptions {
   /// 0 with resizeWidth 0: no resize (then all images must share one size, else an error naming the odd file).
   int64_t resizeHeight = 0;
   int64_t resizeWidth = 0;
-  int64_t channels = 3;      ///< 1 (grey) or 3 (RGB): images are converted
+  int64_t channels = 3;  ///< 1 (grey) or 3 (RGB): images are converted
   BadImagePolicy onBadImage = BadImagePolicy::kAbort;
   /// Files decoded once at open? false = decode lazily in get() (big datasets). Default false.
   bool cacheDecoded = false;

@@ -20,7 +20,7 @@ struct ImageTransformOptions {
   std::vector<double> mean;  ///< per channel (or one value for all), on the [0,1] scale; empty: 0
   std::vector<double> std;   ///< likewise; empty: 1
   bool randomFlip = false;
-  int64_t cropPadding = 0;   ///< > 0: pad by this many zero pixels and crop back at a random offset
+  int64_t cropPadding = 0;  ///< > 0: pad by this many zero pixels and crop back at a random offset
   uint64_t seed = 0;
 };
 

@@ -48,25 +48,26 @@ struct DdpOptions {
   /// in backward even when the whole model would fit in one bucket.
   double firstBucketCapMb = 1.0;
   bool findUnusedParameters = false;
-  bool broadcastBuffers = true;  ///< re-broadcast rank 0's buffers after each sync (BatchNorm statistics), as PyTorch's DDP does
-  bool checkConsistency = true;           ///< exchange the parameter fingerprint at construction
+  bool broadcastBuffers =
+      true;  ///< re-broadcast rank 0's buffers after each sync (BatchNorm statistics), as PyTorch's DDP does
+  bool checkConsistency = true;  ///< exchange the parameter fingerprint at construction
   GradCompression compression = GradCompression::kNone;
-  std::shared_ptr<CommHook> hook;         ///< overrides `compression` when set
+  std::shared_ptr<CommHook> hook;  ///< overrides `compression` when set
 };
 
 /// Counters for tests and monitoring.
 struct DdpStats {
-  int64_t syncs = 0;            ///< finishGradientSync() calls that communicated
-  int64_t bucketsLaunched = 0;  ///< allreduce launches, all steps
+  int64_t syncs = 0;                          ///< finishGradientSync() calls that communicated
+  int64_t bucketsLaunched = 0;                ///< allreduce launches, all steps
   int64_t bucketsLaunchedDuringBackward = 0;  ///< of which from the autograd hooks (overlapped)
-  int64_t bytesReduced = 0;     ///< float32 bytes of gradients averaged
+  int64_t bytesReduced = 0;                   ///< float32 bytes of gradients averaged
 };
 
 /// One bucket's allreduce in the last synchronised step (timelines, the
 /// Trainer's step breakdown).
 struct BucketTiming {
-  int bucket = 0;      ///< index, in launch order
-  int64_t bytes = 0;   ///< float32 gradient bytes of the bucket (before any compression)
+  int bucket = 0;                                   ///< index, in launch order
+  int64_t bytes = 0;                                ///< float32 gradient bytes of the bucket (before any compression)
   std::chrono::steady_clock::time_point launched;   ///< handed to the comm hook
   std::chrono::steady_clock::time_point completed;  ///< the backend finished it (Work::completedAt())
 };

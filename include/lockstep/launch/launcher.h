@@ -41,14 +41,14 @@ struct LaunchOptions {
   int nnodes = 1;
   int nodeRank = 0;
   std::string masterAddr = "127.0.0.1";
-  int masterPort = 0;  ///< 0: pick a free port (single node only)
+  int masterPort = 0;                ///< 0: pick a free port (single node only)
   std::vector<std::string> command;  ///< program and its arguments
   /// After the first failure or a forwarded signal, how long workers get to exit before SIGKILL.
   std::chrono::milliseconds stopGrace{std::chrono::seconds(5)};
-  int tailLines = 20;          ///< stderr lines kept per rank for the summary
+  int tailLines = 20;  ///< stderr lines kept per rank for the summary
   bool prefixOutput = true;
-  std::optional<int> threadsPerWorker;      ///< default: max(1, cores / nprocPerNode)
-  std::optional<double> commTimeoutSeconds; ///< exported as LOCKSTEP_COMM_TIMEOUT
+  std::optional<int> threadsPerWorker;       ///< default: max(1, cores / nprocPerNode)
+  std::optional<double> commTimeoutSeconds;  ///< exported as LOCKSTEP_COMM_TIMEOUT
   /// "gloo": the launcher starts every worker itself. "mpi": it starts them
   /// through `mpirun` (single node), sets LOCKSTEP_BACKEND=mpi, and turns
   /// mpirun's tagged output back into "[rank] " lines. ("auto" is resolved by
@@ -68,7 +68,7 @@ struct LaunchOptions {
   /// directory on every host.
   std::vector<HostSlots> hosts;
   std::vector<std::string> rsh{"ssh", "-o", "BatchMode=yes"};
-  std::string iface;            ///< exported as LOCKSTEP_IFACE (Gloo's interface)
+  std::string iface;  ///< exported as LOCKSTEP_IFACE (Gloo's interface)
   /// Read the token from stdin's first line and stop the workers when stdin
   /// closes (set on the launchers that -H starts: their parent went away).
   bool tokenFromStdin = false;
@@ -77,8 +77,8 @@ struct LaunchOptions {
 struct RankResult {
   int rank = -1;
   pid_t pid = -1;
-  int exitCode = -1;   ///< when it exited normally
-  int signal = 0;      ///< when a signal ended it
+  int exitCode = -1;  ///< when it exited normally
+  int signal = 0;     ///< when a signal ended it
   bool stoppedByLauncher = false;
   double seconds = 0;  ///< run time
   std::vector<std::string> stderrTail;
@@ -86,12 +86,12 @@ struct RankResult {
 };
 
 struct LaunchResult {
-  int exitCode = 0;           ///< what `lockstep run` exits with
-  int firstFailedRank = -1;   ///< -1: none failed
-  int interruptSignal = 0;    ///< a signal the launcher received and forwarded
+  int exitCode = 0;          ///< what `lockstep run` exits with
+  int firstFailedRank = -1;  ///< -1: none failed
+  int interruptSignal = 0;   ///< a signal the launcher received and forwarded
   std::vector<RankResult> ranks;
-  std::string summary;        ///< printed on stderr when something failed
-  int restarts = 0;           ///< group restarts that happened (--max-restarts)
+  std::string summary;  ///< printed on stderr when something failed
+  int restarts = 0;     ///< group restarts that happened (--max-restarts)
 };
 
 /// Validates `options` (throws ConfigError), runs the workers to the end.

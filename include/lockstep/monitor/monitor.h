@@ -40,14 +40,14 @@ enum class ProgressMode {
 ProgressMode parseProgressMode(const std::string& text, const std::string& what);
 
 struct MonitorOptions {
-  std::string dir;               ///< the run directory (created with its parents)
-  std::string runName;           ///< empty: the directory's last component
+  std::string dir;      ///< the run directory (created with its parents)
+  std::string runName;  ///< empty: the directory's last component
   int rank = 0;
   int worldSize = 1;
-  int localRank = 0;             ///< which GPU the NVML sampler reports (builds with NVML only)
-  std::string configText;        ///< the resolved config, written to config.yaml by rank 0
-  double systemInterval = 1.0;   ///< seconds between system samples; 0: no system/ files
-  int64_t traceSteps = 50;       ///< steps recorded in the Chrome trace; 0: no trace; -1: every step
+  int localRank = 0;            ///< which GPU the NVML sampler reports (builds with NVML only)
+  std::string configText;       ///< the resolved config, written to config.yaml by rank 0
+  double systemInterval = 1.0;  ///< seconds between system samples; 0: no system/ files
+  int64_t traceSteps = 50;      ///< steps recorded in the Chrome trace; 0: no trace; -1: every step
   ProgressMode progress = ProgressMode::kAuto;
   double progressInterval = 10;  ///< seconds between plain progress lines
   bool tensorboard = true;       ///< write the events.out.tfevents file

@@ -17,15 +17,15 @@
 namespace lockstep {
 
 struct ProgressState {
-  int64_t epoch = 0;           ///< 1-based
-  int64_t epochs = 0;          ///< 0: not shown
+  int64_t epoch = 0;   ///< 1-based
+  int64_t epochs = 0;  ///< 0: not shown
   int64_t step = 0;
   int64_t totalSteps = 0;
-  double samplesPerSecond = 0; ///< 0: not known yet
-  double etaSeconds = -1;      ///< < 0: not known yet
+  double samplesPerSecond = 0;  ///< 0: not known yet
+  double etaSeconds = -1;       ///< < 0: not known yet
   double loss = 0;
   bool hasLoss = false;
-  int barWidth = 20;           ///< 0: no bar
+  int barWidth = 20;  ///< 0: no bar
 };
 /// The progress text (no newline, no '\r').
 std::string formatProgress(const ProgressState& state);
@@ -53,11 +53,11 @@ class ProgressReporter : public TrainerCallback {
   int fd_;
   FitInfo info_;
   ProgressState state_;
-  int64_t firstStep_ = -1;     ///< the first step this session saw, and when it ended
+  int64_t firstStep_ = -1;  ///< the first step this session saw, and when it ended
   double firstStepEndUs_ = 0;
   double lastStepEndUs_ = 0;
   double lastShownUs_ = -1e18;
-  bool fromLog_ = false;       ///< the rate comes from the last LogRecord
+  bool fromLog_ = false;  ///< the rate comes from the last LogRecord
 };
 
 }  // namespace lockstep

@@ -21,7 +21,7 @@ namespace lockstep {
 namespace detail {
 class AppendFile;
 class GpuProbe;
-}
+}  // namespace detail
 
 struct ProcessStats {
   double cpuSeconds = 0;  ///< user + system CPU time of the whole process

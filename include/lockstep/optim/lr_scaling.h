@@ -21,7 +21,7 @@ LrScalingRule parseLrScalingRule(const std::string& text, const std::string& wha
 
 struct LrScalingOptions {
   LrScalingRule rule = LrScalingRule::kLinear;
-  int64_t baseBatch = 0;     ///< 0: the per-worker batch (so one worker keeps the base lr)
+  int64_t baseBatch = 0;  ///< 0: the per-worker batch (so one worker keeps the base lr)
   int64_t warmupSteps = 0;
 };
 

@@ -48,16 +48,15 @@ OptimizerType parseOptimizerType(const std::string& text, const std::string& wha
 
 struct OptimizerOptions {
   OptimizerType type = OptimizerType::kAdam;
-  double lr = 1e-3;           ///< base learning rate (before scaling for the global batch)
-  double momentum = 0;        ///< sgd
+  double lr = 1e-3;     ///< base learning rate (before scaling for the global batch)
+  double momentum = 0;  ///< sgd
   double weightDecay = 0;
-  double beta1 = 0.9;         ///< adam, adamw
-  double beta2 = 0.999;       ///< adam, adamw
+  double beta1 = 0.9;    ///< adam, adamw
+  double beta2 = 0.999;  ///< adam, adamw
 };
 
 /// Builds an optimizer over `params` (every parameter of the model, in order).
-using OptimizerFactory =
-    std::function<std::unique_ptr<torch::optim::Optimizer>(const std::vector<at::Tensor>& params)>;
+using OptimizerFactory = std::function<std::unique_ptr<torch::optim::Optimizer>(const std::vector<at::Tensor>& params)>;
 
 std::unique_ptr<torch::optim::Optimizer> makeOptimizer(const OptimizerOptions& options,
                                                        const std::vector<at::Tensor>& params);

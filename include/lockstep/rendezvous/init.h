@@ -43,8 +43,8 @@ struct InitOptions {
 struct Context {
   WorldInfo world;
   std::shared_ptr<Communicator> comm;
-  Store store;        ///< the rendezvous store (shared with the backend, keys under "lockstep/")
-  int numThreads = 0; ///< LibTorch intra-op threads after init
+  Store store;         ///< the rendezvous store (shared with the backend, keys under "lockstep/")
+  int numThreads = 0;  ///< LibTorch intra-op threads after init
 };
 
 Context init(const InitOptions& options = {});

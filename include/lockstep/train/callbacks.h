@@ -37,32 +37,32 @@ struct PhaseSpan {
 
 /// One gradient bucket's allreduce in one step.
 struct BucketSpan {
-  int bucket = 0;        ///< bucket index in launch order
+  int bucket = 0;  ///< bucket index in launch order
   int64_t bytes = 0;
-  double launchUs = 0;   ///< when the bucket was handed to the communicator
-  double doneUs = 0;     ///< when the backend completed it (Work::completedAt())
+  double launchUs = 0;  ///< when the bucket was handed to the communicator
+  double doneUs = 0;    ///< when the backend completed it (Work::completedAt())
 };
 
 struct FitInfo {
   int rank = 0;
   int worldSize = 1;
-  int64_t totalSteps = 0;      ///< optimizer steps the run will end at
-  int64_t startStep = 0;       ///< > 0 when resumed from a checkpoint
+  int64_t totalSteps = 0;  ///< optimizer steps the run will end at
+  int64_t startStep = 0;   ///< > 0 when resumed from a checkpoint
   int64_t stepsPerEpoch = 0;
   int64_t epochs = 0;
-  int64_t globalBatch = 0;     ///< samples per optimizer step over all ranks
+  int64_t globalBatch = 0;  ///< samples per optimizer step over all ranks
   std::chrono::steady_clock::time_point origin;
-  double unixTimeAtOrigin = 0; ///< seconds since the epoch when origin was read
+  double unixTimeAtOrigin = 0;  ///< seconds since the epoch when origin was read
 };
 
 /// One optimizer step on this rank. Micro-batches of an accumulating step
 /// contribute one span per phase each.
 struct StepRecord {
-  int64_t step = 0;            ///< 1-based optimizer step that just finished
-  int64_t epoch = 0;           ///< 0-based
+  int64_t step = 0;   ///< 1-based optimizer step that just finished
+  int64_t epoch = 0;  ///< 0-based
   double startUs = 0;
   double durationUs = 0;
-  double loss = 0;             ///< this rank's loss of the step (not averaged over ranks)
+  double loss = 0;  ///< this rank's loss of the step (not averaged over ranks)
   double lr = 0;
   std::vector<PhaseSpan> phases;
   std::vector<BucketSpan> buckets;
@@ -73,10 +73,10 @@ struct LogRecord {
   int64_t step = 0;
   int64_t totalSteps = 0;
   int64_t epoch = 0;
-  double loss = 0;             ///< mean over ranks and the window's steps
+  double loss = 0;  ///< mean over ranks and the window's steps
   double lr = 0;
-  double samplesPerSecond = 0; ///< global, over the window
-  double stepSeconds = 0;      ///< mean wall time of the window's steps
+  double samplesPerSecond = 0;  ///< global, over the window
+  double stepSeconds = 0;       ///< mean wall time of the window's steps
   double timeUs = 0;
 };
 
@@ -84,7 +84,7 @@ struct ValidationRecord {
   int64_t step = 0;
   int64_t epoch = 0;
   double loss = 0;
-  double accuracy = -1;        ///< -1 when the task has none
+  double accuracy = -1;  ///< -1 when the task has none
   double timeUs = 0;
 };
 

@@ -29,13 +29,13 @@ struct TrainConfig {
     std::vector<std::string> sources = {"dog-names", "cat-names", "faker-pets", "faker"};
     std::string csvColumn = "Animal's Name";
     double validationFraction = 0.05;
-    std::string root;               ///< image datasets; empty: the dataset's default location
-    int64_t imageSize = 0;          ///< imagefolder: resize to this square size (0: keep)
-    int64_t channels = 3;           ///< imagefolder: 1 or 3
+    std::string root;                 ///< image datasets; empty: the dataset's default location
+    int64_t imageSize = 0;            ///< imagefolder: resize to this square size (0: keep)
+    int64_t channels = 3;             ///< imagefolder: 1 or 3
     std::string badImages = "abort";  ///< imagefolder: abort or skip unreadable images
-    bool randomFlip = false;        ///< augmentation: random horizontal flip
-    int64_t cropPadding = 0;        ///< augmentation: random crop after zero padding
-    std::vector<double> mean;       ///< normalisation per channel; empty: the dataset's usual values
+    bool randomFlip = false;          ///< augmentation: random horizontal flip
+    int64_t cropPadding = 0;          ///< augmentation: random crop after zero padding
+    std::vector<double> mean;         ///< normalisation per channel; empty: the dataset's usual values
     std::vector<double> std;
   } data;
   /// trainer.*, optimizer.*, lr_scaling.*, ddp.*, checkpoint.* and
@@ -44,13 +44,13 @@ struct TrainConfig {
   /// is resolved by `lockstep train` to runs/<config file stem>/checkpoints.
   TrainerOptions trainer;
   struct Generate {
-    int64_t samples = 20;   ///< names printed after training (0: none)
+    int64_t samples = 20;  ///< names printed after training (0: none)
     double temperature = 0.8;
   } generate;
   struct Monitor {
-    std::string dir;              ///< run directory (docs/monitoring.md); empty: runs/<config file stem>; off: none
-    double systemInterval = 1.0;  ///< seconds between CPU/memory samples per worker; 0: none
-    int64_t traceSteps = 50;      ///< steps in the Chrome trace per worker; 0: none; -1: all
+    std::string dir;                ///< run directory (docs/monitoring.md); empty: runs/<config file stem>; off: none
+    double systemInterval = 1.0;    ///< seconds between CPU/memory samples per worker; 0: none
+    int64_t traceSteps = 50;        ///< steps in the Chrome trace per worker; 0: none; -1: all
     std::string progress = "auto";  ///< auto, bar, lines, off
     double progressInterval = 10;   ///< seconds between plain progress lines
   } monitor;

@@ -69,8 +69,7 @@ class Strategy {
 /// Distributed data parallelism: every rank holds the whole model and
 /// optimizer; gradients are averaged in buckets overlapped with backward
 /// (ddp/distributed_data_parallel.h). `optimizer` is over `model`'s parameters.
-std::unique_ptr<Strategy> makeDdpStrategy(std::shared_ptr<torch::nn::Module> model,
-                                          std::shared_ptr<Communicator> comm, DdpOptions options,
-                                          std::unique_ptr<torch::optim::Optimizer> optimizer);
+std::unique_ptr<Strategy> makeDdpStrategy(std::shared_ptr<torch::nn::Module> model, std::shared_ptr<Communicator> comm,
+                                          DdpOptions options, std::unique_ptr<torch::optim::Optimizer> optimizer);
 
 }  // namespace lockstep

@@ -34,7 +34,7 @@ struct TaskParts {
   std::shared_ptr<const Dataset> train;
   std::shared_ptr<const Dataset> validation;  ///< null: no validation
   LossFn loss;
-  CorrectFn correct;                          ///< null: no accuracy
+  CorrectFn correct;  ///< null: no accuracy
   /// Stored in every checkpoint (what a reader needs to rebuild the model).
   std::vector<std::pair<std::string, std::string>> checkpointExtras;
 };

@@ -51,10 +51,10 @@ using CorrectFn = std::function<int64_t(torch::nn::Module& model, const Batch& b
 
 /// Where and how often the Trainer writes checkpoints, and which it resumes from.
 struct CheckpointOptions {
-  std::string dir;             ///< empty: no checkpoints
-  int64_t every = 0;           ///< optimizer steps between checkpoints; 0: at the end of each epoch
+  std::string dir;    ///< empty: no checkpoints
+  int64_t every = 0;  ///< optimizer steps between checkpoints; 0: at the end of each epoch
   int64_t keepLast = 3;
-  std::string resume = "auto"; ///< auto (newest whole one in dir), none, or a checkpoint path
+  std::string resume = "auto";  ///< auto (newest whole one in dir), none, or a checkpoint path
   /// Extra entries stored in every checkpoint (e.g. the vocabulary, the config).
   std::vector<std::pair<std::string, std::string>> extras;
 };
@@ -64,14 +64,14 @@ struct CheckpointOptions {
 /// `lockstep train` fills this from YAML (config.h; keys in docs/training.md).
 struct TrainerOptions {
   int64_t epochs = 1;
-  int64_t maxSteps = 0;        ///< > 0: stop after this many optimizer steps
-  int64_t batchSize = 32;      ///< per worker and micro-batch
-  int64_t accumulation = 1;    ///< micro-batches per optimizer step
-  double clipGradNorm = 0;     ///< 0: no clipping
+  int64_t maxSteps = 0;      ///< > 0: stop after this many optimizer steps
+  int64_t batchSize = 32;    ///< per worker and micro-batch
+  int64_t accumulation = 1;  ///< micro-batches per optimizer step
+  double clipGradNorm = 0;   ///< 0: no clipping
   uint64_t seed = 0;
-  int64_t logEvery = 50;       ///< optimizer steps between progress lines
-  bool validate = true;        ///< validation at the end of every epoch (and of the run)
-  LoaderOptions loader;        ///< worker threads preparing batches ahead of the step
+  int64_t logEvery = 50;  ///< optimizer steps between progress lines
+  bool validate = true;   ///< validation at the end of every epoch (and of the run)
+  LoaderOptions loader;   ///< worker threads preparing batches ahead of the step
 
   OptimizerOptions optimizer;
   /// When set, builds the optimizer instead of `optimizer` (whose fields are
@@ -95,12 +95,12 @@ struct TrainerOptions {
 /// (the first step of the run is excluded, like FitResult::samplesPerSecond).
 /// Values are this rank's, except the *Max fields (the maximum over ranks).
 struct StepBreakdown {
-  int64_t steps = 0;            ///< timed steps averaged; 0: nothing was measured
+  int64_t steps = 0;  ///< timed steps averaged; 0: nothing was measured
   /// Mean seconds per step in each Phase (indexed by the enum). The phases
   /// tile the step: they sum to stepSeconds.
   std::array<double, kPhaseCount> phaseSeconds{};
-  double stepSeconds = 0;       ///< mean span from the first data wait to the end of the optimizer step
-  double stepSecondsMax = 0;    ///< max over ranks of stepSeconds
+  double stepSeconds = 0;     ///< mean span from the first data wait to the end of the optimizer step
+  double stepSecondsMax = 0;  ///< max over ranks of stepSeconds
   /// Communication of the gradient buckets: per step, the union of the
   /// intervals from a bucket's launch to the backend completing it.
   double commSeconds = 0;
@@ -109,24 +109,24 @@ struct StepBreakdown {
   /// 1 - exposed / total, clamped to [0, 1]: the share of communication
   /// overlapped with backward. -1 without communication (one worker).
   double commHiddenFraction = -1;
-  int buckets = 0;              ///< gradient buckets per step (0 with one worker)
-  int64_t bucketBytes = 0;      ///< float32 gradient bytes allreduced per step
+  int buckets = 0;          ///< gradient buckets per step (0 with one worker)
+  int64_t bucketBytes = 0;  ///< float32 gradient bytes allreduced per step
 
   double phase(Phase p) const { return phaseSeconds[static_cast<size_t>(p)]; }
 };
 
 struct FitResult {
-  int64_t steps = 0;             ///< optimizer steps taken in total (resumed ones included)
-  int64_t resumedFromStep = 0;   ///< 0 when not resumed
-  double lastTrainLoss = 0;      ///< averaged over ranks, last logging window
+  int64_t steps = 0;            ///< optimizer steps taken in total (resumed ones included)
+  int64_t resumedFromStep = 0;  ///< 0 when not resumed
+  double lastTrainLoss = 0;     ///< averaged over ranks, last logging window
   double lastValidationLoss = -1;
   double lastValidationAccuracy = -1;  ///< when a CorrectFn was given
-  double dataWaitSeconds = 0;    ///< time the loop waited for the loader (rank 0)
-  double samplesPerSecond = 0;   ///< global, over this run's steps after the first, to the end of the last one
+  double dataWaitSeconds = 0;          ///< time the loop waited for the loader (rank 0)
+  double samplesPerSecond = 0;         ///< global, over this run's steps after the first, to the end of the last one
   double seconds = 0;
   std::string lastCheckpoint;
   int worldSize = 1;
-  int64_t globalBatch = 0;       ///< samples per optimizer step over all ranks
+  int64_t globalBatch = 0;  ///< samples per optimizer step over all ranks
   StepBreakdown breakdown;
 };
 
