@@ -368,41 +368,41 @@ class MpiCommunicator final : public Communicator {
   }
 
   WorkHandle send(const at::Tensor& tensor, int dst, int tag, const CollectiveOptions& options) override {
-    CommErrorInfo info = args_.send(tensor, dst, tag);
-    checkTag(tag, info);
-    if (tensor.numel() == 0) return start(std::move(info), options, {}, nullptr, nullptr);
-    at::Tensor bytes = asBytes(tensor);
-    checkCount(bytes.numel(), info);
-    return start(
-        std::move(info), options, {bytes},
-        [this, bytes, dst, tag](std::vector<MPI_Request>& requests) {
-          MPI_Request r;
-          int rc = MPI_Isend(bytes.data_ptr(), static_cast<int>(bytes.numel()), MPI_BYTE, dst, tag, engine_->comm, &r);
-          if (rc == MPI_SUCCESS) requests.push_back(r);
-          return rc;
-        },
-        nullptr);
+    return pointToPoint(args_.send(tensor, dst, tag), tensor, dst, tag, options, &isendBytes);
   }
 
   WorkHandle recv(at::Tensor& tensor, int src, int tag, const CollectiveOptions& options) override {
-    CommErrorInfo info = args_.recv(tensor, src, tag);
-    checkTag(tag, info);
-    if (tensor.numel() == 0) return start(std::move(info), options, {}, nullptr, nullptr);
-    at::Tensor bytes = asBytes(tensor);
-    checkCount(bytes.numel(), info);
-    return start(
-        std::move(info), options, {bytes},
-        [this, bytes, src, tag](std::vector<MPI_Request>& requests) {
-          MPI_Request r;
-          int rc = MPI_Irecv(bytes.data_ptr(), static_cast<int>(bytes.numel()), MPI_BYTE, src, tag, engine_->comm, &r);
-          if (rc == MPI_SUCCESS) requests.push_back(r);
-          return rc;
-        },
-        nullptr);
+    return pointToPoint(args_.recv(tensor, src, tag), tensor, src, tag, options, &irecvBytes);
   }
 
  private:
   using Issue = std::function<int(std::vector<MPI_Request>&)>;
+  using PeerCall = int (*)(void* data, int count, int peer, int tag, MPI_Comm comm, MPI_Request* request);
+
+  static int isendBytes(void* data, int count, int peer, int tag, MPI_Comm comm, MPI_Request* request) {
+    return MPI_Isend(data, count, MPI_BYTE, peer, tag, comm, request);
+  }
+  static int irecvBytes(void* data, int count, int peer, int tag, MPI_Comm comm, MPI_Request* request) {
+    return MPI_Irecv(data, count, MPI_BYTE, peer, tag, comm, request);
+  }
+
+  /// A send or receive of `tensor`'s bytes with `peer`; `call` is MPI_Isend or MPI_Irecv over bytes.
+  WorkHandle pointToPoint(CommErrorInfo info, const at::Tensor& tensor, int peer, int tag,
+                          const CollectiveOptions& options, PeerCall call) {
+    checkTag(tag, info);
+    if (tensor.numel() == 0) return start(std::move(info), options, {}, nullptr, nullptr);
+    at::Tensor bytes = asBytes(tensor);
+    checkCount(bytes.numel(), info);
+    return start(
+        std::move(info), options, {bytes},
+        [this, bytes, peer, tag, call](std::vector<MPI_Request>& requests) {
+          MPI_Request r;
+          int rc = call(bytes.data_ptr(), static_cast<int>(bytes.numel()), peer, tag, engine_->comm, &r);
+          if (rc == MPI_SUCCESS) requests.push_back(r);
+          return rc;
+        },
+        nullptr);
+  }
 
   static at::Tensor asBytes(const at::Tensor& t) {
     return at::from_blob(

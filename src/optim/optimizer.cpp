@@ -23,8 +23,7 @@ namespace {
 constexpr EnumName<OptimizerType> kOptimizerNames[] = {
     {OptimizerType::kSgd, "sgd"}, {OptimizerType::kAdam, "adam"}, {OptimizerType::kAdamW, "adamw"}};
 
-/// LibTorch keys optimizer state by the parameter's TensorImpl address.
-std::string stateKey(const at::Tensor& p) { return c10::guts::to_string(p.unsafeGetTensorImpl()); }
+std::string stateKey(const at::Tensor& p) { return optimizerStateKey(p); }
 
 template <typename Options>
 void saveAdamOptions(const Options& o, TensorArchive& archive, const std::string& prefix) {
@@ -243,6 +242,31 @@ OptimizerType optimizerTypeOf(const torch::optim::Optimizer& optimizer) {
   throw Error(
       "lockstep checkpoints the state of torch::optim::SGD, Adam and AdamW; this optimizer is none of them "
       "(train without checkpoint.dir, or use one of those three)");
+}
+
+std::string optimizerStateKey(const at::Tensor& param) { return c10::guts::to_string(param.unsafeGetTensorImpl()); }
+
+int64_t optimizerStateBytes(torch::optim::Optimizer& optimizer) {
+  const OptimizerType type = optimizerTypeOf(optimizer);
+  int64_t bytes = 0;
+  auto add = [&](const at::Tensor& t) {
+    if (t.defined()) bytes += t.numel() * static_cast<int64_t>(t.element_size());
+  };
+  auto addAdam = [&](const auto& s) {
+    add(s.exp_avg());
+    add(s.exp_avg_sq());
+    add(s.max_exp_avg_sq());
+  };
+  for (const auto& [key, state] : optimizer.state()) {
+    if (type == OptimizerType::kSgd) {
+      add(as<torch::optim::SGDParamState>(*state).momentum_buffer());
+    } else if (type == OptimizerType::kAdam) {
+      addAdam(as<torch::optim::AdamParamState>(*state));
+    } else {
+      addAdam(as<torch::optim::AdamWParamState>(*state));
+    }
+  }
+  return bytes;
 }
 
 void saveOptimizerState(torch::optim::Optimizer& optimizer, TensorArchive& archive) {

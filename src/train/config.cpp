@@ -76,6 +76,7 @@ std::vector<Field> fieldsOf(TrainConfig& c) {
       {"lr_scaling.rule", choice(&c.trainer.lrScaling.rule, parseLrScalingRule)},
       {"lr_scaling.base_batch", &c.trainer.lrScaling.baseBatch},
       {"lr_scaling.warmup_steps", &c.trainer.lrScaling.warmupSteps},
+      {"strategy.type", choice(&c.trainer.strategy, parseStrategyType)},
       {"ddp.bucket_cap_mb", &c.trainer.ddp.bucketCapMb},
       {"ddp.first_bucket_cap_mb", &c.trainer.ddp.firstBucketCapMb},
       {"ddp.find_unused_parameters", &c.trainer.ddp.findUnusedParameters},

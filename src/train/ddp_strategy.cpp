@@ -1,4 +1,6 @@
-// The data-parallel Strategy: DistributedDataParallel plus a whole optimizer on every rank.
+// The data-parallel strategies: DistributedDataParallel averages the gradients,
+// and either every rank steps a whole optimizer (ddp) or each steps its shard
+// of it and broadcasts what it updated (zero1, optim/sharded_optimizer.h).
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
 #include <torch/nn/utils/clip_grad.h>
@@ -6,8 +8,10 @@
 
 #include <fmt/format.h>
 
+#include "lockstep/common/enum_names.h"
 #include "lockstep/common/error.h"
 #include "lockstep/optim/optimizer.h"
+#include "lockstep/optim/sharded_optimizer.h"
 #include "lockstep/train/checkpoint.h"
 #include "lockstep/train/strategy.h"
 
@@ -15,19 +19,22 @@ namespace lockstep {
 
 namespace {
 
+constexpr EnumName<StrategyType> kStrategyNames[] = {{StrategyType::kDdp, "ddp"}, {StrategyType::kZero1, "zero1"}};
+
 class DdpStrategy final : public Strategy {
  public:
   DdpStrategy(std::shared_ptr<torch::nn::Module> model, std::shared_ptr<Communicator> comm, DdpOptions options,
-              std::unique_ptr<torch::optim::Optimizer> optimizer)
+              std::unique_ptr<torch::optim::Optimizer> optimizer, bool shardOptimizer)
       : model_(std::move(model)), comm_(std::move(comm)), options_(std::move(options)),
         optimizer_(std::move(optimizer)) {
     LOCKSTEP_CHECK(model_ != nullptr && comm_ != nullptr && optimizer_ != nullptr,
                    "the DDP strategy needs a model, a communicator and an optimizer");
+    if (shardOptimizer) sharded_ = std::make_unique<ShardedOptimizer>(std::move(optimizer_), comm_);
   }
 
   void start() override { ddp_ = std::make_unique<DistributedDataParallel>(model_, comm_, options_); }
 
-  torch::optim::Optimizer& optimizer() override { return *optimizer_; }
+  torch::optim::Optimizer& optimizer() override { return sharded_ ? sharded_->optimizer() : *optimizer_; }
 
   void backward(const at::Tensor& loss, bool sync) override {
     LOCKSTEP_ASSERT(ddp_ != nullptr, "backward() before start()");
@@ -43,7 +50,11 @@ class DdpStrategy final : public Strategy {
 
   void step(double clipGradNorm) override {
     if (clipGradNorm > 0) torch::nn::utils::clip_grad_norm_(model_->parameters(), clipGradNorm);
-    optimizer_->step();
+    if (sharded_) {
+      sharded_->step();
+    } else {
+      optimizer_->step();
+    }
   }
 
   const std::vector<BucketTiming>& lastSyncTimings() const override {
@@ -52,19 +63,33 @@ class DdpStrategy final : public Strategy {
   }
 
   std::string describe() const override {
-    return fmt::format("DDP {} bucket(s), {} compression", ddp_ ? ddp_->numBuckets() : 0,
-                       toString(options_.compression));
+    std::string text =
+        fmt::format("DDP {} bucket(s), {} compression", ddp_ ? ddp_->numBuckets() : 0, toString(options_.compression));
+    if (sharded_) {
+      int64_t total = 0;
+      for (const auto& p : model_->parameters()) total += p.numel();
+      text += fmt::format(", ZeRO-1: optimizer state sharded over {} rank(s), this one updates {} of {} elements",
+                          comm_->size(), sharded_->ownedElements(), total);
+    }
+    return text;
   }
 
   void saveState(TensorArchive* archive) override {
-    if (!archive) return;
-    saveModelState(*model_, *archive);
-    saveOptimizerState(*optimizer_, *archive);
+    if (archive) saveModelState(*model_, *archive);
+    if (sharded_) {
+      sharded_->saveState(archive);  // collective: the shards travel to the writer
+    } else if (archive) {
+      saveOptimizerState(*optimizer_, *archive);
+    }
   }
 
   void loadState(const TensorArchive& archive, bool report) override {
     loadModelState(archive, *model_);
-    loadOptimizerState(*optimizer_, archive, report);
+    if (sharded_) {
+      sharded_->loadState(archive, report);
+    } else {
+      loadOptimizerState(*optimizer_, archive, report);
+    }
   }
 
  private:
@@ -72,14 +97,28 @@ class DdpStrategy final : public Strategy {
   std::shared_ptr<Communicator> comm_;
   DdpOptions options_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  std::unique_ptr<ShardedOptimizer> sharded_;  ///< zero1: owns the optimizer instead of optimizer_
   std::unique_ptr<DistributedDataParallel> ddp_;
 };
 
 }  // namespace
 
+const char* toString(StrategyType type) { return enumName(kStrategyNames, type); }
+
+StrategyType parseStrategyType(const std::string& text, const std::string& what) {
+  return parseEnum(kStrategyNames, text, what);
+}
+
 std::unique_ptr<Strategy> makeDdpStrategy(std::shared_ptr<torch::nn::Module> model, std::shared_ptr<Communicator> comm,
                                           DdpOptions options, std::unique_ptr<torch::optim::Optimizer> optimizer) {
-  return std::make_unique<DdpStrategy>(std::move(model), std::move(comm), std::move(options), std::move(optimizer));
+  return makeStrategy(StrategyType::kDdp, std::move(model), std::move(comm), std::move(options), std::move(optimizer));
+}
+
+std::unique_ptr<Strategy> makeStrategy(StrategyType type, std::shared_ptr<torch::nn::Module> model,
+                                       std::shared_ptr<Communicator> comm, DdpOptions options,
+                                       std::unique_ptr<torch::optim::Optimizer> optimizer) {
+  return std::make_unique<DdpStrategy>(std::move(model), std::move(comm), std::move(options), std::move(optimizer),
+                                       type == StrategyType::kZero1);
 }
 
 }  // namespace lockstep

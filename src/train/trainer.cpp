@@ -115,7 +115,7 @@ FitRun::FitRun(std::shared_ptr<Communicator> comm, const TrainerOptions& options
   LOCKSTEP_CHECK(optimizer != nullptr, "TrainerOptions::optimizerFactory returned no optimizer");
   for (auto& group : optimizer->param_groups()) baseLrs_.push_back(group.options().get_lr());
   LOCKSTEP_CHECK(!baseLrs_.empty(), "the optimizer has no parameter groups");
-  strategy_ = makeDdpStrategy(model_, commPtr_, o_.ddp, std::move(optimizer));
+  strategy_ = makeStrategy(o_.strategy, model_, commPtr_, o_.ddp, std::move(optimizer));
   if (!o_.checkpoint.dir.empty())
     checkpoints_ = std::make_unique<CheckpointDir>(o_.checkpoint.dir, o_.checkpoint.keepLast);
 }

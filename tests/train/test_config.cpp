@@ -27,13 +27,14 @@ TEST(TrainConfig, FileThenOverrides) {
   auto path = writeConfig(
       "trainer:\n  batch_size: 64\n  epochs: 3\noptimizer:\n  type: sgd\n  lr: 0.5\n"
       "data:\n  sources: [a.csv, faker]\n  csv_column: Name\n");
-  auto c = loadTrainConfig(
-      path, {"trainer.batch_size=8", "ddp.compression=bf16", "data.sources=[x.txt]", "trainer.validate=false"});
+  auto c = loadTrainConfig(path, {"trainer.batch_size=8", "ddp.compression=bf16", "data.sources=[x.txt]",
+                                  "trainer.validate=false", "strategy.type=zero1"});
   EXPECT_EQ(c.trainer.batchSize, 8);
   EXPECT_EQ(c.trainer.epochs, 3);
   EXPECT_EQ(c.trainer.optimizer.type, OptimizerType::kSgd);
   EXPECT_DOUBLE_EQ(c.trainer.optimizer.lr, 0.5);
   EXPECT_EQ(c.trainer.ddp.compression, GradCompression::kBf16);
+  EXPECT_EQ(c.trainer.strategy, StrategyType::kZero1);
   EXPECT_EQ(c.data.sources, std::vector<std::string>{"x.txt"});
   EXPECT_EQ(c.data.csvColumn, "Name");
   EXPECT_FALSE(c.trainer.validate);
@@ -59,6 +60,7 @@ TEST(TrainConfig, UnknownKeysAndWrongTypesNameThePath) {
   expectConfigError("", {"trainer.batch_size"}, "must look like key.path=value");
   expectConfigError("", {"trainer.batch_size=0"}, "trainer.batch_size must be positive, got 0");
   expectConfigError("", {"optimizer.type=lion"}, "optimizer.type 'lion' is unknown");
+  expectConfigError("", {"strategy.type=zero9"}, "strategy.type 'zero9' is unknown; expected ddp or zero1");
   expectConfigError("", {"trainer.validate=maybe"}, "expects true or false");
   auto broken = writeConfig("trainer: [unclosed\n");
   expectConfigError(broken, {}, broken + ": invalid YAML at line");

@@ -65,6 +65,12 @@ std::unique_ptr<torch::optim::Optimizer> makeOptimizer(const OptimizerOptions& o
 /// any other (naming what it supports).
 OptimizerType optimizerTypeOf(const torch::optim::Optimizer& optimizer);
 
+/// The key under which LibTorch's Optimizer::state() holds `param`'s state.
+std::string optimizerStateKey(const at::Tensor& param);
+/// Bytes of the state tensors an SGD, Adam or AdamW optimizer holds now
+/// (throws Error for another optimizer, as optimizerTypeOf).
+int64_t optimizerStateBytes(torch::optim::Optimizer& optimizer);
+
 /// Writes the entries above. Throws Error for an optimizer that is not SGD, Adam or AdamW.
 void saveOptimizerState(torch::optim::Optimizer& optimizer, TensorArchive& archive);
 /// Restores what saveOptimizerState wrote. The archive's hyper-parameters win

@@ -9,9 +9,10 @@
 //   strategy.step(clipGradNorm);       // the "optimizer" phase
 //
 // and around the loop: saveState/loadState for checkpoints, start() once
-// after a resume restored the state. Data parallelism (DDP) is the strategy
-// of today; sharded optimizers, pipeline stages and a parameter server are
-// other implementations of this interface, so the loop never changes for them.
+// after a resume restored the state. Data parallelism (ddp) and sharded
+// optimizer state (zero1) are the strategies of today; gradient and parameter
+// sharding, pipeline stages and a parameter server are further
+// implementations of this interface, so the loop never changes for them.
 //
 // All methods are called from the training thread, on every rank, in the same
 // order; start(), finishGradientSync(), step() and saveState() may be collective.
@@ -65,6 +66,21 @@ class Strategy {
   /// `report`: log warnings (rank 0). Throws CheckpointError.
   virtual void loadState(const TensorArchive& archive, bool report) = 0;
 };
+
+/// The strategies the Trainer builds by name (config `strategy.type`):
+/// ddp — every rank holds the whole model and optimizer;
+/// zero1 — as ddp, but each rank keeps optimizer state only for its shard of
+///         the parameters and broadcasts what it updated (ZeRO stage 1,
+///         optim/sharded_optimizer.h): parameters equal ddp's bit for bit.
+enum class StrategyType { kDdp, kZero1 };
+const char* toString(StrategyType type);
+/// "ddp" or "zero1" (any case); ConfigError naming `what` and both otherwise.
+StrategyType parseStrategyType(const std::string& text, const std::string& what);
+
+/// The strategy `type` over `model`; `optimizer` is over all of `model`'s parameters.
+std::unique_ptr<Strategy> makeStrategy(StrategyType type, std::shared_ptr<torch::nn::Module> model,
+                                       std::shared_ptr<Communicator> comm, DdpOptions options,
+                                       std::unique_ptr<torch::optim::Optimizer> optimizer);
 
 /// Distributed data parallelism: every rank holds the whole model and
 /// optimizer; gradients are averaged in buckets overlapped with backward

@@ -37,6 +37,7 @@
 #include "lockstep/optim/optimizer.h"
 #include "lockstep/train/callbacks.h"
 #include "lockstep/train/checkpoint.h"
+#include "lockstep/train/strategy.h"
 
 namespace torch::nn {
 class Module;
@@ -80,6 +81,9 @@ struct TrainerOptions {
   /// state when it is SGD, Adam or AdamW (optimizer.h).
   OptimizerFactory optimizerFactory;
   LrScalingOptions lrScaling;
+  /// How the ranks keep in step: ddp (whole optimizer per rank) or zero1
+  /// (optimizer state sharded; strategy.h). Both average gradients with `ddp`.
+  StrategyType strategy = StrategyType::kDdp;
   DdpOptions ddp;
   CheckpointOptions checkpoint;
 

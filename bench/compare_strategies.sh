@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Training strategies side by side on one config, interleaved (docs/memory.md).
+#
+#   bench/compare_strategies.sh CONFIG.yaml [STEPS] [key=value ...]
+#
+# For ROUNDS rounds (default 5) runs, for every strategy in STRATEGIES
+# (default "ddp zero1"; the order reversed every other round, so drifts of
+# this shared machine hit every side alike):
+#   lockstep run -np NP --threads THREADS -- lockstep train CONFIG strategy.type=S
+#       trainer.max_steps=STEPS (default 40) trainer.validate=false checkpoint.dir=off ...
+# and reads rank 0's --result-json. Prints, per strategy, the mean over rounds
+# of samples/s (global, first step excluded) and of the mean step time, and
+# the per-round ratio of each strategy's step time to the first strategy's in
+# the same round: min / median / max over the rounds.
+#
+# Environment: LOCKSTEP_BUILD_DIR (default build), ROUNDS, STRATEGIES, NP (default 2),
+# THREADS (default 1), KEEP_LOGS=1 to keep the run logs. Nothing is built here.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ $# -ge 1 ] || { echo "usage: bench/compare_strategies.sh CONFIG.yaml [STEPS] [key=value ...]" >&2; exit 2; }
+CONFIG="$1"
+shift
+STEPS=40
+if [ $# -ge 1 ] && [[ "$1" =~ ^[0-9]+$ ]]; then STEPS="$1"; shift; fi
+BIN="${LOCKSTEP_BUILD_DIR:-build}/lockstep"
+ROUNDS="${ROUNDS:-5}"
+read -r -a STRATS <<<"${STRATEGIES:-ddp zero1}"
+NP="${NP:-2}"
+THREADS="${THREADS:-1}"
+[ -x "$BIN" ] || { echo "compare_strategies.sh: $BIN not found; build lockstep first (scripts/build.sh)" >&2; exit 1; }
+[ -f "$CONFIG" ] || { echo "compare_strategies.sh: config '$CONFIG' not found" >&2; exit 2; }
+OUT="$(mktemp -d)"
+if [ "${KEEP_LOGS:-0}" = 1 ]; then echo "logs: $OUT"; else trap 'rm -rf "$OUT"' EXIT; fi
+
+field() {  # FILE KEY -> the number after "KEY": in the result JSON
+  sed -n "s/.*\"$2\": *\([-0-9.eE+]*\).*/\1/p" "$1" | head -1
+}
+
+echo "$CONFIG, $NP workers x $THREADS thread(s), $STEPS steps, $ROUNDS interleaved rounds: ${STRATS[*]}"
+for ((round = 0; round < ROUNDS; round++)); do
+  order=("${STRATS[@]}")
+  if ((round % 2 == 1)); then
+    order=()
+    for ((i = ${#STRATS[@]} - 1; i >= 0; i--)); do order+=("${STRATS[i]}"); done
+  fi
+  for s in "${order[@]}"; do
+    json="$OUT/r$round-$s.json"
+    if ! "$BIN" run -np "$NP" --threads "$THREADS" -- "$BIN" train "$CONFIG" "strategy.type=$s" \
+      "trainer.max_steps=$STEPS" trainer.validate=false checkpoint.dir=off checkpoint.resume=none \
+      generate.samples=0 monitor.dir=off "$@" --result-json "$json" >"$OUT/r$round-$s.log" 2>&1; then
+      echo "compare_strategies.sh: the $s run of round $round failed; its last lines:" >&2
+      tail -20 "$OUT/r$round-$s.log" >&2
+      exit 1
+    fi
+    printf '  round %d %-6s %8.1f samples/s, step %.2f ms\n' "$round" "$s" "$(field "$json" samples_per_second)" \
+      "$(awk -v s="$(field "$json" step_seconds)" 'BEGIN { print s * 1000 }')"
+  done
+done
+
+echo "strategy  samples/s (mean)  step ms (mean)  step time / ${STRATS[0]}'s, same round: min / median / max"
+for s in "${STRATS[@]}"; do
+  rates=""
+  steps=""
+  ratios=""
+  for ((round = 0; round < ROUNDS; round++)); do
+    rates+="$(field "$OUT/r$round-$s.json" samples_per_second) "
+    steps+="$(field "$OUT/r$round-$s.json" step_seconds) "
+    ratios+="$(awk -v a="$(field "$OUT/r$round-$s.json" step_seconds)" \
+      -v b="$(field "$OUT/r$round-${STRATS[0]}.json" step_seconds)" 'BEGIN { printf "%.4f", a / b }') "
+  done
+  mean() { tr ' ' '\n' | awk 'NF { t += $1; n++ } END { printf "%.6f", t / n }'; }
+  sorted="$(echo "$ratios" | tr ' ' '\n' | awk NF | sort -g | tr '\n' ' ')"
+  read -r -a r <<<"$sorted"
+  printf '%-8s  %16.1f  %14.2f  %s / %s / %s\n' "$s" "$(echo "$rates" | mean)" \
+    "$(echo "$steps" | mean | awk '{ print $1 * 1000 }')" "${r[0]}" "${r[$(((${#r[@]} - 1) / 2))]}" "${r[-1]}"
+done
