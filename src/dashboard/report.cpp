@@ -24,6 +24,7 @@ namespace {
 
 // index.html loads its CSS and JS with exactly these tags; the report inlines them.
 constexpr std::string_view kStyleTag = R"(<link rel="stylesheet" href="style.css">)";
+constexpr std::string_view kChartsTag = R"(<script src="charts.js"></script>)";
 constexpr std::string_view kScriptTag = R"(<script src="app.js"></script>)";
 
 std::string assetBody(std::string_view name) {
@@ -77,10 +78,13 @@ std::string buildReport(const std::string& runDir) {
 
   std::string page = assetBody("index.html");
   std::string css = assetBody("style.css");
+  std::string charts = assetBody("charts.js");
   std::string js = assetBody("app.js");
   LOCKSTEP_ASSERT(css.find("</style") == std::string::npos, "style.css cannot be inlined");
+  LOCKSTEP_ASSERT(charts.find("</script") == std::string::npos, "charts.js cannot be inlined");
   LOCKSTEP_ASSERT(js.find("</script") == std::string::npos, "app.js cannot be inlined");
   replaceOnce(page, kStyleTag, "<style>\n" + css + "</style>");
+  replaceOnce(page, kChartsTag, "<script>\n" + charts + "</script>");
   replaceOnce(page, kScriptTag,
               "<script type=\"application/json\" id=\"lockstep-data\">" + scriptSafeJson(data) +
                   "</script>\n<script>\n" + js + "</script>");

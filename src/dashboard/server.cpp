@@ -74,7 +74,7 @@ struct DashboardServer::Impl {
 
 void DashboardServer::Impl::routes() {
   server.Get("/", [](const httplib::Request&, httplib::Response& res) { sendAsset(res, "index.html"); });
-  server.Get(R"(/(index\.html|app\.js|style\.css))",
+  server.Get(R"(/(index\.html|charts\.js|app\.js|style\.css))",
              [](const httplib::Request& req, httplib::Response& res) { sendAsset(res, req.matches[1].str()); });
   server.Get("/api/runs", [this](const httplib::Request&, httplib::Response& res) {
     std::lock_guard<std::mutex> lock(mutex);

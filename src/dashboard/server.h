@@ -2,7 +2,7 @@
 //
 // Serves the embedded page and a read-only JSON API over one log directory
 // (docs/dashboard.md):
-//   GET /, /app.js, /style.css          the page
+//   GET /, /charts.js, /app.js, /style.css   the page
 //   GET /api/runs                       {"logdir", "runs": [{"name", "run": run.json} | {"name", "error"}]}
 //   GET /api/runs/<name>                RunReader::toJson() of that run
 //   GET /api/runs/<name>/timeline/<R>   timeline/rank<R>.trace.json, as a download

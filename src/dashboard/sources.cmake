@@ -9,7 +9,7 @@ find_package(PkgConfig REQUIRED)
 # -DCPPHTTPLIB_*_SUPPORT flags the library was built with (they change its ABI).
 pkg_check_modules(LOCKSTEP_HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
 
-set(LOCKSTEP_DASHBOARD_ASSETS index.html app.js style.css)
+set(LOCKSTEP_DASHBOARD_ASSETS index.html charts.js app.js style.css)
 set(LOCKSTEP_DASHBOARD_ASSET_FILES "")
 foreach(asset IN LISTS LOCKSTEP_DASHBOARD_ASSETS)
   list(APPEND LOCKSTEP_DASHBOARD_ASSET_FILES ${CMAKE_CURRENT_LIST_DIR}/assets/${asset})

@@ -139,9 +139,10 @@ void ShardedOptimizer::receiveShard(int from, TensorArchive& archive) {
   comm_->recv(length, from, kShardLengthTag)->wait();
   at::Tensor payload = at::empty({length.item<int64_t>()}, at::kByte);
   comm_->recv(payload, from, kShardBytesTag)->wait();
-  TensorArchive shard = TensorArchive::parse(
-      std::string_view(reinterpret_cast<const char*>(payload.data_ptr<uint8_t>()), static_cast<size_t>(payload.numel())),
-      fmt::format("rank {}'s optimizer shard", from));
+  TensorArchive shard =
+      TensorArchive::parse(std::string_view(reinterpret_cast<const char*>(payload.data_ptr<uint8_t>()),
+                                            static_cast<size_t>(payload.numel())),
+                           fmt::format("rank {}'s optimizer shard", from));
   for (size_t i = 0; i < params_.size(); ++i) {
     if (owners_[i] != from) continue;
     const std::string prefix = paramPrefix(i);

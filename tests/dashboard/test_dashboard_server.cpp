@@ -105,6 +105,11 @@ TEST(DashboardServer, ServesThePageFromTheBinary) {
   ASSERT_TRUE(js);
   EXPECT_EQ(js->get_header_value("Content-Type"), "text/javascript; charset=utf-8");
   EXPECT_EQ(js->body, readAll(LOCKSTEP_SOURCE_DIR "/src/dashboard/assets/app.js")) << "the embedded copy is stale";
+  auto charts = client.Get("/charts.js");
+  ASSERT_TRUE(charts);
+  EXPECT_EQ(charts->get_header_value("Content-Type"), "text/javascript; charset=utf-8");
+  EXPECT_EQ(charts->body, readAll(LOCKSTEP_SOURCE_DIR "/src/dashboard/assets/charts.js"))
+      << "the embedded copy is stale";
   auto css = client.Get("/style.css");
   ASSERT_TRUE(css);
   EXPECT_EQ(css->body, readAll(LOCKSTEP_SOURCE_DIR "/src/dashboard/assets/style.css"));
@@ -207,6 +212,8 @@ TEST(ReportCommand, WritesOneSelfContainedFile) {
   std::string page = readAll(out);
   EXPECT_NE(page.find("<script type=\"application/json\" id=\"lockstep-data\">"), std::string::npos);
   EXPECT_EQ(page.find("src=\"app.js\""), std::string::npos) << "the script must be inlined";
+  EXPECT_EQ(page.find("src=\"charts.js\""), std::string::npos) << "the chart script must be inlined";
+  EXPECT_NE(page.find("const LockstepCharts = (function () {"), std::string::npos) << "the chart script is missing";
   EXPECT_EQ(page.find("href=\"style.css\""), std::string::npos) << "the CSS must be inlined";
   // Nothing loads from anywhere: no src/href attributes, no CSS imports (the
   // SVG namespace URI in the script is a name, not a download).
@@ -214,10 +221,10 @@ TEST(ReportCommand, WritesOneSelfContainedFile) {
   EXPECT_EQ(page.find("href=\""), std::string::npos);
   EXPECT_EQ(page.find("@import"), std::string::npos);
   EXPECT_NE(page.find("<\\/script><script>alert(1)<\\/script>"), std::string::npos);
-  // Exactly two script elements close: the data and the page's code.
+  // Exactly three script elements close: the data, the chart code and the page's code.
   size_t closes = 0;
   for (size_t at = page.find("</script>"); at != std::string::npos; at = page.find("</script>", at + 1)) ++closes;
-  EXPECT_EQ(closes, 2u);
+  EXPECT_EQ(closes, 3u);
   // The embedded data is the run's JSON.
   size_t start = page.find('>', page.find("id=\"lockstep-data\"")) + 1;
   nlohmann::json data = nlohmann::json::parse(page.substr(start, page.find("</script>", start) - start));

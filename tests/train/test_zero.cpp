@@ -88,11 +88,12 @@ std::vector<Mlp> train(const RunSpec& spec) {
   TrainerOptions options = optionsFor(spec);
   test::runRanks(spec.world, [&](int rank, Communicator& comm) {
     FitResult result = Trainer(borrow(comm), options)
-                           .fit(models[rank].ptr(),
-                                [](torch::nn::Module& m, const Batch& b) {
-                                  return at::mse_loss(static_cast<MlpImpl&>(m).forward(b.inputs), b.targets);
-                                },
-                                data);
+                           .fit(
+                               models[rank].ptr(),
+                               [](torch::nn::Module& m, const Batch& b) {
+                                 return at::mse_loss(static_cast<MlpImpl&>(m).forward(b.inputs), b.targets);
+                               },
+                               data);
     EXPECT_EQ(result.steps, spec.maxSteps);
   });
   return models;
@@ -135,8 +136,8 @@ TEST(Zero1, OneRankIsPlainTraining) {
 }
 
 TEST(Zero1, ResumesAcrossStrategiesInBothDirections) {
-  for (auto [first, second] : {std::pair{StrategyType::kDdp, StrategyType::kZero1},
-                               std::pair{StrategyType::kZero1, StrategyType::kDdp}}) {
+  for (auto [first, second] :
+       {std::pair{StrategyType::kDdp, StrategyType::kZero1}, std::pair{StrategyType::kZero1, StrategyType::kDdp}}) {
     std::string label = fmt::format("{} then {}", toString(first), toString(second));
     SCOPED_TRACE(label);
     std::string straightDir = test::makeTempDir();

@@ -84,9 +84,9 @@ class ShardedOptimizer {
 
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::shared_ptr<Communicator> comm_;
-  std::vector<at::Tensor> params_;                  ///< every group's parameters, in order
-  std::vector<int> owners_;                         ///< owner rank of each
-  std::vector<std::vector<at::Tensor>> ownedBy_;    ///< detached aliases of each rank's parameters
+  std::vector<at::Tensor> params_;                ///< every group's parameters, in order
+  std::vector<int> owners_;                       ///< owner rank of each
+  std::vector<std::vector<at::Tensor>> ownedBy_;  ///< detached aliases of each rank's parameters
 };
 
 }  // namespace lockstep
