@@ -75,7 +75,7 @@ void addRunOptions(CLI::App& app, RunArgs& r) {
 }
 
 /// The LaunchOptions the parsed arguments and `command` ask for; ConfigError names the bad flag.
-LaunchOptions launchOptionsFrom(RunArgs& r, const std::vector<std::string>& positional,
+LaunchOptions launchOptionsFrom(const RunArgs& r, const std::vector<std::string>& positional,
                                 std::vector<std::string> command) {
   LaunchOptions o = r.launch;
   if (!r.hosts.empty()) {
@@ -88,8 +88,8 @@ LaunchOptions launchOptionsFrom(RunArgs& r, const std::vector<std::string>& posi
   } else if (r.np->count() == 0) {
     throw ConfigError("-np N is required (the number of workers on this node)");
   }
-  if (r.rsh.empty()) r.rsh = Environment::fromProcess().get("LOCKSTEP_RSH").value_or("");
-  if (!r.rsh.empty()) o.rsh = splitWords(r.rsh);
+  const std::string rsh = r.rsh.empty() ? Environment::fromProcess().get("LOCKSTEP_RSH").value_or("") : r.rsh;
+  if (!rsh.empty()) o.rsh = splitWords(rsh);
   if (!r.tokenFile.empty()) o.token = readTokenFile(r.tokenFile, "--token-file");
   if (!positional.empty() && positional[0].size() > 1 && positional[0][0] == '-') {
     throw ConfigError(fmt::format("unknown option '{}'", positional[0]));

@@ -23,8 +23,6 @@ namespace {
 constexpr EnumName<OptimizerType> kOptimizerNames[] = {
     {OptimizerType::kSgd, "sgd"}, {OptimizerType::kAdam, "adam"}, {OptimizerType::kAdamW, "adamw"}};
 
-std::string stateKey(const at::Tensor& p) { return optimizerStateKey(p); }
-
 template <typename Options>
 void saveAdamOptions(const Options& o, TensorArchive& archive, const std::string& prefix) {
   archive.putDouble(prefix + "lr", o.lr());
@@ -281,7 +279,7 @@ void saveOptimizerState(torch::optim::Optimizer& optimizer, TensorArchive& archi
     saveGroupOptions(type, group.options(), archive, prefix);
     for (const auto& p : group.params()) {
       const std::string param = fmt::format("optimizer/param{}/", index++);
-      auto it = optimizer.state().find(stateKey(p));
+      auto it = optimizer.state().find(optimizerStateKey(p));
       const bool present = it != optimizer.state().end();
       archive.putBool(param + "present", present);
       if (present) saveParamState(type, *it->second, archive, param);
@@ -327,9 +325,9 @@ void loadOptimizerState(torch::optim::Optimizer& optimizer, const TensorArchive&
     for (const auto& p : groups[g].params()) {
       auto& state = states[index++];
       if (state)
-        optimizer.state()[stateKey(p)] = std::move(state);
+        optimizer.state()[optimizerStateKey(p)] = std::move(state);
       else
-        optimizer.state().erase(stateKey(p));
+        optimizer.state().erase(optimizerStateKey(p));
     }
   }
 }

@@ -109,11 +109,6 @@ StrategyType parseStrategyType(const std::string& text, const std::string& what)
   return parseEnum(kStrategyNames, text, what);
 }
 
-std::unique_ptr<Strategy> makeDdpStrategy(std::shared_ptr<torch::nn::Module> model, std::shared_ptr<Communicator> comm,
-                                          DdpOptions options, std::unique_ptr<torch::optim::Optimizer> optimizer) {
-  return makeStrategy(StrategyType::kDdp, std::move(model), std::move(comm), std::move(options), std::move(optimizer));
-}
-
 std::unique_ptr<Strategy> makeStrategy(StrategyType type, std::shared_ptr<torch::nn::Module> model,
                                        std::shared_ptr<Communicator> comm, DdpOptions options,
                                        std::unique_ptr<torch::optim::Optimizer> optimizer) {

@@ -71,8 +71,9 @@ class ShardedOptimizer {
   /// Bytes of optimizer state this rank holds now.
   int64_t stateBytes() const;
 
-  /// Collective. `archive` is non-null on exactly one rank, which receives
-  /// the whole optimizer's entries; the others send it their shard.
+  /// Collective. `archive` is non-null on rank 0 only (the rank that writes
+  /// checkpoints, as in the Trainer), which receives the whole optimizer's
+  /// entries; the others pass null and send it their shard.
   void saveState(TensorArchive* archive);
   /// Restores the whole optimizer's state from `archive` (as loadOptimizerState)
   /// and keeps only this rank's shard of it. Every rank passes the same archive.

@@ -77,15 +77,11 @@ const char* toString(StrategyType type);
 /// "ddp" or "zero1" (any case); ConfigError naming `what` and both otherwise.
 StrategyType parseStrategyType(const std::string& text, const std::string& what);
 
-/// The strategy `type` over `model`; `optimizer` is over all of `model`'s parameters.
+/// The strategy `type` over `model`; `optimizer` is over all of `model`'s
+/// parameters. Both average gradients with DistributedDataParallel in buckets
+/// overlapped with backward (ddp/distributed_data_parallel.h).
 std::unique_ptr<Strategy> makeStrategy(StrategyType type, std::shared_ptr<torch::nn::Module> model,
                                        std::shared_ptr<Communicator> comm, DdpOptions options,
                                        std::unique_ptr<torch::optim::Optimizer> optimizer);
-
-/// Distributed data parallelism: every rank holds the whole model and
-/// optimizer; gradients are averaged in buckets overlapped with backward
-/// (ddp/distributed_data_parallel.h). `optimizer` is over `model`'s parameters.
-std::unique_ptr<Strategy> makeDdpStrategy(std::shared_ptr<torch::nn::Module> model, std::shared_ptr<Communicator> comm,
-                                          DdpOptions options, std::unique_ptr<torch::optim::Optimizer> optimizer);
 
 }  // namespace lockstep
