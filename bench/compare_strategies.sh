@@ -1,19 +1,22 @@
 #!/usr/bin/env bash
-# Training strategies side by side on one config, interleaved (docs/memory.md).
+# Training strategies (or any other setting) side by side on one config,
+# interleaved (docs/memory.md).
 #
 #   bench/compare_strategies.sh CONFIG.yaml [STEPS] [key=value ...]
+#   KEY=precision STRATEGIES="fp32 bf16" bench/compare_strategies.sh configs/mlp-bench.yaml 20
 #
-# For ROUNDS rounds (default 5) runs, for every strategy in STRATEGIES
+# For ROUNDS rounds (default 5) runs, for every value S in STRATEGIES
 # (default "ddp zero1"; the order reversed every other round, so drifts of
-# this shared machine hit every side alike):
-#   lockstep run -np NP --threads THREADS -- lockstep train CONFIG strategy.type=S
+# this shared machine hit every side alike) of the config key KEY (default
+# strategy.type):
+#   lockstep run -np NP --threads THREADS -- lockstep train CONFIG KEY=S
 #       trainer.max_steps=STEPS (default 40) trainer.validate=false checkpoint.dir=off ...
 # and reads rank 0's --result-json. Prints, per strategy, the mean over rounds
 # of samples/s (global, first step excluded) and of the mean step time, and
 # the per-round ratio of each strategy's step time to the first strategy's in
 # the same round: min / median / max over the rounds.
 #
-# Environment: LOCKSTEP_BUILD_DIR (default build), ROUNDS, STRATEGIES, NP (default 2),
+# Environment: LOCKSTEP_BUILD_DIR (default build), ROUNDS, KEY, STRATEGIES, NP (default 2),
 # THREADS (default 1), KEEP_LOGS=1 to keep the run logs. Nothing is built here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,6 +28,7 @@ if [ $# -ge 1 ] && [[ "$1" =~ ^[0-9]+$ ]]; then STEPS="$1"; shift; fi
 BIN="${LOCKSTEP_BUILD_DIR:-build}/lockstep"
 ROUNDS="${ROUNDS:-5}"
 read -r -a STRATS <<<"${STRATEGIES:-ddp zero1}"
+KEY="${KEY:-strategy.type}"
 NP="${NP:-2}"
 THREADS="${THREADS:-1}"
 [ -x "$BIN" ] || { echo "compare_strategies.sh: $BIN not found; build lockstep first (scripts/build.sh)" >&2; exit 1; }
@@ -36,7 +40,7 @@ field() {  # FILE KEY -> the number after "KEY": in the result JSON
   sed -n "s/.*\"$2\": *\([-0-9.eE+]*\).*/\1/p" "$1" | head -1
 }
 
-echo "$CONFIG, $NP workers x $THREADS thread(s), $STEPS steps, $ROUNDS interleaved rounds: ${STRATS[*]}"
+echo "$CONFIG, $NP workers x $THREADS thread(s), $STEPS steps, $ROUNDS interleaved rounds: $KEY = ${STRATS[*]}"
 for ((round = 0; round < ROUNDS; round++)); do
   order=("${STRATS[@]}")
   if ((round % 2 == 1)); then
@@ -45,7 +49,7 @@ for ((round = 0; round < ROUNDS; round++)); do
   fi
   for s in "${order[@]}"; do
     json="$OUT/r$round-$s.json"
-    if ! "$BIN" run -np "$NP" --threads "$THREADS" -- "$BIN" train "$CONFIG" "strategy.type=$s" \
+    if ! "$BIN" run -np "$NP" --threads "$THREADS" -- "$BIN" train "$CONFIG" "$KEY=$s" \
       "trainer.max_steps=$STEPS" trainer.validate=false checkpoint.dir=off checkpoint.resume=none \
       generate.samples=0 monitor.dir=off "$@" --result-json "$json" >"$OUT/r$round-$s.log" 2>&1; then
       echo "compare_strategies.sh: the $s run of round $round failed; its last lines:" >&2
@@ -57,7 +61,7 @@ for ((round = 0; round < ROUNDS; round++)); do
   done
 done
 
-echo "strategy  samples/s (mean)  step ms (mean)  step time / ${STRATS[0]}'s, same round: min / median / max"
+echo "$KEY  samples/s (mean)  step ms (mean)  step time / ${STRATS[0]}'s, same round: min / median / max"
 for s in "${STRATS[@]}"; do
   rates=""
   steps=""

@@ -8,10 +8,7 @@
 // reads back rank 0's step breakdown (trainer.h: StepBreakdown) and prints
 // throughput, speed-up, scaling efficiency and where a step's time went, with
 // one line per under-scaling row naming the phase that grew the most.
-#include <fcntl.h>
-#include <spawn.h>
 #include <sys/resource.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
@@ -20,23 +17,20 @@
 
 #include <algorithm>
 #include <array>
-#include <cerrno>
 #include <chrono>
 #include <cstring>
-#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <optional>
 
+#include "cli/child_runs.h"
 #include "cli/commands.h"
 #include "cli/parse_args.h"
 #include "lockstep/common/env.h"
 #include "lockstep/common/error.h"
 #include "lockstep/rendezvous/init.h"
 #include "lockstep/train/config.h"
-
-extern char** environ;
 
 namespace lockstep::cli {
 
@@ -91,27 +85,6 @@ struct Row {
   double computeMs() const { return phase("forward") + phase("backward"); }
 };
 
-std::vector<int> parseWorldSizes(const std::string& text) {
-  auto bad = [&] {
-    return ConfigError(
-        fmt::format("--np '{}': expected a comma-separated list of worker counts of at least 1, "
-                    "e.g. --np 1,2,4",
-                    text));
-  };
-  std::vector<int> sizes;
-  size_t start = 0;
-  while (true) {
-    size_t comma = text.find(',', start);
-    std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    try {
-      sizes.push_back(static_cast<int>(parseInt(item, "--np", 1, 4096)));
-    } catch (const ConfigError&) { throw bad(); }
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
-  return sizes;
-}
-
 /// Parses `bench scaling`'s arguments into `o`; an exit code when the command
 /// should stop now (help, a CLI11 error), ConfigError for a bad value.
 std::optional<int> parseScalingArgs(const std::vector<std::string>& args, ScalingOptions& o) {
@@ -142,28 +115,6 @@ std::optional<int> parseScalingArgs(const std::vector<std::string>& args, Scalin
   return std::nullopt;
 }
 
-/// Runs argv with stdout and stderr into `logPath`; returns the exit code (128+signal when killed).
-int runLogged(const std::vector<std::string>& argv, const std::string& logPath) {
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&actions, 1, logPath.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&actions, 1, 2);
-  std::vector<char*> cargv;
-  for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
-  cargv.push_back(nullptr);
-  pid_t pid = -1;
-  int rc = posix_spawn(&pid, cargv[0], &actions, nullptr, cargv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  if (rc != 0) throw Error(fmt::format("cannot start {}: {}", argv[0], std::strerror(rc)));
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0) {
-    if (errno != EINTR) throw Error(fmt::format("waiting for {} failed: {}", argv[0], std::strerror(errno)));
-  }
-  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-  return WEXITSTATUS(status);
-}
-
 /// CPU seconds the whole machine spent busy so far (/proc/stat), -1 where unreadable.
 double machineBusySeconds() {
   std::ifstream in("/proc/stat");
@@ -179,30 +130,6 @@ double childrenCpuSeconds() {
   ::getrusage(RUSAGE_CHILDREN, &usage);
   auto seconds = [](const timeval& t) { return static_cast<double>(t.tv_sec) + 1e-6 * static_cast<double>(t.tv_usec); };
   return seconds(usage.ru_utime) + seconds(usage.ru_stime);
-}
-
-std::string lastLines(const std::string& path, size_t count) {
-  std::ifstream in(path);
-  std::deque<std::string> lines;
-  std::string line;
-  while (std::getline(in, line)) {
-    lines.push_back(line);
-    if (lines.size() > count) lines.pop_front();
-  }
-  std::string text;
-  for (const auto& l : lines) text += "    " + l + "\n";
-  return text;
-}
-
-std::string shellJoin(const std::vector<std::string>& argv) {
-  std::string text;
-  for (const auto& a : argv) {
-    bool plain = !a.empty() && a.find_first_not_of(
-                                   "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
-                                   "_-./=,:@+") == std::string::npos;
-    text += (text.empty() ? "" : " ") + (plain ? a : "'" + a + "'");
-  }
-  return text;
 }
 
 Row readRow(const std::string& path, int np) {
@@ -434,10 +361,11 @@ int benchScaling(const std::vector<std::string>& args) {
 
   const int cores = workerThreads(Environment({}), 1);
   const std::string self = fs::read_symlink("/proc/self/exe").string();
-  std::string scratch = (fs::temp_directory_path() / "lockstep-scaling-XXXXXX").string();
-  if (::mkdtemp(scratch.data()) == nullptr) {
-    std::cerr << "lockstep bench scaling: cannot create a directory under " << fs::temp_directory_path() << ": "
-              << std::strerror(errno) << "\n";
+  std::string scratch;
+  try {
+    scratch = makeScratchDir("lockstep-scaling");
+  } catch (const Error& e) {
+    std::cerr << "lockstep bench scaling: " << e.what() << "\n";
     return kExitFailure;
   }
 

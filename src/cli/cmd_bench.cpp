@@ -35,7 +35,9 @@ constexpr const char* kBenchUsage =
     "run it under `lockstep run -np N -- lockstep bench allreduce` to measure N workers\n"
     "       lockstep bench loader CONFIG.yaml [key=value ...] [--batches N]   (image loader vs trainer)\n"
     "       lockstep bench scaling CONFIG.yaml --np 1,2[,...] [--steps N] [--threads T] [--backend NAME] [--json]\n"
-    "                              [key=value ...]   (training throughput and step phases per world size)";
+    "                              [key=value ...]   (training throughput and step phases per world size)\n"
+    "       lockstep bench memory CONFIG.yaml --np 1,2[,...] [--strategies ddp,zero1] [--steps N] [--json]\n"
+    "                             [key=value ...]   (bytes per rank and strategy, next to the theory)";
 
 /// `bench allreduce`'s arguments as AllreduceBenchOptions; an exit code when it should stop now.
 std::optional<int> parseAllreduceArgs(const std::vector<std::string>& args, AllreduceBenchOptions& o) {
@@ -92,7 +94,7 @@ int allreduceCommand(const std::vector<std::string>& args) {
 int benchCommand(const std::vector<std::string>& args) {
   using Bench = int (*)(const std::vector<std::string>&);
   static const std::pair<const char*, Bench> kBenches[] = {
-      {"allreduce", &allreduceCommand}, {"loader", &benchLoader}, {"scaling", &benchScaling}};
+      {"allreduce", &allreduceCommand}, {"loader", &benchLoader}, {"scaling", &benchScaling}, {"memory", &benchMemory}};
   if (!args.empty() && (args[0] == "-h" || args[0] == "--help")) {
     std::cout << kBenchUsage << "\n";
     return kExitOk;

@@ -18,6 +18,7 @@
 #include "cli/parse_args.h"
 #include "lockstep/common/error.h"
 #include "lockstep/common/logging.h"
+#include "lockstep/common/tensor_memory.h"
 #include "lockstep/models/char_lstm.h"
 #include "lockstep/monitor/monitor.h"
 #include "lockstep/rendezvous/init.h"
@@ -84,6 +85,8 @@ std::shared_ptr<TrainerCallback> makeFaultKiller(const Environment& env, int ran
 
 int train(const std::string& configFile, const std::vector<std::string>& overrides, const std::string& resultJson) {
   TrainConfig config = loadTrainConfig(configFile, overrides);
+  // Count tensor bytes from the start: the result's forward+backward peak (bench memory).
+  trackTensorMemory();
   Context ctx = init();
   if (config.monitor.dir.empty()) config.monitor.dir = defaultRunDir(configFile);
   std::string& checkpointDir = config.trainer.checkpoint.dir;

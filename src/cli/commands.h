@@ -43,6 +43,9 @@ int benchLoader(const std::vector<std::string>& args);
 /// `lockstep bench scaling CONFIG --np 1,2 [--steps N] [--threads T] [--backend NAME] [--json] [key=value ...]`.
 int benchScaling(const std::vector<std::string>& args);
 
+/// `lockstep bench memory CONFIG --np 1,2 [--strategies ddp,zero1] [--steps N] [--json] [key=value ...]`.
+int benchMemory(const std::vector<std::string>& args);
+
 /// The callback behind `lockstep train --result-json PATH`: at the end of fit(),
 /// rank 0 writes the FitResult (throughput, per-step phase breakdown,
 /// communication figures, world size, threads) to PATH as one JSON object,

@@ -9,7 +9,9 @@
 //    "last_validation_accuracy":..., "step_seconds":..., "step_seconds_max":...,
 //    "phases_seconds":{"data_wait":..., "forward":..., "backward":..., "comm_wait":..., "optimizer":...},
 //    "comm":{"seconds":..., "exposed_seconds":..., "exposed_seconds_max":...,
-//            "hidden_fraction":0.8 or null, "buckets":1, "bucket_bytes":1686568}}
+//            "hidden_fraction":0.8 or null, "buckets":1, "bucket_bytes":1686568},
+//    "memory":{"ranks":[{"rank":0, "parameter_bytes":..., "gradient_bytes":..., "optimizer_bytes":...,
+//              "comm_buffer_bytes":..., "step_peak_bytes":... or null, "peak_rss_bytes":...}, ...]}}
 #include <nlohmann/json.hpp>
 
 #include <fmt/format.h>
@@ -35,6 +37,17 @@ nlohmann::json toJson(const FitResult& r, int rank, int threads) {
                          {"buckets", b.buckets},
                          {"bucket_bytes", b.bucketBytes}};
   if (b.commHiddenFraction >= 0) comm["hidden_fraction"] = b.commHiddenFraction;
+  nlohmann::json ranks = nlohmann::json::array();
+  for (const RankMemory& m : r.memory) {
+    ranks.push_back(
+        {{"rank", m.rank},
+         {"parameter_bytes", m.parameterBytes},
+         {"gradient_bytes", m.gradientBytes},
+         {"optimizer_bytes", m.optimizerBytes},
+         {"comm_buffer_bytes", m.commBufferBytes},
+         {"step_peak_bytes", m.stepPeakBytes < 0 ? nlohmann::json(nullptr) : nlohmann::json(m.stepPeakBytes)},
+         {"peak_rss_bytes", m.peakRssBytes}});
+  }
   return {{"rank", rank},
           {"world_size", r.worldSize},
           {"threads_per_worker", threads},
@@ -51,7 +64,8 @@ nlohmann::json toJson(const FitResult& r, int rank, int threads) {
           {"step_seconds", b.stepSeconds},
           {"step_seconds_max", b.stepSecondsMax},
           {"phases_seconds", phases},
-          {"comm", comm}};
+          {"comm", comm},
+          {"memory", {{"ranks", ranks}}}};
 }
 
 class ResultJsonWriter : public TrainerCallback {

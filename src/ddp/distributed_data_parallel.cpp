@@ -307,6 +307,15 @@ void DistributedDataParallel::finishGradientSync() { impl_->finish(); }
 void DistributedDataParallel::setSyncEnabled(bool enabled) { impl_->syncEnabled = enabled; }
 bool DistributedDataParallel::syncEnabled() const { return impl_->syncEnabled; }
 int DistributedDataParallel::numBuckets() const { return static_cast<int>(impl_->buckets.size()); }
+
+int64_t DistributedDataParallel::bufferBytes() const {
+  int64_t total = 0;
+  for (const auto& b : impl_->buckets) {
+    if (b.buffer.defined()) total += static_cast<int64_t>(b.buffer.nbytes());
+    if (b.scratch.defined()) total += static_cast<int64_t>(b.scratch.nbytes());
+  }
+  return total;
+}
 const DdpStats& DistributedDataParallel::stats() const { return impl_->stats; }
 const std::vector<BucketTiming>& DistributedDataParallel::lastSyncTimings() const { return impl_->lastTimings; }
 Communicator& DistributedDataParallel::comm() { return *impl_->comm; }

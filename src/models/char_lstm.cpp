@@ -1,9 +1,11 @@
 #include "lockstep/models/char_lstm.h"
 
 #include <ATen/ATen.h>
+#include <fmt/format.h>
 #include <torch/nn/functional/loss.h>
 
 #include "lockstep/common/error.h"
+#include "lockstep/nn/activation_checkpoint.h"
 
 namespace lockstep {
 
@@ -13,12 +15,37 @@ CharLstmImpl::CharLstmImpl(const CharLstmOptions& o) : options_(o) {
   lstm_ = register_module(
       "lstm", torch::nn::LSTM(torch::nn::LSTMOptions(o.vocabSize, o.hidden).num_layers(o.layers).batch_first(true)));
   head_ = register_module("head", torch::nn::Linear(o.hidden, o.vocabSize));
+  if (o.checkpointSegments < 0 || o.checkpointSegments > o.layers + 1) {
+    throw ConfigError(
+        fmt::format("model.checkpoint_segments={}: charlstm with {} layers has {} stages (each layer, "
+                    "the head); expected 0 (off) to {}",
+                    o.checkpointSegments, o.layers, o.layers + 1, o.layers + 1));
+  }
 }
 
 at::Tensor CharLstmImpl::forward(const at::Tensor& indices) {
   at::Tensor x = at::one_hot(indices, options_.vocabSize).to(at::kFloat);
+  if (options_.checkpointSegments > 0) {
+    std::vector<CheckpointStage> stages;
+    for (int64_t k = 0; k < options_.layers; ++k) {
+      stages.push_back({[this, k](const at::Tensor& in) { return layerForward(k, in); }, nullptr});
+    }
+    stages.push_back({[this](const at::Tensor& in) { return head_->forward(in); }, nullptr});
+    return checkpointSequence(stages, options_.checkpointSegments, x);
+  }
   auto out = std::get<0>(lstm_->forward(x));
   return head_->forward(out);
+}
+
+at::Tensor CharLstmImpl::layerForward(int64_t k, const at::Tensor& x) {
+  // One layer of lstm_ with its own weights: the same kernel LSTM's forward
+  // runs for each layer of the stack.
+  const std::vector<at::Tensor> all = lstm_->all_weights();  // w_ih, w_hh, b_ih, b_hh per layer
+  const auto first = all.begin() + 4 * k;
+  std::vector<at::Tensor> weights(first, first + 4);
+  at::Tensor zeros = at::zeros({1, x.size(0), options_.hidden}, x.options());
+  return std::get<0>(at::lstm(x, {zeros, zeros}, weights, /*has_biases=*/true, /*num_layers=*/1, /*dropout=*/0.0,
+                              is_training(), /*bidirectional=*/false, /*batch_first=*/true));
 }
 
 at::Tensor charLstmLoss(const at::Tensor& logits, const at::Tensor& targets) {

@@ -18,6 +18,7 @@
 #include <unordered_set>
 
 #include "lockstep/common/error.h"
+#include "lockstep/nn/activation_checkpoint.h"
 
 namespace lockstep {
 namespace {
@@ -39,6 +40,14 @@ void checkImages(const at::Tensor& images, const char* type, int64_t channels, i
 int64_t windowOut(int64_t side, int64_t kernel, int64_t stride, int64_t padding) {
   int64_t span = side + 2 * padding - kernel;
   return span < 0 ? 0 : span / stride + 1;
+}
+
+/// Runs `stages` plainly, or checkpointed in `segments` (> 0).
+at::Tensor runStages(const std::vector<CheckpointStage>& stages, int64_t segments, const at::Tensor& x) {
+  if (segments > 0) return checkpointSequence(stages, segments, x);
+  at::Tensor y = x;
+  for (const auto& s : stages) y = s.fn(y);
+  return y;
 }
 
 // ---- convnet ----------------------------------------------------------------
@@ -80,21 +89,27 @@ class ImageMlpImpl : public ImageClassifierImpl {
       layers_.push_back(register_module("fc" + std::to_string(i + 1), nn::Linear(in, outs[i])));
       in = outs[i];
     }
+    for (size_t i = 0; i < layers_.size(); ++i) {
+      std::shared_ptr<nn::LinearImpl> layer = layers_[i].ptr();
+      const bool last = i + 1 == layers_.size();
+      stages_.push_back({[layer, last](const at::Tensor& x) {
+                           at::Tensor y = layer->forward(x);
+                           return last ? y : at::relu(y);
+                         },
+                         layer});
+    }
   }
+  static int64_t stageCount(const ImageModelOptions& o) { return static_cast<int64_t>(o.hiddenSizes.size()) + 1; }
 
   at::Tensor forward(const at::Tensor& images) override {
     checkImages(images, "mlp", options_.inChannels, options_.imageSize);
-    at::Tensor x = images.flatten(1);
-    for (size_t i = 0; i < layers_.size(); ++i) {
-      x = layers_[i]->forward(x);
-      if (i + 1 < layers_.size()) x = at::relu(x);
-    }
-    return x;
+    return runStages(stages_, options_.checkpointSegments, images.flatten(1));
   }
 
  private:
   ImageModelOptions options_;
   std::vector<nn::Linear> layers_;
+  std::vector<CheckpointStage> stages_;  ///< Linear-ReLU each, the last Linear alone
 };
 
 // ---- alexnet, alexnet-cifar -------------------------------------------------
@@ -248,16 +263,19 @@ class ResNetImpl : public ImageClassifierImpl {
     }
     net->fc_ = net->register_module("fc", nn::Linear(in, o.numClasses));
     net->initWeights();
+    net->buildStages();
     return net;
   }
 
   at::Tensor forward(const at::Tensor& images) override {
     checkImages(images, type_, options_.inChannels, /*side=*/0);
-    at::Tensor x = at::relu(bn1_->forward(conv1_->forward(images)));
-    if (!cifarStem_) x = at::max_pool2d(x, {3, 3}, {2, 2}, {1, 1});
-    for (auto& block : blocks_) x = block->forward(x);
-    x = at::adaptive_avg_pool2d(x, {1, 1}).flatten(1);
-    return fc_->forward(x);
+    return runStages(stages_, options_.checkpointSegments, images);
+  }
+  /// The stem, each block, the head.
+  static int64_t stageCount(const std::vector<int64_t>& blocks) {
+    int64_t n = 2;
+    for (int64_t b : blocks) n += b;
+    return n;
   }
 
  private:
@@ -265,6 +283,24 @@ class ResNetImpl : public ImageClassifierImpl {
       : options_(o), type_(type), cifarStem_(o.imageSize <= kCifarStemMaxSide) {
     conv1_ = register_module("conv1", cifarStem_ ? conv(o.inChannels, 64, 3, 1) : conv(o.inChannels, 64, 7, 2));
     bn1_ = register_module("bn1", nn::BatchNorm2d(64));
+  }
+
+  // Raw pointers: the stages live in this module and run while it does.
+  void buildStages() {
+    ResNetImpl* self = this;
+    stages_.push_back({[self](const at::Tensor& images) {
+                         at::Tensor x = at::relu(self->bn1_->forward(self->conv1_->forward(images)));
+                         return self->cifarStem_ ? x : at::max_pool2d(x, {3, 3}, {2, 2}, {1, 1});
+                       },
+                       bn1_.ptr()});
+    for (auto& block : blocks_) {
+      ResidualBlockImpl* b = block.get();
+      stages_.push_back({[b](const at::Tensor& x) { return b->forward(x); }, block});
+    }
+    stages_.push_back({[self](const at::Tensor& x) {
+                         return self->fc_->forward(at::adaptive_avg_pool2d(x, {1, 1}).flatten(1));
+                       },
+                       nullptr});
   }
 
   // torchvision: kaiming normal (fan_out, ReLU) for convs, BatchNorm weight 1 and bias 0; Linear keeps its default.
@@ -287,6 +323,7 @@ class ResNetImpl : public ImageClassifierImpl {
   nn::BatchNorm2d bn1_{nullptr};
   std::vector<std::shared_ptr<ResidualBlockImpl>> blocks_;  ///< layer1..layer4 in order
   nn::Linear fc_{nullptr};
+  std::vector<CheckpointStage> stages_;
 };
 
 const char* const kTypes[] = {"convnet", "mlp", "alexnet", "alexnet-cifar", "resnet18", "resnet50"};
@@ -313,6 +350,15 @@ std::shared_ptr<ImageClassifierImpl> makeImageModel(const std::string& type, con
   require(o.numClasses >= 1, "the number of classes must be at least 1, got " + std::to_string(o.numClasses));
   require(o.imageSize >= 1, "the image size must be at least 1, got " + std::to_string(o.imageSize));
   const std::string size = std::to_string(o.imageSize) + "x" + std::to_string(o.imageSize);
+  auto checkSegments = [&](int64_t stages, const std::string& what) {
+    require(o.checkpointSegments >= 0 && o.checkpointSegments <= stages,
+            "model.checkpoint_segments=" + std::to_string(o.checkpointSegments) + " but the model has " +
+                std::to_string(stages) + " stages (" + what + "); expected 0 (off) to " + std::to_string(stages));
+  };
+  const bool splittable = type == "mlp" || type == "resnet18" || type == "resnet50";
+  require(splittable || o.checkpointSegments == 0,
+          "model.checkpoint_segments is supported by mlp, resnet18, resnet50 (and charlstm), not by this model; "
+          "set it to 0");
 
   if (type == "convnet") {
     require(o.imageSize >= 4, "needs images of at least 4x4 (two 2x2 max pools), got " + size);
@@ -323,6 +369,7 @@ std::shared_ptr<ImageClassifierImpl> makeImageModel(const std::string& type, con
     for (int64_t h : o.hiddenSizes) {
       require(h >= 1, "hidden layer sizes (model.hidden_sizes) must be at least 1, got " + std::to_string(h));
     }
+    checkSegments(ImageMlpImpl::stageCount(o), "each Linear");
     return std::make_shared<ImageMlpImpl>(o);
   }
   if (type == "alexnet") {
@@ -334,8 +381,11 @@ std::shared_ptr<ImageClassifierImpl> makeImageModel(const std::string& type, con
     require(o.imageSize >= 8, "needs images of at least 8x8 (three 2x2 max pools), got " + size);
     return std::make_shared<AlexNetImpl>(o, kAlexNetCifar);
   }
-  if (type == "resnet18") return ResNetImpl::make<BasicBlockImpl>("resnet18", o, {2, 2, 2, 2});
-  return ResNetImpl::make<BottleneckImpl>("resnet50", o, {3, 4, 6, 3});
+  const std::vector<int64_t> blocks =
+      type == "resnet18" ? std::vector<int64_t>{2, 2, 2, 2} : std::vector<int64_t>{3, 4, 6, 3};
+  checkSegments(ResNetImpl::stageCount(blocks), "the stem, each residual block, the head");
+  if (type == "resnet18") return ResNetImpl::make<BasicBlockImpl>("resnet18", o, blocks);
+  return ResNetImpl::make<BottleneckImpl>("resnet50", o, blocks);
 }
 
 int64_t countParameters(const torch::nn::Module& module) {

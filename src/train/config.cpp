@@ -45,6 +45,7 @@ std::vector<Field> fieldsOf(TrainConfig& c) {
       {"model.layers", &c.model.layers},
       {"model.window", &c.model.window},
       {"model.hidden_sizes", &c.model.hiddenSizes},
+      {"model.checkpoint_segments", &c.model.checkpointSegments},
       {"data.dataset", &c.data.dataset},
       {"data.sources", &c.data.sources},
       {"data.csv_column", &c.data.csvColumn},
@@ -77,6 +78,7 @@ std::vector<Field> fieldsOf(TrainConfig& c) {
       {"lr_scaling.base_batch", &c.trainer.lrScaling.baseBatch},
       {"lr_scaling.warmup_steps", &c.trainer.lrScaling.warmupSteps},
       {"strategy.type", choice(&c.trainer.strategy, parseStrategyType)},
+      {"precision", choice(&c.trainer.precision, parsePrecision)},
       {"ddp.bucket_cap_mb", &c.trainer.ddp.bucketCapMb},
       {"ddp.first_bucket_cap_mb", &c.trainer.ddp.firstBucketCapMb},
       {"ddp.find_unused_parameters", &c.trainer.ddp.findUnusedParameters},
@@ -319,13 +321,15 @@ std::string toYaml(const TrainConfig& constConfig) {
   for (const auto& f : fieldsOf(config)) {
     auto dot = f.path.find('.');
     std::string section = f.path.substr(0, dot);
-    std::string key = f.path.substr(dot + 1);
+    std::string key = dot == std::string::npos ? "" : f.path.substr(dot + 1);
     std::visit(
         [&](const auto& target) {
+          // A top-level key (precision) has no section.
+          YAML::Node node = key.empty() ? root[section] : root[section][key];
           if constexpr (std::is_same_v<std::decay_t<decltype(target)>, Choice>)
-            root[section][key] = target.get();
+            node = target.get();
           else
-            root[section][key] = *target;
+            node = *target;
         },
         f.target);
   }

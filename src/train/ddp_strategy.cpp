@@ -83,6 +83,17 @@ class DdpStrategy final : public Strategy {
     }
   }
 
+  RankMemory memory() const override {
+    RankMemory m;
+    for (const auto& p : model_->parameters()) {
+      m.parameterBytes += static_cast<int64_t>(p.nbytes());
+      if (p.grad().defined()) m.gradientBytes += static_cast<int64_t>(p.grad().nbytes());
+    }
+    m.optimizerBytes = sharded_ ? sharded_->stateBytes() : optimizerStateBytes(*optimizer_);
+    m.commBufferBytes = ddp_ ? ddp_->bufferBytes() : 0;
+    return m;
+  }
+
   void loadState(const TensorArchive& archive, bool report) override {
     loadModelState(archive, *model_);
     if (sharded_) {

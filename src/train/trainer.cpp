@@ -16,6 +16,7 @@
 
 #include "lockstep/common/error.h"
 #include "lockstep/common/logging.h"
+#include "lockstep/common/tensor_memory.h"
 #include "lockstep/data/sampler.h"
 #include "lockstep/train/strategy.h"
 #include "train/step_timer.h"
@@ -43,6 +44,7 @@ class FitRun {
   void saveCheckpoint();
   void finish();
   double applyLearningRate();
+  void gatherMemory();
   template <typename Fn>
   void notify(Fn&& fn) {
     for (const auto& c : o_.callbacks) fn(*c);
@@ -79,6 +81,7 @@ class FitRun {
   FitResult result_;
   int64_t savedStep_ = -1;
   int64_t validatedStep_ = -1;
+  int64_t stepPeakBytes_ = -1;  // max over steps of forward+backward tensor bytes, when tracked
   double windowLoss_ = 0;
   int64_t windowSteps_ = 0;
   Clock::time_point windowStart_;
@@ -151,12 +154,13 @@ void FitRun::announce() {
   if (master_) {
     log::info(fmt::format(
         "training on {} worker(s): {} samples, per-worker batch {}{}, global batch {}; lr {} scaled to {} ({} rule, "
-        "base batch {}){}; {} optimizer steps ({} per epoch); {}",
+        "base batch {}){}; {} optimizer steps ({} per epoch); {}{}",
         world_, train_.size(), o_.batchSize,
         o_.accumulation > 1 ? fmt::format(" x {} accumulated", o_.accumulation) : "", globalBatch_, baseLrs_[0],
         scaledLearningRate(baseLrs_[0], globalBatch_, scaling_), toString(scaling_.rule), scaling_.baseBatch,
         scaling_.warmupSteps > 0 ? fmt::format(", warmup {} steps", scaling_.warmupSteps) : "", totalSteps_,
-        stepsPerEpoch_, strategy_->describe()));
+        stepsPerEpoch_, strategy_->describe(),
+        o_.precision == Precision::kFp32 ? "" : fmt::format("; {} autocast, float32 weights", toString(o_.precision))));
   }
   FitInfo info;
   info.rank = rank_;
@@ -217,16 +221,25 @@ double FitRun::trainStep() {
   // buckets (80 MB of them per step on a 20M-parameter model).
   for (auto& p : model_->parameters()) p.mutable_grad() = at::Tensor();
   double stepLoss = 0;
+  const bool trackPeak = tensorMemoryTracked();
+  const int64_t liveAtStart = trackPeak ? liveTensorBytes() : 0;
+  if (trackPeak) resetPeakTensorBytes();
   timer_.beginStep();
   for (int64_t m = 0; m < o_.accumulation; ++m) {
     Batch batch = loader_.next();
     timer_.endPhase(Phase::kDataWait);
-    at::Tensor loss = lossFn_(*model_, batch) / static_cast<double>(o_.accumulation);
+    at::Tensor loss;
+    {
+      AutocastGuard amp(o_.precision);
+      loss = lossFn_(*model_, batch);
+    }
+    loss = loss.to(at::kFloat) / static_cast<double>(o_.accumulation);
     stepLoss += loss.item<double>();
     timer_.endPhase(Phase::kForward);
     strategy_->backward(loss, /*sync=*/m + 1 == o_.accumulation);
     timer_.endPhase(Phase::kBackward);
   }
+  if (trackPeak) stepPeakBytes_ = std::max(stepPeakBytes_, peakTensorBytes() - liveAtStart);
   strategy_->finishGradientSync();
   timer_.endPhase(Phase::kCommWait);
   strategy_->step(o_.clipGradNorm);
@@ -278,6 +291,7 @@ void FitRun::validate(const std::string& when, int64_t ofEpoch) {
     for (size_t k = 0; k < batches; ++k) {
       Batch batch = loader.next();
       const auto rows = static_cast<double>(batch.inputs.size(0));
+      AutocastGuard amp(o_.precision);
       sum += lossFn_(*model_, batch).item<double>() * rows;
       if (correct_) right += static_cast<double>(correct_(*model_, batch));
       count += rows;
@@ -321,6 +335,43 @@ void FitRun::saveCheckpoint() {
   }
 }
 
+/// Every rank's RankMemory into result_.memory (collective).
+void FitRun::gatherMemory() {
+  RankMemory mine = strategy_->memory();
+  mine.stepPeakBytes = stepPeakBytes_;
+  mine.peakRssBytes = peakResidentBytes();
+  at::Tensor local = at::tensor({static_cast<double>(mine.parameterBytes), static_cast<double>(mine.gradientBytes),
+                                 static_cast<double>(mine.optimizerBytes), static_cast<double>(mine.commBufferBytes),
+                                 static_cast<double>(mine.stepPeakBytes), static_cast<double>(mine.peakRssBytes)},
+                                at::kDouble);
+  at::Tensor all = at::empty({world_ * local.numel()}, at::kDouble);
+  comm_.allgather(local, all)->wait();
+  auto a = all.accessor<double, 1>();
+  result_.memory.clear();
+  for (int r = 0; r < world_; ++r) {
+    const int64_t o = r * local.numel();
+    RankMemory m;
+    m.rank = r;
+    m.parameterBytes = static_cast<int64_t>(a[o]);
+    m.gradientBytes = static_cast<int64_t>(a[o + 1]);
+    m.optimizerBytes = static_cast<int64_t>(a[o + 2]);
+    m.commBufferBytes = static_cast<int64_t>(a[o + 3]);
+    m.stepPeakBytes = static_cast<int64_t>(a[o + 4]);
+    m.peakRssBytes = static_cast<int64_t>(a[o + 5]);
+    result_.memory.push_back(m);
+  }
+  if (master_) {
+    const RankMemory& m = result_.memory[0];
+    log::info(
+        fmt::format("memory (rank 0): model state {:.1f} MB = parameters {:.1f} + gradients {:.1f} + optimizer "
+                    "{:.1f}; communication buffers {:.1f} MB{}; peak RSS {:.0f} MB",
+                    m.modelStateBytes() / 1e6, m.parameterBytes / 1e6, m.gradientBytes / 1e6, m.optimizerBytes / 1e6,
+                    m.commBufferBytes / 1e6,
+                    m.stepPeakBytes >= 0 ? fmt::format("; forward+backward peak {:.1f} MB", m.stepPeakBytes / 1e6) : "",
+                    m.peakRssBytes / 1e6));
+  }
+}
+
 void FitRun::finish() {
   result_.steps = at_.step;
   result_.worldSize = world_;
@@ -332,6 +383,7 @@ void FitRun::finish() {
     result_.samplesPerSecond = static_cast<double>(timer_.timedSteps() * globalBatch_) / timer_.timedSeconds();
   }
   result_.breakdown = timer_.breakdown(comm_);
+  gatherMemory();
   const StepBreakdown& b = result_.breakdown;
   if (master_) {
     log::info(

@@ -38,9 +38,9 @@ class ImageTask final : public Task {
       log::info(fmt::format("data: {}; validation: {}", trainImages->description(),
                             testImages ? testImages->description() : std::string("none")));
     }
-    parts.model = makeImageModel(
-        config.model.type,
-        ImageModelOptions{shape.channels, shape.height, trainImages->numClasses(), config.model.hiddenSizes});
+    parts.model =
+        makeImageModel(config.model.type, ImageModelOptions{shape.channels, shape.height, trainImages->numClasses(),
+                                                            config.model.hiddenSizes, config.model.checkpointSegments});
     if (rank == 0) {
       log::info(fmt::format("model: {} with {} parameters", config.model.type, countParameters(*parts.model)));
     }

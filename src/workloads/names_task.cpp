@@ -53,7 +53,8 @@ class NamesTask final : public Task {
                       names.size(), fmt::join(config.data.sources, ", "), trainNames.size(), validationNames.size(),
                       trainWindows.inputs.size(0), window, vocab_.size()));
     }
-    model_ = CharLstm(CharLstmOptions{vocab_.size(), config.model.hidden, config.model.layers});
+    model_ = CharLstm(
+        CharLstmOptions{vocab_.size(), config.model.hidden, config.model.layers, config.model.checkpointSegments});
     parts.model = model_.ptr();
     parts.loss = [](torch::nn::Module& m, const Batch& batch) {
       return charLstmLoss(static_cast<CharLstmImpl&>(m).forward(batch.inputs), batch.targets);

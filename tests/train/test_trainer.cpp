@@ -155,5 +155,43 @@ TEST(Trainer, UserSuppliedOptimizerMatchesAPlainLoopOnEveryRank) {
   }
 }
 
+// precision: bf16 trains under autocast on every rank (thread-local state:
+// each rank thread sets its own), keeps float32 weights that stay equal over
+// the ranks, and computes something other than the fp32 run.
+TEST(Trainer, Bf16TrainsWithFloat32WeightsEqualOverRanks) {
+  auto train = [](Precision precision) {
+    TrainSetup s = makeSetup();
+    s.options.batchSize = 10;
+    s.options.precision = precision;
+    std::vector<Mlp> models;
+    for (int r = 0; r < 2; ++r) {
+      torch::manual_seed(1);
+      models.emplace_back(MlpOptions{12, {64}, 5});
+    }
+    std::vector<FitResult> results(2);
+    test::runRanks(2, [&](int rank, Communicator& comm) {
+      auto shared = std::shared_ptr<Communicator>(&comm, [](Communicator*) {});
+      TensorDataset data(s.x, s.y);
+      results[rank] = Trainer(shared, s.options).fit(models[rank].ptr(), mse(), data);
+    });
+    return std::make_pair(models, results);
+  };
+  auto [fp32, fp32Results] = train(Precision::kFp32);
+  auto [bf16, bf16Results] = train(Precision::kBf16);
+  auto p0 = bf16[0]->parameters();
+  auto p1 = bf16[1]->parameters();
+  auto reference = fp32[0]->parameters();
+  bool differs = false;
+  for (size_t i = 0; i < p0.size(); ++i) {
+    EXPECT_EQ(p0[i].scalar_type(), at::kFloat);
+    EXPECT_TRUE(at::equal(p0[i], p1[i])) << "parameter " << i << " differs between the ranks";
+    EXPECT_TRUE(at::allclose(p0[i], reference[i], 0, 0.05))
+        << "parameter " << i << " strays from the fp32 run by " << (p0[i] - reference[i]).abs().max().item<double>();
+    differs |= !at::equal(p0[i], reference[i]);
+  }
+  EXPECT_TRUE(differs) << "bf16 computed exactly what fp32 did: autocast was not on";
+  EXPECT_NEAR(bf16Results[0].lastTrainLoss, fp32Results[0].lastTrainLoss, 0.02 * fp32Results[0].lastTrainLoss);
+}
+
 }  // namespace
 }  // namespace lockstep

@@ -100,6 +100,8 @@ class DistributedDataParallel {
   bool syncEnabled() const;
 
   int numBuckets() const;
+  /// Bytes of the bucket buffers (flat gradient copies and compression scratch).
+  int64_t bufferBytes() const;
   /// Parameter names of each bucket, in bucket order (tests, logs).
   std::vector<std::vector<std::string>> bucketLayout() const;
   const DdpStats& stats() const;

@@ -18,6 +18,10 @@ struct CharLstmOptions {
   int64_t vocabSize = 32;
   int64_t hidden = 128;
   int64_t layers = 4;
+  /// > 0: activation checkpointing over layers + 1 stages (each LSTM layer, the
+  /// head) in this many segments (nn/activation_checkpoint.h); 0: off.
+  /// Outside [0, layers + 1] -> lockstep::ConfigError.
+  int64_t checkpointSegments = 0;
 };
 
 class CharLstmImpl : public torch::nn::Module {
@@ -28,6 +32,8 @@ class CharLstmImpl : public torch::nn::Module {
   const CharLstmOptions& options() const { return options_; }
 
  private:
+  at::Tensor layerForward(int64_t layer, const at::Tensor& x);
+
   CharLstmOptions options_;
   torch::nn::LSTM lstm_{nullptr};
   torch::nn::Linear head_{nullptr};

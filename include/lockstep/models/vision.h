@@ -44,6 +44,11 @@ struct ImageModelOptions {
   /// "mlp" only: the widths of its hidden layers (Linear-ReLU each), then a Linear to numClasses.
   /// Empty or a non-positive width -> lockstep::ConfigError. Other models ignore it.
   std::vector<int64_t> hiddenSizes = {512, 256};
+  /// > 0: activation checkpointing in this many segments (nn/activation_checkpoint.h)
+  /// over the model's stages: "mlp" each Linear(-ReLU); "resnet18"/"resnet50"
+  /// the stem, each residual block, the head. 0: off. Other models, or more
+  /// segments than stages -> lockstep::ConfigError.
+  int64_t checkpointSegments = 0;
 };
 
 /// type: "convnet", "mlp", "alexnet" (the paper's/torchvision's 224x224 layout), "alexnet-cifar" (a 32x32 variant),

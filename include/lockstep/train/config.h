@@ -23,6 +23,7 @@ struct TrainConfig {
     int64_t layers = 4;
     int64_t window = 16;
     std::vector<int64_t> hiddenSizes = {512, 256};  ///< model.type mlp: hidden layer widths
+    int64_t checkpointSegments = 0;                 ///< activation checkpointing (charlstm, mlp, resnet*); 0: off
   } model;
   struct Data {
     std::string dataset = "names";  ///< names, fashion-mnist, mnist, cifar10, imagefolder

@@ -39,6 +39,21 @@ namespace lockstep {
 
 class TensorArchive;
 
+/// What one rank holds for training, in bytes (FitResult::memory, `lockstep bench memory`).
+struct RankMemory {
+  int rank = 0;
+  int64_t parameterBytes = 0;   ///< the model's parameters held by this rank
+  int64_t gradientBytes = 0;    ///< .grad tensors of those parameters, after the last step
+  int64_t optimizerBytes = 0;   ///< optimizer state tensors
+  int64_t commBufferBytes = 0;  ///< the strategy's own communication buffers (DDP's gradient buckets)
+  /// Max over the run's steps of the tensor bytes allocated above the step's
+  /// start during forward and backward (activations, temporaries, the new
+  /// gradients); -1 unless common/tensor_memory.h tracking is on.
+  int64_t stepPeakBytes = -1;
+  int64_t peakRssBytes = 0;  ///< the process's peak resident set (VmHWM) at the end; 0 unknown
+  int64_t modelStateBytes() const { return parameterBytes + gradientBytes + optimizerBytes; }
+};
+
 class Strategy {
  public:
   virtual ~Strategy() = default;
@@ -65,6 +80,9 @@ class Strategy {
   /// Restores what saveState wrote, checking it all before changing anything.
   /// `report`: log warnings (rank 0). Throws CheckpointError.
   virtual void loadState(const TensorArchive& archive, bool report) = 0;
+  /// This rank's parameter, gradient, optimizer and buffer bytes now, counted
+  /// from the tensors (the other RankMemory fields are the Trainer's).
+  virtual RankMemory memory() const = 0;
 };
 
 /// The strategies the Trainer builds by name (config `strategy.type`):

@@ -33,6 +33,7 @@
 #include "lockstep/data/dataset.h"
 #include "lockstep/data/loader.h"
 #include "lockstep/ddp/distributed_data_parallel.h"
+#include "lockstep/nn/precision.h"
 #include "lockstep/optim/lr_scaling.h"
 #include "lockstep/optim/optimizer.h"
 #include "lockstep/train/callbacks.h"
@@ -84,6 +85,10 @@ struct TrainerOptions {
   /// How the ranks keep in step: ddp (whole optimizer per rank) or zero1
   /// (optimizer state sharded; strategy.h). Both average gradients with `ddp`.
   StrategyType strategy = StrategyType::kDdp;
+  /// fp32, or bf16: the loss function (forward and loss) runs under an
+  /// AutocastGuard, in training and validation; weights, gradients and
+  /// optimizer state stay float32 (nn/precision.h).
+  Precision precision = Precision::kFp32;
   DdpOptions ddp;
   CheckpointOptions checkpoint;
 
@@ -132,6 +137,9 @@ struct FitResult {
   int worldSize = 1;
   int64_t globalBatch = 0;  ///< samples per optimizer step over all ranks
   StepBreakdown breakdown;
+  /// Every rank's memory at the end of the run, in rank order (gathered: the
+  /// same on every rank). stepPeakBytes needs common/tensor_memory.h tracking.
+  std::vector<RankMemory> memory;
 };
 
 class Trainer {

@@ -1,0 +1,35 @@
+// lockstep/common/tensor_memory.h — how many bytes CPU tensors hold, and the peak.
+//
+//   lockstep::trackTensorMemory();            // once, early: installs the counting allocator
+//   lockstep::resetPeakTensorBytes();
+//   ... forward, backward ...
+//   int64_t activations = lockstep::peakTensorBytes() - bytesBefore;
+//
+// trackTensorMemory() installs a CPU allocator (c10::SetCPUAllocator) that
+// allocates as LibTorch's default one does (64-byte aligned) with a small
+// header recording the size, and keeps two process-wide atomic counters:
+// live bytes and their peak since the last reset. Only tensor storage
+// allocated after the call is counted (storage allocated before is freed by
+// its own deleter, uncounted); memory that BLAS, oneDNN or the allocator of
+// the C library hand out directly is not tensor storage and is not counted
+// (peak RSS, monitor/system_stats.h, sees it). Thread-safe; installing twice
+// is a no-op. There is no uninstall: tensors may outlive any scope.
+#pragma once
+
+#include <cstdint>
+
+namespace lockstep {
+
+void trackTensorMemory();
+bool tensorMemoryTracked();
+/// Bytes of tensor storage allocated since trackTensorMemory() and not yet freed.
+int64_t liveTensorBytes();
+/// The highest liveTensorBytes() since tracking began or the last reset.
+int64_t peakTensorBytes();
+/// Sets the peak to the current live bytes.
+void resetPeakTensorBytes();
+
+/// This process's peak resident set size (VmHWM of /proc/self/status); 0 where unreadable.
+int64_t peakResidentBytes();
+
+}  // namespace lockstep

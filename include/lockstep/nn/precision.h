@@ -1,0 +1,48 @@
+// lockstep/nn/precision.h — mixed precision: bf16 compute, float32 weights.
+//
+//   {
+//     lockstep::AutocastGuard amp(lockstep::Precision::kBf16);
+//     loss = lossOf(model->forward(x), y);   // matmuls and convolutions run in bfloat16
+//   }
+//   loss.backward();                         // outside the guard; weight gradients are float32
+//
+// Precision::kBf16 turns on LibTorch's CPU autocast for the guard's scope on
+// the calling thread: the ops on its lower-precision list (linear, matmul,
+// convolutions, LSTM cells) cast their inputs to bfloat16 and compute there,
+// the ops on its float32 list (losses, softmax, norms) stay in float32; the
+// parameters, their gradients and the optimizer state stay float32, so DDP
+// averages float32 gradients as before (ddp.compression is a separate knob).
+// bfloat16 has float32's exponent range: no loss scaling is needed
+// (optim/loss_scaler.h is for float16).
+//
+// The autocast state is thread-local and LibTorch 1.13 gives it no RAII
+// guard: this one saves the enabled flag and the dtype, counts its nesting
+// and clears the cast cache when the outermost guard ends, as PyTorch's
+// Python context manager does. Guards nest; each restores what it found.
+// Precision::kFp32 makes a guard that changes nothing.
+#pragma once
+
+#include <string>
+
+namespace lockstep {
+
+/// Config key `precision` (fp32, bf16).
+enum class Precision { kFp32, kBf16 };
+const char* toString(Precision precision);
+/// Any case; ConfigError naming `what` and the allowed values otherwise.
+Precision parsePrecision(const std::string& text, const std::string& what);
+
+class AutocastGuard {
+ public:
+  explicit AutocastGuard(Precision precision);
+  ~AutocastGuard();
+  AutocastGuard(const AutocastGuard&) = delete;
+  AutocastGuard& operator=(const AutocastGuard&) = delete;
+
+ private:
+  bool active_ = false;
+  bool previousEnabled_ = false;
+  int previousDtype_ = 0;  // at::ScalarType, kept out of this header
+};
+
+}  // namespace lockstep

@@ -1,0 +1,100 @@
+// The child-process helpers of child_runs.h (bench scaling, bench memory).
+#include "cli/child_runs.h"
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+
+#include "lockstep/common/env.h"
+#include "lockstep/common/error.h"
+
+extern char** environ;
+
+namespace lockstep::cli {
+
+/// Runs argv with stdout and stderr into `logPath`; returns the exit code (128+signal when killed).
+int runLogged(const std::vector<std::string>& argv, const std::string& logPath) {
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, 1, logPath.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  std::vector<char*> cargv;
+  for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
+  cargv.push_back(nullptr);
+  pid_t pid = -1;
+  int rc = posix_spawn(&pid, cargv[0], &actions, nullptr, cargv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) throw Error(fmt::format("cannot start {}: {}", argv[0], std::strerror(rc)));
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) throw Error(fmt::format("waiting for {} failed: {}", argv[0], std::strerror(errno)));
+  }
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return WEXITSTATUS(status);
+}
+
+std::string lastLines(const std::string& path, size_t count) {
+  std::ifstream in(path);
+  std::deque<std::string> lines;
+  std::string line;
+  while (std::getline(in, line)) {
+    lines.push_back(line);
+    if (lines.size() > count) lines.pop_front();
+  }
+  std::string text;
+  for (const auto& l : lines) text += "    " + l + "\n";
+  return text;
+}
+
+std::string shellJoin(const std::vector<std::string>& argv) {
+  std::string text;
+  for (const auto& a : argv) {
+    bool plain = !a.empty() && a.find_first_not_of(
+                                   "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+                                   "_-./=,:@+") == std::string::npos;
+    text += (text.empty() ? "" : " ") + (plain ? a : "'" + a + "'");
+  }
+  return text;
+}
+
+std::vector<int> parseWorldSizes(const std::string& text) {
+  auto bad = [&] {
+    return ConfigError(
+        fmt::format("--np '{}': expected a comma-separated list of worker counts of at least 1, "
+                    "e.g. --np 1,2,4",
+                    text));
+  };
+  std::vector<int> sizes;
+  size_t start = 0;
+  while (true) {
+    size_t comma = text.find(',', start);
+    std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    try {
+      sizes.push_back(static_cast<int>(parseInt(item, "--np", 1, 4096)));
+    } catch (const ConfigError&) { throw bad(); }
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return sizes;
+}
+
+std::string makeScratchDir(const std::string& prefix) {
+  const auto tmp = std::filesystem::temp_directory_path();
+  std::string dir = (tmp / (prefix + "-XXXXXX")).string();
+  if (::mkdtemp(dir.data()) == nullptr) {
+    throw Error(fmt::format("cannot create a directory under {}: {}", tmp.string(), std::strerror(errno)));
+  }
+  return dir;
+}
+
+}  // namespace lockstep::cli

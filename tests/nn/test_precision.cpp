@@ -1,0 +1,113 @@
+// The autocast guard: state set and restored, nesting, the cast cache dropped
+// at the outermost exit, bf16 compute with float32 weights and gradients, and
+// the models lockstep trains running under it.
+#include "lockstep/nn/precision.h"
+
+#include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
+#include <gtest/gtest.h>
+#include <torch/nn/modules/linear.h>
+
+#include "lockstep/common/error.h"
+#include "lockstep/models/char_lstm.h"
+#include "lockstep/models/vision.h"
+
+namespace lockstep {
+namespace {
+
+TEST(Precision, GuardSetsAndRestoresTheThreadsAutocastState) {
+  ASSERT_FALSE(at::autocast::is_cpu_enabled());
+  const auto dtypeBefore = at::autocast::get_autocast_cpu_dtype();
+  {
+    AutocastGuard fp32(Precision::kFp32);
+    EXPECT_FALSE(at::autocast::is_cpu_enabled());
+  }
+  {
+    AutocastGuard outer(Precision::kBf16);
+    EXPECT_TRUE(at::autocast::is_cpu_enabled());
+    EXPECT_EQ(at::autocast::get_autocast_cpu_dtype(), at::kBFloat16);
+    {
+      AutocastGuard inner(Precision::kBf16);
+      EXPECT_TRUE(at::autocast::is_cpu_enabled());
+    }
+    EXPECT_TRUE(at::autocast::is_cpu_enabled()) << "the inner guard switched autocast off for the outer one";
+  }
+  EXPECT_FALSE(at::autocast::is_cpu_enabled());
+  EXPECT_EQ(at::autocast::get_autocast_cpu_dtype(), dtypeBefore);
+}
+
+TEST(Precision, Bf16ComputesInBf16AndKeepsWeightsAndGradientsFloat32) {
+  torch::manual_seed(0);
+  torch::nn::Linear linear(64, 32);
+  at::Tensor x = at::randn({16, 64});
+  at::Tensor reference = linear->forward(x);
+  at::Tensor y;
+  {
+    AutocastGuard amp(Precision::kBf16);
+    y = linear->forward(x);
+  }
+  EXPECT_EQ(y.scalar_type(), at::kBFloat16);
+  EXPECT_TRUE(at::allclose(y.to(at::kFloat), reference, /*rtol=*/2e-2, /*atol=*/5e-2));
+  EXPECT_FALSE(at::equal(y.to(at::kFloat), reference)) << "nothing was computed in bf16";
+  y.to(at::kFloat).sum().backward();
+  EXPECT_EQ(linear->weight.scalar_type(), at::kFloat);
+  ASSERT_TRUE(linear->weight.grad().defined());
+  EXPECT_EQ(linear->weight.grad().scalar_type(), at::kFloat);
+}
+
+TEST(Precision, TheCastCacheIsDroppedWhenTheGuardEnds) {
+  // Autocast caches the bf16 copy of each weight within a scope. After an
+  // optimizer step the next scope must see the new weights, not the cached copy.
+  torch::nn::Linear linear(4, 4);
+  at::Tensor x = at::ones({1, 4});
+  at::Tensor first, second;
+  {
+    AutocastGuard amp(Precision::kBf16);
+    first = linear->forward(x);
+  }
+  {
+    at::NoGradGuard noGrad;
+    linear->weight.add_(1.0);
+  }
+  {
+    AutocastGuard amp(Precision::kBf16);
+    second = linear->forward(x);
+  }
+  EXPECT_GT((second - first).to(at::kFloat).abs().min().item<float>(), 3.0f);
+}
+
+TEST(Precision, TheBuiltInModelsRunUnderBf16) {
+  torch::manual_seed(1);
+  CharLstm lstm(CharLstmOptions{12, 16, 2});
+  auto conv = makeImageModel("convnet", ImageModelOptions{1, 28, 10, {}});
+  at::Tensor logits, images;
+  {
+    AutocastGuard amp(Precision::kBf16);
+    logits = lstm->forward(at::randint(0, 12, {4, 8}, at::kLong));
+    images = conv->forward(at::randn({2, 1, 28, 28}));
+  }
+  EXPECT_EQ(logits.sizes(), (std::vector<int64_t>{4, 8, 12}));
+  EXPECT_EQ(images.sizes(), (std::vector<int64_t>{2, 10}));
+  EXPECT_EQ(images.scalar_type(), at::kBFloat16);
+  images.to(at::kFloat).sum().backward();
+  for (auto& p : conv->parameters()) {
+    ASSERT_TRUE(p.grad().defined());
+    EXPECT_EQ(p.grad().scalar_type(), at::kFloat);
+  }
+}
+
+TEST(Precision, ParsesNamesAndRefusesOthers) {
+  EXPECT_EQ(parsePrecision("bf16", "precision"), Precision::kBf16);
+  EXPECT_EQ(parsePrecision("FP32", "precision"), Precision::kFp32);
+  EXPECT_STREQ(toString(Precision::kBf16), "bf16");
+  try {
+    parsePrecision("fp16", "precision");
+    FAIL() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("precision 'fp16' is unknown; expected fp32 or bf16"), std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace lockstep
