@@ -12,7 +12,8 @@
 #   lockstep run -np NP --threads THREADS -- lockstep train CONFIG KEY=S
 #       trainer.max_steps=STEPS (default 40) trainer.validate=false checkpoint.dir=off ...
 # and reads rank 0's --result-json. Prints, per strategy, the mean over rounds
-# of samples/s (global, first step excluded) and of the mean step time, and
+# of samples/s (global, first step excluded) and of the mean step time, rank
+# 0's forward+backward peak of tensor bytes (docs/memory.md), and
 # the per-round ratio of each strategy's step time to the first strategy's in
 # the same round: min / median / max over the rounds.
 #
@@ -56,8 +57,9 @@ for ((round = 0; round < ROUNDS; round++)); do
       tail -20 "$OUT/r$round-$s.log" >&2
       exit 1
     fi
-    printf '  round %d %-6s %8.1f samples/s, step %.2f ms\n' "$round" "$s" "$(field "$json" samples_per_second)" \
-      "$(awk -v s="$(field "$json" step_seconds)" 'BEGIN { print s * 1000 }')"
+    printf '  round %d %-6s %8.1f samples/s, step %.2f ms, forward+backward peak %.1f MB (rank 0)\n' "$round" "$s" \
+      "$(field "$json" samples_per_second)" "$(awk -v s="$(field "$json" step_seconds)" 'BEGIN { print s * 1000 }')" \
+      "$(awk -v b="$(field "$json" step_peak_bytes)" 'BEGIN { print b / 1e6 }')"
   done
 done
 
@@ -75,6 +77,7 @@ for s in "${STRATS[@]}"; do
   mean() { tr ' ' '\n' | awk 'NF { t += $1; n++ } END { printf "%.6f", t / n }'; }
   sorted="$(echo "$ratios" | tr ' ' '\n' | awk NF | sort -g | tr '\n' ' ')"
   read -r -a r <<<"$sorted"
-  printf '%-8s  %16.1f  %14.2f  %s / %s / %s\n' "$s" "$(echo "$rates" | mean)" \
-    "$(echo "$steps" | mean | awk '{ print $1 * 1000 }')" "${r[0]}" "${r[$(((${#r[@]} - 1) / 2))]}" "${r[-1]}"
+  printf '%-8s  %16.1f  %14.2f  %s / %s / %s   peak %.1f MB\n' "$s" "$(echo "$rates" | mean)" \
+    "$(echo "$steps" | mean | awk '{ print $1 * 1000 }')" "${r[0]}" "${r[$(((${#r[@]} - 1) / 2))]}" "${r[-1]}" \
+    "$(awk -v b="$(field "$OUT/r0-$s.json" step_peak_bytes)" 'BEGIN { print b / 1e6 }')"
 done

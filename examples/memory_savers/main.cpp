@@ -22,7 +22,8 @@ struct ResidualMlp : torch::nn::Module {
   ResidualMlp(int blocks, int width, int64_t segments) : segments_(segments) {
     for (int b = 0; b < blocks; ++b) {
       auto layer = register_module("block" + std::to_string(b), torch::nn::Linear(width, width));
-      stages_.push_back({[layer](const torch::Tensor& x) { return x + 0.1 * torch::tanh(layer->forward(x)); }, nullptr});
+      stages_.push_back(
+          {[layer](const torch::Tensor& x) { return x + 0.1 * torch::tanh(layer->forward(x)); }, nullptr});
     }
     head_ = register_module("head", torch::nn::Linear(width, 1));
   }
@@ -74,7 +75,8 @@ Outcome train(lockstep::Context& ctx, int64_t segments, lockstep::Precision prec
   std::vector<torch::Tensor> check{torch::tensor({sum, -sum}, torch::kDouble)};
   ctx.comm->allreduce(check, lockstep::ReduceOp::kMax)->wait();
   if (check[0][0].item<double>() != sum || -check[0][1].item<double>() != sum) {
-    std::fprintf(stderr, "rank %d: replicas diverged (segments %ld): %.17g vs max %.17g\n", ctx.world.rank, static_cast<long>(segments), sum, check[0][0].item<double>());
+    std::fprintf(stderr, "rank %d: replicas diverged (segments %ld): %.17g vs max %.17g\n", ctx.world.rank,
+                 static_cast<long>(segments), sum, check[0][0].item<double>());
     std::exit(1);
   }
   return out;
@@ -86,7 +88,8 @@ int main() {
   Outcome plain = train(ctx, 0, lockstep::Precision::kFp32);
   Outcome saved = train(ctx, 6, lockstep::Precision::kBf16);
   if (ctx.world.rank == 0) {
-    std::printf("plain fp32:              loss %.4f, forward+backward peak %.1f MB\n", plain.loss, plain.peakBytes / 1e6);
+    std::printf("plain fp32:              loss %.4f, forward+backward peak %.1f MB\n", plain.loss,
+                plain.peakBytes / 1e6);
     std::printf("6 segments + bf16:       loss %.4f, forward+backward peak %.1f MB (%.0f%% of plain)\n", saved.loss,
                 saved.peakBytes / 1e6, 100.0 * saved.peakBytes / plain.peakBytes);
     std::printf("memory_savers OK\n");

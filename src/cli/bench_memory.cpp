@@ -67,9 +67,10 @@ struct Run {
 };
 
 std::optional<int> parseMemoryArgs(const std::vector<std::string>& args, MemoryOptions& o) {
-  CLI::App app{"Runs `lockstep run -np K -- lockstep train CONFIG strategy.type=S` for each K and S and prints the "
-               "bytes each rank holds",
-               "lockstep bench memory"};
+  CLI::App app{
+      "Runs `lockstep run -np K -- lockstep train CONFIG strategy.type=S` for each K and S and prints the "
+      "bytes each rank holds",
+      "lockstep bench memory"};
   std::vector<std::string> words;
   std::string np, strategies;
   app.add_option("CONFIG.yaml key.path=value", words, "a training config, then overrides of its keys");
@@ -129,8 +130,8 @@ Run runOne(const MemoryOptions& o, int np, const std::string& strategy, int thre
   const std::string tag = fmt::format("np{}-{}", np, strategy);
   const std::string resultPath = scratch + "/" + tag + ".json";
   const std::string logPath = scratch + "/" + tag + ".log";
-  std::vector<std::string> argv{self, "run", "-np", std::to_string(np), "--threads", std::to_string(threads),
-                                "--",  self,  "train", o.config};
+  std::vector<std::string> argv{self, "run",   "-np",   std::to_string(np), "--threads", std::to_string(threads), "--",
+                                self, "train", o.config};
   argv.insert(argv.end(), o.overrides.begin(), o.overrides.end());
   argv.insert(argv.end(), {"strategy.type=" + strategy, "trainer.max_steps=" + std::to_string(o.steps),
                            "trainer.validate=false", "checkpoint.dir=off", "checkpoint.resume=none", "monitor.dir=off",
@@ -147,7 +148,8 @@ Run runOne(const MemoryOptions& o, int np, const std::string& strategy, int thre
 /// The theory column: each strategy's model state per rank over ddp's, from the ddp run's P, G, O.
 void fillTheory(std::vector<Run>& runs) {
   for (Run& run : runs) {
-    auto ddp = std::find_if(runs.begin(), runs.end(), [&](const Run& r) { return r.np == run.np && r.strategy == "ddp"; });
+    auto ddp =
+        std::find_if(runs.begin(), runs.end(), [&](const Run& r) { return r.np == run.np && r.strategy == "ddp"; });
     if (ddp == runs.end() || ddp->ranks.empty()) continue;
     const RankRow& d = ddp->ranks[0];
     const auto p = static_cast<double>(d.parameters), g = static_cast<double>(d.gradients),
@@ -213,11 +215,8 @@ void printJson(const MemoryOptions& o, const std::vector<Run>& runs) {
                     {"theory_vs_ddp", run.theory < 0 ? nlohmann::json(nullptr) : nlohmann::json(run.theory)},
                     {"ranks", ranks}});
   }
-  nlohmann::json doc = {{"benchmark", "memory"},
-                        {"config", o.config},
-                        {"steps", o.steps},
-                        {"overrides", o.overrides},
-                        {"runs", list}};
+  nlohmann::json doc = {
+      {"benchmark", "memory"}, {"config", o.config}, {"steps", o.steps}, {"overrides", o.overrides}, {"runs", list}};
   std::cout << doc.dump() << "\n";  // one line: the last line of the output is the document
 }
 

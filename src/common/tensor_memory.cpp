@@ -24,8 +24,7 @@ std::atomic<bool> gInstalled{false};
 void count(int64_t delta) {
   const int64_t now = gLive.fetch_add(delta, std::memory_order_relaxed) + delta;
   int64_t peak = gPeak.load(std::memory_order_relaxed);
-  while (now > peak && !gPeak.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
-  }
+  while (now > peak && !gPeak.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {}
 }
 
 void release(void* data) {

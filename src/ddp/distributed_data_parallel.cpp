@@ -274,13 +274,15 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
     bucket.offsets.push_back(offset);
     bucketBytes += bytes;
   }
+  s.alone = s.comm->size() == 1;
+  // A world of one communicates nothing: its gradients stay in .grad, so no
+  // bucket copies are allocated (one float32 copy of the model saved).
   for (auto& bucket : s.buckets) {
     int64_t total = 0;
     for (size_t slot = 0; slot < bucket.params.size(); ++slot) total += s.params[bucket.params[slot]].numel();
-    bucket.buffer = at::zeros({total}, at::kFloat);
+    if (!s.alone) bucket.buffer = at::zeros({total}, at::kFloat);
   }
   s.arrived.assign(s.params.size(), false);
-  s.alone = s.comm->size() == 1;
   s.reset();
 
   std::weak_ptr<Impl> weak = impl_;

@@ -184,8 +184,8 @@ at::Tensor checkpointSequence(const std::vector<CheckpointStage>& stages, int64_
                               bool preserveRngState) {
   const auto n = static_cast<int64_t>(stages.size());
   if (segments < 1 || segments > n) {
-    throw ConfigError(fmt::format("checkpoint segments must be between 1 and the number of stages ({}), got {}", n,
-                                  segments));
+    throw ConfigError(
+        fmt::format("checkpoint segments must be between 1 and the number of stages ({}), got {}", n, segments));
   }
   at::Tensor x = input;
   int64_t begin = 0;

@@ -151,6 +151,12 @@ FitResult FitRun::run() {
 }
 
 void FitRun::announce() {
+  if (master_ && o_.precision == Precision::kBf16) {
+    log::warn(
+        "precision bf16: how fast bf16 runs on a CPU depends on the LibTorch build; Debian's LibTorch 1.13 computes "
+        "bf16 matmuls and convolutions without oneDNN, several times slower than fp32 (docs/memory.md, bf16 mixed "
+        "precision)");
+  }
   if (master_) {
     log::info(fmt::format(
         "training on {} worker(s): {} samples, per-worker batch {}{}, global batch {}; lr {} scaled to {} ({} rule, "

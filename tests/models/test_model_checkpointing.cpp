@@ -69,9 +69,7 @@ TEST(ModelCheckpointing, ImageMlpAndResNetMatchThePlainModelBitForBit) {
 
 TEST(ModelCheckpointing, CharLstmMatchesThePlainModel) {
   auto input = [] { return at::randint(0, 10, {3, 7}, at::kLong); };
-  auto build = [](int64_t segments) {
-    return [segments] { return CharLstm(CharLstmOptions{10, 12, 3, segments}); };
-  };
+  auto build = [](int64_t segments) { return [segments] { return CharLstm(CharLstmOptions{10, 12, 3, segments}); }; };
   Pass plain = trainPass(build(0), input);
   for (int64_t s : {1, 2, 4}) {
     SCOPED_TRACE(std::to_string(s) + " segments");
@@ -91,13 +89,15 @@ TEST(ModelCheckpointing, BadSegmentCountsNameTheKey) {
   EXPECT_NE(message([&] { makeImageModel("mlp", o); }).find("model.checkpoint_segments=3 but the model has 2 stages"),
             std::string::npos);
   o.checkpointSegments = 2;
-  EXPECT_NE(message([&] { makeImageModel("convnet", o); })
-                .find("model.checkpoint_segments is supported by mlp, resnet18, resnet50 (and charlstm)"),
+  EXPECT_NE(message([&] {
+              makeImageModel("convnet", o);
+            }).find("model.checkpoint_segments is supported by mlp, resnet18, resnet50 (and charlstm)"),
             std::string::npos);
   o.checkpointSegments = -1;
   EXPECT_NE(message([&] { makeImageModel("resnet18", o); }).find("model.checkpoint_segments=-1"), std::string::npos);
-  EXPECT_NE(message([] { CharLstm(CharLstmOptions{10, 8, 2, 4}); })
-                .find("model.checkpoint_segments=4: charlstm with 2 layers has 3 stages"),
+  EXPECT_NE(message([] {
+              CharLstm(CharLstmOptions{10, 8, 2, 4});
+            }).find("model.checkpoint_segments=4: charlstm with 2 layers has 3 stages"),
             std::string::npos);
 }
 

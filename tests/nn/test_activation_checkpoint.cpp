@@ -5,11 +5,11 @@
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
+#include <torch/nn/modules/activation.h>
 #include <torch/nn/modules/batchnorm.h>
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/modules/dropout.h>
 #include <torch/nn/modules/linear.h>
-#include <torch/nn/modules/activation.h>
 
 #include <mutex>
 
@@ -135,7 +135,12 @@ TEST(ActivationCheckpoint, ManyInputsAndOutputs) {
 TEST(ActivationCheckpoint, WithoutGradModeItJustRuns) {
   int calls = 0;
   at::NoGradGuard noGrad;
-  at::Tensor y = checkpoint([&](const at::Tensor& x) { ++calls; return x * 3; }, at::ones({2}));
+  at::Tensor y = checkpoint(
+      [&](const at::Tensor& x) {
+        ++calls;
+        return x * 3;
+      },
+      at::ones({2}));
   EXPECT_EQ(calls, 1);
   EXPECT_FALSE(y.requires_grad());
 }
@@ -143,7 +148,12 @@ TEST(ActivationCheckpoint, WithoutGradModeItJustRuns) {
 TEST(ActivationCheckpoint, RecomputesOncePerBackward) {
   int calls = 0;
   auto w = at::ones({3}).requires_grad_(true);
-  at::Tensor y = checkpoint([&](const at::Tensor& x) { ++calls; return x * w; }, at::ones({3}));
+  at::Tensor y = checkpoint(
+      [&](const at::Tensor& x) {
+        ++calls;
+        return x * w;
+      },
+      at::ones({3}));
   EXPECT_EQ(calls, 1);
   y.sum().backward();
   EXPECT_EQ(calls, 2);
@@ -164,8 +174,7 @@ TEST(ActivationCheckpoint, ErrorsNameTheSegment) {
     checkpoint([](const at::Tensor&) { return at::Tensor(); }, at::ones({1}), o);
     FAIL() << "no error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("segment 2 of 4 returned an undefined tensor"), std::string::npos)
-        << e.what();
+    EXPECT_NE(std::string(e.what()).find("segment 2 of 4 returned an undefined tensor"), std::string::npos) << e.what();
   }
   auto net = makeNet(1, 1);  // 5 stages
   for (int64_t bad : {0, 6}) {

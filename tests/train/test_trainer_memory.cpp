@@ -59,6 +59,14 @@ TEST(TrainerMemory, DdpRanksHoldTheWholeModelGradientsAndAdamState) {
   }
 }
 
+TEST(TrainerMemory, OneWorkerAllocatesNoGradientBuckets) {
+  int64_t n = 0;
+  auto results = fitRanks(1, StrategyType::kDdp, n);
+  ASSERT_EQ(results[0].memory.size(), 1u);
+  EXPECT_EQ(results[0].memory[0].commBufferBytes, 0) << "a world of one communicates nothing";
+  EXPECT_EQ(results[0].memory[0].gradientBytes, 4 * n);
+}
+
 TEST(TrainerMemory, Zero1RanksSplitTheOptimizerState) {
   int64_t n = 0;
   auto results = fitRanks(3, StrategyType::kZero1, n);
