@@ -1,0 +1,88 @@
+// `lockstep bench memory` as a user runs it: real `lockstep run` children
+// training a tiny pet-name model with ddp and zero1 at 1 and 2 workers; the
+// JSON on its last line checked against the sizes the model implies; and
+// its usage errors.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+
+#include "support/subprocess.h"
+#include "support/tiny_config.h"
+
+namespace lockstep {
+namespace {
+
+test::ProcessResult lockstep(const std::string& dir, const std::vector<std::string>& args) {
+  std::vector<std::string> argv{"sh", "-c", "cd \"$0\" && exec \"$@\"", dir, test::lockstepBin()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  test::ProcessOptions o;
+  o.timeout = std::chrono::seconds(120);
+  return test::runProcess(argv, o);
+}
+
+std::string makeRunDir() {
+  std::string dir = test::makeTempDir();
+  std::ofstream(dir + "/tiny.yaml") << test::tinyNamesConfig("");
+  return dir;
+}
+
+std::string lastLine(const std::string& text) {
+  auto end = text.find_last_not_of('\n');
+  auto start = text.rfind('\n', end);
+  return text.substr(start == std::string::npos ? 0 : start + 1, end - (start == std::string::npos ? 0 : start + 1) + 1);
+}
+
+TEST(BenchMemory, Zero1RanksHoldLessThanDdpAndTheTheoryIsGiven) {
+  std::string dir = makeRunDir();
+  auto r = lockstep(dir, {"bench", "memory", "tiny.yaml", "--np", "1,2", "--steps", "2", "--json",
+                          "optimizer.type=adam"});
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  nlohmann::json doc;
+  ASSERT_NO_THROW(doc = nlohmann::json::parse(lastLine(r.out))) << r.out;
+  EXPECT_EQ(doc.at("benchmark"), "memory");
+  const auto& runs = doc.at("runs");
+  ASSERT_EQ(runs.size(), 4u) << "np 1 and 2, ddp and zero1";
+  int64_t params = -1;
+  for (const auto& run : runs) {
+    SCOPED_TRACE(run.dump());
+    const int np = run.at("np").get<int>();
+    const auto& ranks = run.at("ranks");
+    ASSERT_EQ(static_cast<int>(ranks.size()), np) << "one entry per rank";
+    for (const auto& rank : ranks) {
+      if (params < 0) params = rank.at("parameter_bytes").get<int64_t>();
+      EXPECT_EQ(rank.at("parameter_bytes").get<int64_t>(), params);
+      EXPECT_EQ(rank.at("gradient_bytes").get<int64_t>(), params);
+      EXPECT_EQ(rank.at("comm_buffer_bytes").get<int64_t>(), np == 1 ? 0 : params);
+      EXPECT_GT(rank.at("step_peak_bytes").get<int64_t>(), 0);
+      EXPECT_GT(rank.at("peak_rss_bytes").get<int64_t>(), 0);
+      const double vsDdp = rank.at("model_state_vs_ddp").get<double>();
+      if (run.at("strategy") == "ddp" || np == 1) {
+        EXPECT_EQ(rank.at("optimizer_bytes").get<int64_t>(), 2 * params) << "Adam: two moments per element";
+        EXPECT_DOUBLE_EQ(vsDdp, 1.0);
+      } else {
+        EXPECT_LT(rank.at("optimizer_bytes").get<int64_t>(), 2 * params);
+        EXPECT_LT(vsDdp, 1.0);
+      }
+    }
+  }
+  // zero1 at 2 workers: theory (P + G + O/2) / (P + G + O) with O = 2P = 2G: 0.75.
+  EXPECT_NEAR(runs[3].at("theory_vs_ddp").get<double>(), 0.75, 1e-9);
+}
+
+TEST(BenchMemory, BadArgumentsAreUsageErrors) {
+  std::string dir = makeRunDir();
+  auto r = lockstep(dir, {"bench", "memory", "tiny.yaml", "--np", "2", "--strategies", "ddp,zero9"});
+  EXPECT_EQ(r.exitCode, 2);
+  EXPECT_NE(r.err.find("--strategies 'zero9' is unknown; expected ddp or zero1"), std::string::npos) << r.err;
+  r = lockstep(dir, {"bench", "memory", "tiny.yaml"});
+  EXPECT_EQ(r.exitCode, 2);
+  EXPECT_NE(r.err.find("missing --np"), std::string::npos) << r.err;
+  r = lockstep(dir, {"bench", "memory", "tiny.yaml", "--np", "2", "precision=fp16"});
+  EXPECT_EQ(r.exitCode, 2);
+  EXPECT_NE(r.err.find("precision 'fp16' is unknown; expected fp32 or bf16"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace lockstep
