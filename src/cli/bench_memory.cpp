@@ -243,7 +243,7 @@ int benchMemory(const std::vector<std::string>& args) {
       for (const auto& s : o.strategies) runs.push_back(runOne(o, np, s, std::max(1, cores / np), self, scratch));
     }
   } catch (const Error& e) {
-    std::cerr << "lockstep bench memory: " << e.what();
+    std::cerr << "lockstep bench memory: " << e.what() << "\n";
     return kExitFailure;
   }
   fillTheory(runs);

@@ -49,10 +49,11 @@ class CountingAllocator final : public c10::Allocator {
 }  // namespace
 
 void trackTensorMemory() {
-  static CountingAllocator allocator;  // never destroyed before the tensors it made
+  // Leaked on purpose: c10 keeps the pointer, and tensors may be freed during static destruction.
+  static auto* allocator = new CountingAllocator;
   static std::once_flag once;
   std::call_once(once, [] {
-    c10::SetCPUAllocator(&allocator, /*priority=*/100);
+    c10::SetCPUAllocator(allocator, /*priority=*/100);
     gInstalled = true;
   });
 }

@@ -6,6 +6,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/autocast_mode.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/nn/modules/container/sequential.h>
@@ -15,6 +16,7 @@
 #include <mutex>
 
 #include "lockstep/common/error.h"
+#include "lockstep/nn/precision.h"
 
 namespace lockstep {
 
@@ -80,7 +82,8 @@ struct CheckpointState {
   TensorsFn ownedFn;
   ActivationCheckpointOptions options;
   at::Tensor rngState;
-  size_t numInputs = 0;  // the caller's inputs; one more (the anchor) is passed to apply()
+  bool bf16Autocast = false;  // the forward ran under bf16 autocast: so must the recomputation
+  size_t numInputs = 0;       // the caller's inputs; one more (the anchor) is passed to apply()
 };
 
 void checkOutputs(const std::vector<at::Tensor>& outputs, const std::string& name) {
@@ -127,6 +130,9 @@ struct CheckpointFunction : public torch::autograd::Function<CheckpointFunction>
     std::vector<at::Tensor> recomputed;
     {
       ReplayRng rng(state->rngState);
+      // Backward runs outside the caller's autocast scope; the recomputation
+      // must compute in the precision the forward did.
+      AutocastGuard amp(state->bf16Autocast ? Precision::kBf16 : Precision::kFp32);
       at::AutoGradMode gradOn(true);
       recomputed = state->ownedFn(detached);
     }
@@ -164,6 +170,7 @@ std::vector<at::Tensor> checkpoint(const TensorsFn& fn, const std::vector<at::Te
   state->ownedFn = fn;
   state->options = options;
   state->numInputs = inputs.size();
+  state->bf16Autocast = at::autocast::is_cpu_enabled() && at::autocast::get_autocast_cpu_dtype() == at::kBFloat16;
   // Parameters are not inputs of the function: when no input requires grad
   // (the first segment sees the data) autograd would record nothing. An
   // anchor that requires grad makes sure the node is recorded.
@@ -216,9 +223,11 @@ at::Tensor checkpointSequence(const std::vector<CheckpointStage>& stages, int64_
 at::Tensor checkpointSequential(torch::nn::SequentialImpl& sequential, int64_t segments, const at::Tensor& input,
                                 bool preserveRngState) {
   std::vector<CheckpointStage> stages;
-  for (auto& child : sequential) {  // AnyModule, owned by `sequential`, which outlives the call and the backward
-    torch::nn::AnyModule* any = &child;
-    stages.push_back({[any](const at::Tensor& x) { return any->forward<at::Tensor>(x); }, child.ptr()});
+  for (const auto& child : sequential) {
+    // A copy of the AnyModule (it holds the module by shared pointer): the
+    // stage stays valid for the backward whatever happens to `sequential`.
+    torch::nn::AnyModule any = child;
+    stages.push_back({[any](const at::Tensor& x) mutable { return any.forward<at::Tensor>(x); }, child.ptr()});
   }
   return checkpointSequence(stages, segments, input, preserveRngState);
 }

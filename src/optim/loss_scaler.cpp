@@ -62,7 +62,7 @@ void LossScaler::update() {
   if (foundInf_) {
     scale_ *= options_.backoffFactor;
     growthTracker_ = 0;
-  } else if (++growthTracker_ == options_.growthInterval) {
+  } else if (++growthTracker_ >= options_.growthInterval) {
     scale_ *= options_.growthFactor;
     growthTracker_ = 0;
   }
@@ -75,6 +75,8 @@ void LossScaler::setState(double scale, int64_t growthTracker) {
   LOCKSTEP_CHECK(growthTracker >= 0, "loss scaler growth tracker must not be negative, got ", growthTracker);
   scale_ = scale;
   growthTracker_ = growthTracker;
+  unscaled_ = false;
+  foundInf_ = false;
 }
 
 }  // namespace lockstep

@@ -15,6 +15,7 @@
 
 #include "lockstep/common/error.h"
 #include "lockstep/ddp/distributed_data_parallel.h"
+#include "lockstep/nn/precision.h"
 #include "support/thread_ranks.h"
 
 namespace lockstep {
@@ -88,6 +89,25 @@ TEST(ActivationCheckpoint, SequentialMatchesThePlainRunBitForBit) {
     expectBitwiseEqual(ckpt.buffers, plain.buffers, "buffer");
     expectBitwiseEqual({ckpt.nextDraw}, {plain.nextDraw}, "random draw after backward");
   }
+}
+
+TEST(ActivationCheckpoint, UnderBf16AutocastMatchesThePlainBf16Run) {
+  // The forward runs inside the guard, backward outside it: the
+  // recomputation must compute in bf16 as the forward did.
+  auto run = [](int64_t segments) {
+    auto net = makeNet(7);
+    torch::manual_seed(123);
+    at::Tensor x = at::randn({10, 8});
+    at::Tensor y;
+    {
+      AutocastGuard amp(Precision::kBf16);
+      y = segments > 0 ? checkpointSequential(*net, segments, x) : net->forward(x);
+    }
+    y.to(at::kFloat).pow(2).sum().backward();
+    return gradsOf(*net);
+  };
+  auto plain = run(0);
+  expectBitwiseEqual(run(3), plain, "parameter gradient");
 }
 
 TEST(ActivationCheckpoint, WithoutRngReplayDropoutMasksDiffer) {

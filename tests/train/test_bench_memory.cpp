@@ -31,13 +31,14 @@ std::string makeRunDir() {
 std::string lastLine(const std::string& text) {
   auto end = text.find_last_not_of('\n');
   auto start = text.rfind('\n', end);
-  return text.substr(start == std::string::npos ? 0 : start + 1, end - (start == std::string::npos ? 0 : start + 1) + 1);
+  return text.substr(start == std::string::npos ? 0 : start + 1,
+                     end - (start == std::string::npos ? 0 : start + 1) + 1);
 }
 
 TEST(BenchMemory, Zero1RanksHoldLessThanDdpAndTheTheoryIsGiven) {
   std::string dir = makeRunDir();
-  auto r = lockstep(dir, {"bench", "memory", "tiny.yaml", "--np", "1,2", "--steps", "2", "--json",
-                          "optimizer.type=adam"});
+  auto r =
+      lockstep(dir, {"bench", "memory", "tiny.yaml", "--np", "1,2", "--steps", "2", "--json", "optimizer.type=adam"});
   ASSERT_EQ(r.exitCode, 0) << r.err;
   nlohmann::json doc;
   ASSERT_NO_THROW(doc = nlohmann::json::parse(lastLine(r.out))) << r.out;

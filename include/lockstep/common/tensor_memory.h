@@ -6,13 +6,16 @@
 //   int64_t activations = lockstep::peakTensorBytes() - bytesBefore;
 //
 // trackTensorMemory() installs a CPU allocator (c10::SetCPUAllocator) that
-// allocates as LibTorch's default one does (64-byte aligned) with a small
+// allocates with LibTorch's alloc_cpu (64-byte aligned; not reported to
+// LibTorch's own memory profiler) with a small
 // header recording the size, and keeps two process-wide atomic counters:
 // live bytes and their peak since the last reset. Only tensor storage
 // allocated after the call is counted (storage allocated before is freed by
 // its own deleter, uncounted); memory that BLAS, oneDNN or the allocator of
 // the C library hand out directly is not tensor storage and is not counted
-// (peak RSS, monitor/system_stats.h, sees it). Thread-safe; installing twice
+// (peak RSS, monitor/system_stats.h, sees it). The counters are process-wide:
+// every thread's tensors count (a loader thread's batches, other ranks when
+// ranks are threads), and a reset is seen by all. Thread-safe; installing twice
 // is a no-op. There is no uninstall: tensors may outlive any scope.
 #pragma once
 

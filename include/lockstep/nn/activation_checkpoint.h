@@ -1,7 +1,7 @@
 // lockstep/nn/activation_checkpoint.h — trade compute for memory: activation checkpointing.
 //
 //   // inside a module's forward():
-//   x = lockstep::checkpoint([&](const at::Tensor& in) { return block->forward(in); }, x, {{block}});
+//   x = lockstep::checkpoint([block](const at::Tensor& in) { return block->forward(in); }, x, {{block}});
 //   // or a chain of stages in `segments` groups:
 //   x = lockstep::checkpointSequential(sequential, /*segments=*/4, x);
 //
@@ -21,9 +21,17 @@
 //   before the recomputation and restored after it, so they change once per
 //   forward, as without checkpointing. A generic callable must name the
 //   modules whose buffers it updates; checkpointSequential names its own.
-// - DDP and ZeRO: the parameters' gradients are produced inside the outer
-//   backward by a nested one, once each, so their autograd hooks (gradient
-//   buckets) fire once per backward, in segment order.
+// - Autocast: the recomputation runs under the bf16 autocast the forward ran
+//   under (backward itself runs outside the caller's AutocastGuard).
+// - DDP: the parameters' gradients are produced inside the outer backward by
+//   a nested one, so their autograd hooks (gradient buckets) fire once per
+//   backward, in segment order — for a parameter used in one place only. A
+//   parameter used in two segments, or in a segment and outside it (tied
+//   weights), gets its hook once per backward pass it appears in, and DDP
+//   then reports its gradient as arriving twice.
+//
+// The closure is called again in backward, after this call returned: capture
+// by value what it uses (a module's shared pointer, not a reference to a local).
 //
 // With grad mode off (validation, generation) the function simply runs.
 // Errors: a function that returns no tensor, or an undefined one, throws
