@@ -59,11 +59,6 @@ struct Run {
   std::string strategy;
   std::vector<RankRow> ranks;
   double theory = -1;  ///< model state per rank / ddp's, from the ddp run at the same np; -1 unknown
-  int64_t maxModelState() const {
-    int64_t m = 0;
-    for (const auto& r : ranks) m = std::max(m, r.modelState());
-    return m;
-  }
 };
 
 std::optional<int> parseMemoryArgs(const std::vector<std::string>& args, MemoryOptions& o) {
@@ -145,13 +140,20 @@ Run runOne(const MemoryOptions& o, int np, const std::string& strategy, int thre
   return Run{np, strategy, readRanks(resultPath, what)};
 }
 
+/// Rank 0 of the ddp run at `np`, the reference of the ratios; null when ddp was not measured there.
+const RankRow* ddpAt(const std::vector<Run>& runs, int np) {
+  for (const Run& r : runs) {
+    if (r.np == np && r.strategy == "ddp" && !r.ranks.empty()) return &r.ranks[0];
+  }
+  return nullptr;
+}
+
 /// The theory column: each strategy's model state per rank over ddp's, from the ddp run's P, G, O.
 void fillTheory(std::vector<Run>& runs) {
   for (Run& run : runs) {
-    auto ddp =
-        std::find_if(runs.begin(), runs.end(), [&](const Run& r) { return r.np == run.np && r.strategy == "ddp"; });
-    if (ddp == runs.end() || ddp->ranks.empty()) continue;
-    const RankRow& d = ddp->ranks[0];
+    const RankRow* ddp = ddpAt(runs, run.np);
+    if (ddp == nullptr) continue;
+    const RankRow& d = *ddp;
     const auto p = static_cast<double>(d.parameters), g = static_cast<double>(d.gradients),
                opt = static_cast<double>(d.optimizer), n = static_cast<double>(run.np);
     const double whole = p + g + opt;
@@ -164,12 +166,9 @@ void fillTheory(std::vector<Run>& runs) {
 }
 
 double ratioToDdp(const std::vector<Run>& runs, const Run& run, const RankRow& rank) {
-  for (const Run& r : runs) {
-    if (r.np == run.np && r.strategy == "ddp" && !r.ranks.empty() && r.ranks[0].modelState() > 0) {
-      return static_cast<double>(rank.modelState()) / static_cast<double>(r.ranks[0].modelState());
-    }
-  }
-  return -1;
+  const RankRow* ddp = ddpAt(runs, run.np);
+  if (ddp == nullptr || ddp->modelState() <= 0) return -1;
+  return static_cast<double>(rank.modelState()) / static_cast<double>(ddp->modelState());
 }
 
 std::string mb(int64_t bytes) { return bytes < 0 ? std::string("-") : fmt::format("{:.2f}", bytes / 1e6); }

@@ -21,18 +21,16 @@ CharLstmImpl::CharLstmImpl(const CharLstmOptions& o) : options_(o) {
                     "the head); expected 0 (off) to {}",
                     o.checkpointSegments, o.layers, o.layers + 1, o.layers + 1));
   }
+  // `this` outlives the stages: they belong to the module and run while it does.
+  for (int64_t k = 0; k < o.layers; ++k) {
+    stages_.push_back({[this, k](const at::Tensor& in) { return layerForward(k, in); }, nullptr});
+  }
+  stages_.push_back({[this](const at::Tensor& in) { return head_->forward(in); }, nullptr});
 }
 
 at::Tensor CharLstmImpl::forward(const at::Tensor& indices) {
   at::Tensor x = at::one_hot(indices, options_.vocabSize).to(at::kFloat);
-  if (options_.checkpointSegments > 0) {
-    std::vector<CheckpointStage> stages;
-    for (int64_t k = 0; k < options_.layers; ++k) {
-      stages.push_back({[this, k](const at::Tensor& in) { return layerForward(k, in); }, nullptr});
-    }
-    stages.push_back({[this](const at::Tensor& in) { return head_->forward(in); }, nullptr});
-    return checkpointSequence(stages, options_.checkpointSegments, x);
-  }
+  if (options_.checkpointSegments > 0) return checkpointSequence(stages_, options_.checkpointSegments, x);
   auto out = std::get<0>(lstm_->forward(x));
   return head_->forward(out);
 }

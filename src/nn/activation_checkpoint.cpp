@@ -77,8 +77,9 @@ class RestoreBuffers {
   std::vector<std::pair<at::Tensor, at::Tensor>> saved_;
 };
 
-/// What the backward needs besides the saved inputs.
-struct CheckpointState {
+/// What the backward needs besides the saved inputs. A CustomClassHolder so
+/// that it travels through AutogradContext::saved_data (an IValue map) itself.
+struct CheckpointState : torch::CustomClassHolder {
   TensorsFn ownedFn;
   ActivationCheckpointOptions options;
   at::Tensor rngState;
@@ -93,29 +94,23 @@ void checkOutputs(const std::vector<at::Tensor>& outputs, const std::string& nam
   }
 }
 
-/// Carries the state through AutogradContext::saved_data (an IValue map).
-struct StateHolder : torch::CustomClassHolder {
-  explicit StateHolder(std::shared_ptr<CheckpointState> s) : state(std::move(s)) {}
-  std::shared_ptr<CheckpointState> state;
-};
-
 struct CheckpointFunction : public torch::autograd::Function<CheckpointFunction> {
   // `inputs` must be a TensorList: Function::apply sees the tensors of a
   // TensorList argument, while a std::vector would pass as an opaque value.
-  static variable_list forward(AutogradContext* ctx, std::shared_ptr<CheckpointState> state, at::TensorList inputs) {
+  static variable_list forward(AutogradContext* ctx, c10::intrusive_ptr<CheckpointState> state, at::TensorList inputs) {
     if (state->options.preserveRngState) state->rngState = cpuGeneratorState();
     std::vector<at::Tensor> userInputs(inputs.begin(), inputs.begin() + static_cast<int64_t>(state->numInputs));
     std::vector<at::Tensor> outputs = state->ownedFn(userInputs);
     checkOutputs(outputs, state->options.name);
     ctx->save_for_backward(userInputs);
     ctx->set_materialize_grads(false);
-    ctx->saved_data["state"] = c10::IValue::make_capsule(c10::make_intrusive<StateHolder>(std::move(state)));
+    ctx->saved_data["state"] = c10::IValue::make_capsule(std::move(state));
     return outputs;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list gradOutputs) {
-    auto holder = ctx->saved_data["state"].toCapsule();
-    std::shared_ptr<CheckpointState> state = static_cast<StateHolder*>(holder.get())->state;
+    auto capsule = ctx->saved_data["state"].toCapsule();
+    const auto* state = static_cast<const CheckpointState*>(capsule.get());
     variable_list saved = ctx->get_saved_variables();
     std::vector<at::Tensor> detached;
     detached.reserve(saved.size());
@@ -166,7 +161,7 @@ std::vector<at::Tensor> checkpoint(const TensorsFn& fn, const std::vector<at::Te
     checkOutputs(outputs, options.name);
     return outputs;
   }
-  auto state = std::make_shared<CheckpointState>();
+  auto state = c10::make_intrusive<CheckpointState>();
   state->ownedFn = fn;
   state->options = options;
   state->numInputs = inputs.size();

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <iterator>
 #include <optional>
 
 #include "lockstep/common/error.h"
@@ -151,13 +152,13 @@ FitResult FitRun::run() {
 }
 
 void FitRun::announce() {
-  if (master_ && o_.precision == Precision::kBf16) {
-    log::warn(
-        "precision bf16: how fast bf16 runs on a CPU depends on the LibTorch build; Debian's LibTorch 1.13 computes "
-        "bf16 matmuls and convolutions without oneDNN, several times slower than fp32 (docs/memory.md, bf16 mixed "
-        "precision)");
-  }
   if (master_) {
+    if (o_.precision == Precision::kBf16) {
+      log::warn(
+          "precision bf16: how fast bf16 runs on a CPU depends on the LibTorch build; Debian's LibTorch 1.13 computes "
+          "bf16 matmuls and convolutions without oneDNN, several times slower than fp32 (docs/memory.md, bf16 mixed "
+          "precision)");
+    }
     log::info(fmt::format(
         "training on {} worker(s): {} samples, per-worker batch {}{}, global batch {}; lr {} scaled to {} ({} rule, "
         "base batch {}){}; {} optimizer steps ({} per epoch); {}{}",
@@ -294,10 +295,10 @@ void FitRun::validate(const std::string& when, int64_t ofEpoch) {
     const size_t batches = plan.size();
     loader.start(std::move(plan), 0);
     double sum = 0, count = 0, right = 0;
+    AutocastGuard amp(o_.precision);  // one scope: the weights' bf16 copies are cast once for every batch
     for (size_t k = 0; k < batches; ++k) {
       Batch batch = loader.next();
       const auto rows = static_cast<double>(batch.inputs.size(0));
-      AutocastGuard amp(o_.precision);
       sum += lossFn_(*model_, batch).item<double>() * rows;
       if (correct_) right += static_cast<double>(correct_(*model_, batch));
       count += rows;
@@ -343,28 +344,23 @@ void FitRun::saveCheckpoint() {
 
 /// Every rank's RankMemory into result_.memory (collective).
 void FitRun::gatherMemory() {
+  static constexpr int64_t RankMemory::*kFields[] = {&RankMemory::parameterBytes, &RankMemory::gradientBytes,
+                                                     &RankMemory::optimizerBytes, &RankMemory::commBufferBytes,
+                                                     &RankMemory::stepPeakBytes,  &RankMemory::peakRssBytes};
+  constexpr int64_t n = std::size(kFields);
   RankMemory mine = strategy_->memory();
   mine.stepPeakBytes = stepPeakBytes_;
   mine.peakRssBytes = peakResidentBytes();
-  at::Tensor local = at::tensor({static_cast<double>(mine.parameterBytes), static_cast<double>(mine.gradientBytes),
-                                 static_cast<double>(mine.optimizerBytes), static_cast<double>(mine.commBufferBytes),
-                                 static_cast<double>(mine.stepPeakBytes), static_cast<double>(mine.peakRssBytes)},
-                                at::kDouble);
-  at::Tensor all = at::empty({world_ * local.numel()}, at::kDouble);
+  at::Tensor local = at::empty({n}, at::kLong);
+  at::Tensor all = at::empty({world_ * n}, at::kLong);
+  for (int64_t f = 0; f < n; ++f) local[f] = mine.*kFields[f];
   comm_.allgather(local, all)->wait();
-  auto a = all.accessor<double, 1>();
-  result_.memory.clear();
+  auto a = all.accessor<int64_t, 1>();
+  result_.memory.assign(static_cast<size_t>(world_), RankMemory{});
   for (int r = 0; r < world_; ++r) {
-    const int64_t o = r * local.numel();
-    RankMemory m;
+    RankMemory& m = result_.memory[static_cast<size_t>(r)];
     m.rank = r;
-    m.parameterBytes = static_cast<int64_t>(a[o]);
-    m.gradientBytes = static_cast<int64_t>(a[o + 1]);
-    m.optimizerBytes = static_cast<int64_t>(a[o + 2]);
-    m.commBufferBytes = static_cast<int64_t>(a[o + 3]);
-    m.stepPeakBytes = static_cast<int64_t>(a[o + 4]);
-    m.peakRssBytes = static_cast<int64_t>(a[o + 5]);
-    result_.memory.push_back(m);
+    for (int64_t f = 0; f < n; ++f) m.*kFields[f] = a[r * n + f];
   }
   if (master_) {
     const RankMemory& m = result_.memory[0];

@@ -12,6 +12,8 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/modules/rnn.h>
 
+#include "lockstep/nn/activation_checkpoint.h"
+
 namespace lockstep {
 
 struct CharLstmOptions {
@@ -35,6 +37,7 @@ class CharLstmImpl : public torch::nn::Module {
   at::Tensor layerForward(int64_t layer, const at::Tensor& x);
 
   CharLstmOptions options_;
+  std::vector<CheckpointStage> stages_;  ///< each LSTM layer, the head (model.checkpoint_segments)
   torch::nn::LSTM lstm_{nullptr};
   torch::nn::Linear head_{nullptr};
 };
