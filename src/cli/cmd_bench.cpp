@@ -36,7 +36,7 @@ constexpr const char* kBenchUsage =
     "       lockstep bench loader CONFIG.yaml [key=value ...] [--batches N]   (image loader vs trainer)\n"
     "       lockstep bench scaling CONFIG.yaml --np 1,2[,...] [--steps N] [--threads T] [--backend NAME] [--json]\n"
     "                              [key=value ...]   (training throughput and step phases per world size)\n"
-    "       lockstep bench memory CONFIG.yaml --np 1,2[,...] [--strategies ddp,zero1] [--steps N] [--json]\n"
+    "       lockstep bench memory CONFIG.yaml --np 1,2[,...] [--strategies ddp,zero1,zero2] [--steps N] [--json]\n"
     "                             [key=value ...]   (bytes per rank and strategy, next to the theory)";
 
 /// `bench allreduce`'s arguments as AllreduceBenchOptions; an exit code when it should stop now.

@@ -6,13 +6,12 @@
 
 #include <numeric>
 
+#include "ddp/bucket_plan.h"
 #include "lockstep/common/error.h"
 #include "lockstep/common/logging.h"
 #include "lockstep/common/tensor_text.h"
 
 namespace lockstep {
-
-namespace {}  // namespace
 
 std::vector<std::string> parameterSignature(const torch::nn::Module& module) {
   std::vector<std::string> lines;
@@ -154,14 +153,12 @@ struct DistributedDataParallel::Impl {
       if (!arrived[i]) missing.push_back(names[i]);
     }
     if (!missing.empty() && !options.findUnusedParameters) {
-      std::string list;
-      for (size_t i = 0; i < missing.size() && i < 8; ++i) list += (i ? ", " : "") + missing[i];
-      if (missing.size() > 8) list += fmt::format(" and {} more", missing.size() - 8);
-      std::string message = fmt::format(
-          "{} parameter(s) received no gradient in this step on rank {}: {}. {}", missing.size(), comm->rank(), list,
-          anyArrived ? "If some parameters are legitimately unused, set DdpOptions::findUnusedParameters "
-                       "(ddp.find_unused_parameters in configs)."
-                     : "Call finishGradientSync() once after each backward.");
+      std::string message =
+          fmt::format("{} parameter(s) received no gradient in this step on rank {}: {}. {}", missing.size(),
+                      comm->rank(), detail::listNames(missing),
+                      anyArrived ? "If some parameters are legitimately unused, set DdpOptions::findUnusedParameters "
+                                   "(ddp.find_unused_parameters in configs)."
+                                 : "Call finishGradientSync() once after each backward.");
       reset();
       throw Error(message);
     }
@@ -255,24 +252,18 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
   broadcastModule(*s.module, *s.comm);
 
   // Buckets in reverse registration order: backward produces the last layers' gradients first.
-  const int64_t capBytes = std::max<int64_t>(4, static_cast<int64_t>(options.bucketCapMb * 1024 * 1024));
-  const int64_t firstCapBytes =
-      std::min(capBytes, std::max<int64_t>(4, static_cast<int64_t>(options.firstBucketCapMb * 1024 * 1024)));
+  std::vector<int64_t> numels;
+  for (const auto& p : s.params) numels.push_back(p.numel());
   s.slotOf.resize(s.params.size());
-  int64_t bucketBytes = 0;
-  for (size_t k = s.params.size(); k-- > 0;) {
-    int64_t bytes = s.params[k].numel() * 4;
-    int64_t cap = s.buckets.size() <= 1 ? (s.buckets.empty() ? capBytes : firstCapBytes) : capBytes;
-    if (s.buckets.empty() || (bucketBytes > 0 && bucketBytes + bytes > cap)) {
-      s.buckets.emplace_back();
-      bucketBytes = 0;
+  for (auto& params : detail::planBuckets(numels, options)) {
+    auto& bucket = s.buckets.emplace_back();
+    int64_t offset = 0;
+    for (size_t k : params) {
+      s.slotOf[k] = {s.buckets.size() - 1, bucket.params.size()};
+      bucket.params.push_back(k);
+      bucket.offsets.push_back(offset);
+      offset += numels[k];
     }
-    auto& bucket = s.buckets.back();
-    int64_t offset = bucketBytes / 4;
-    s.slotOf[k] = {s.buckets.size() - 1, bucket.params.size()};
-    bucket.params.push_back(k);
-    bucket.offsets.push_back(offset);
-    bucketBytes += bytes;
   }
   s.alone = s.comm->size() == 1;
   // A world of one communicates nothing: its gradients stay in .grad, so no

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <string>
 
+#include "lockstep/comm/archive_transfer.h"
 #include "lockstep/common/error.h"
 #include "lockstep/common/tensor_archive.h"
 #include "lockstep/optim/optimizer.h"
@@ -16,22 +17,7 @@
 namespace lockstep {
 namespace {
 
-// send/recv tags of the checkpoint gather: the shard's length, then its bytes.
-constexpr int kShardLengthTag = 7101;
-constexpr int kShardBytesTag = 7102;
-
 std::string paramPrefix(size_t index) { return fmt::format("optimizer/param{}/", index); }
-
-/// Copies entry `key` of `from` into `to`, whatever its kind.
-void copyEntry(const TensorArchive& from, const std::string& key, TensorArchive& to) {
-  switch (from.kind(key)) {
-    case TensorArchive::Kind::kTensor: to.putTensor(key, from.getTensor(key)); break;
-    case TensorArchive::Kind::kInt: to.putInt(key, from.getInt(key)); break;
-    case TensorArchive::Kind::kDouble: to.putDouble(key, from.getDouble(key)); break;
-    case TensorArchive::Kind::kBool: to.putBool(key, from.getBool(key)); break;
-    case TensorArchive::Kind::kString: to.putString(key, from.getString(key)); break;
-  }
-}
 
 }  // namespace
 
@@ -127,26 +113,14 @@ void ShardedOptimizer::saveState(TensorArchive* archive) {
 void ShardedOptimizer::sendShard(int writer) {
   TensorArchive shard("optimizer shard");
   saveOptimizerState(*optimizer_, shard);
-  std::string bytes = shard.serialize();
-  at::Tensor length = at::tensor({static_cast<int64_t>(bytes.size())}, at::kLong);
-  at::Tensor payload = at::from_blob(bytes.data(), {static_cast<int64_t>(bytes.size())}, at::kByte);
-  comm_->send(length, writer, kShardLengthTag)->wait();
-  comm_->send(payload, writer, kShardBytesTag)->wait();
+  sendArchive(*comm_, shard, writer);
 }
 
 void ShardedOptimizer::receiveShard(int from, TensorArchive& archive) {
-  at::Tensor length = at::empty({1}, at::kLong);
-  comm_->recv(length, from, kShardLengthTag)->wait();
-  at::Tensor payload = at::empty({length.item<int64_t>()}, at::kByte);
-  comm_->recv(payload, from, kShardBytesTag)->wait();
-  TensorArchive shard =
-      TensorArchive::parse(std::string_view(reinterpret_cast<const char*>(payload.data_ptr<uint8_t>()),
-                                            static_cast<size_t>(payload.numel())),
-                           fmt::format("rank {}'s optimizer shard", from));
+  TensorArchive shard = receiveArchive(*comm_, from, fmt::format("rank {}'s optimizer shard", from));
   for (size_t i = 0; i < params_.size(); ++i) {
     if (owners_[i] != from) continue;
-    const std::string prefix = paramPrefix(i);
-    for (const auto& key : shard.keys(prefix)) copyEntry(shard, key, archive);
+    for (const auto& key : shard.keys(paramPrefix(i))) copyArchiveEntry(shard, key, archive);
   }
 }
 

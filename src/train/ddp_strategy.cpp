@@ -14,12 +14,14 @@
 #include "lockstep/optim/sharded_optimizer.h"
 #include "lockstep/train/checkpoint.h"
 #include "lockstep/train/strategy.h"
+#include "train/strategies.h"
 
 namespace lockstep {
 
 namespace {
 
-constexpr EnumName<StrategyType> kStrategyNames[] = {{StrategyType::kDdp, "ddp"}, {StrategyType::kZero1, "zero1"}};
+constexpr EnumName<StrategyType> kStrategyNames[] = {
+    {StrategyType::kDdp, "ddp"}, {StrategyType::kZero1, "zero1"}, {StrategyType::kZero2, "zero2"}};
 
 class DdpStrategy final : public Strategy {
  public:
@@ -123,6 +125,9 @@ StrategyType parseStrategyType(const std::string& text, const std::string& what)
 std::unique_ptr<Strategy> makeStrategy(StrategyType type, std::shared_ptr<torch::nn::Module> model,
                                        std::shared_ptr<Communicator> comm, DdpOptions options,
                                        std::unique_ptr<torch::optim::Optimizer> optimizer) {
+  if (type == StrategyType::kZero2) {
+    return detail::makeZero2Strategy(std::move(model), std::move(comm), std::move(options), std::move(optimizer));
+  }
   return std::make_unique<DdpStrategy>(std::move(model), std::move(comm), std::move(options), std::move(optimizer),
                                        type == StrategyType::kZero1);
 }

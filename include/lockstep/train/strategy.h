@@ -89,15 +89,19 @@ class Strategy {
 /// ddp — every rank holds the whole model and optimizer;
 /// zero1 — as ddp, but each rank keeps optimizer state only for its shard of
 ///         the parameters and broadcasts what it updated (ZeRO stage 1,
-///         optim/sharded_optimizer.h): parameters equal ddp's bit for bit.
-enum class StrategyType { kDdp, kZero1 };
+///         optim/sharded_optimizer.h): parameters equal ddp's bit for bit;
+/// zero2 — also the gradients: buckets are reduce-scattered and each rank
+///         keeps and updates only its part of them, then the parameters are
+///         all-gathered (ZeRO stage 2, ddp/sharded_data_parallel.h).
+enum class StrategyType { kDdp, kZero1, kZero2 };
 const char* toString(StrategyType type);
-/// "ddp" or "zero1" (any case); ConfigError naming `what` and both otherwise.
+/// "ddp", "zero1" or "zero2" (any case); ConfigError naming `what` and both otherwise.
 StrategyType parseStrategyType(const std::string& text, const std::string& what);
 
 /// The strategy `type` over `model`; `optimizer` is over all of `model`'s
-/// parameters. Both average gradients with DistributedDataParallel in buckets
-/// overlapped with backward (ddp/distributed_data_parallel.h).
+/// parameters. All average gradients in buckets overlapped with backward
+/// (ddp/distributed_data_parallel.h). Collective for zero2 (its construction
+/// broadcasts rank 0's model).
 std::unique_ptr<Strategy> makeStrategy(StrategyType type, std::shared_ptr<torch::nn::Module> model,
                                        std::shared_ptr<Communicator> comm, DdpOptions options,
                                        std::unique_ptr<torch::optim::Optimizer> optimizer);

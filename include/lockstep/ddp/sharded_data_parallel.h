@@ -1,0 +1,142 @@
+// lockstep/ddp/sharded_data_parallel.h — ZeRO stage 2: data parallelism with
+// the gradients and the optimizer state split across the ranks.
+//
+//   lockstep::ShardedDataParallel zero(model, comm, makeOptimizer(opts, model->parameters()));
+//   auto loss = lossOf(model->forward(x), y);
+//   loss.backward();              // buckets are reduce-scattered while backward runs
+//   zero.finishGradientSync();    // this rank now holds the average of its shard's gradients
+//   zero.clipGradNorm(1.0);       // optional, over the whole model (collective)
+//   zero.step();                  // updates its shard, then all-gathers the parameters
+//
+// Gradients are packed into buckets in reverse registration order, as
+// DistributedDataParallel does (same bucket caps). Each bucket is one flat
+// float32 buffer of c = ceil(n / N) * N elements for its n gradient elements,
+// and rank r owns elements [r*c/N, (r+1)*c/N) of it: the bucket is
+// reduce-scattered, not all-reduced, as soon as its last gradient is ready
+// (overlapping the rest of backward), and each rank keeps only the average of
+// its part. A parameter's gradient is copied into its bucket the moment
+// autograd has accumulated it and is then freed, and a bucket buffer is freed
+// once its reduce-scatter finished: between steps a rank holds 1/N of the
+// gradients, during backward the buffers of the buckets in flight.
+//
+// The optimizer is the one passed in, rebuilt over this rank's pieces of the
+// parameters (a piece is the part of one parameter inside the rank's part of
+// a bucket: a view of the parameter, so the update lands in it in place),
+// with the same type and parameter groups; the groups' options (learning
+// rates) are set on optimizer(). It keeps state for the pieces only, 1/N of
+// the whole. After the update each bucket's parts are all-gathered, so every
+// rank ends the step with the whole model. Elementwise updates (SGD, Adam,
+// AdamW) of a piece are those of the whole parameter: at two ranks, without
+// clipping, the parameters equal DistributedDataParallel's bit for bit.
+//
+// Checkpoints: saveState() writes exactly the entries saveOptimizerState()
+// writes for the whole optimizer (optim/optimizer.h; each parameter's state
+// assembled from the ranks' pieces on the writing rank), so a ZeRO-2
+// checkpoint loads into a DDP or ZeRO-1 run and the other way round.
+//
+// noSync() accumulates whole local gradients until the next synchronised
+// backward, as DDP does. Unused parameters: as DistributedDataParallel
+// (an error naming them, or zeros with findUnusedParameters). Compression and
+// comm hooks are not supported (Error). Construction is collective (the
+// parameter check and rank 0's broadcast, as DistributedDataParallel); so are
+// finishGradientSync(), clipGradNorm(), step(), saveState() and loadState().
+// Not thread-safe. Parameters must be float32 CPU tensors.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lockstep/comm/communicator.h"
+#include "lockstep/ddp/distributed_data_parallel.h"
+
+namespace torch::nn {
+class Module;
+}
+namespace torch::optim {
+class Optimizer;
+}
+
+namespace lockstep {
+
+class TensorArchive;
+
+/// Where rank `rank`'s part of a bucket cuts its parameters: one entry per
+/// parameter that overlaps the part (tests, the checkpoint remap).
+struct GradientPiece {
+  size_t param = 0;           ///< index among the module's trainable parameters
+  size_t bucket = 0;          ///< bucket index, in launch order
+  int64_t paramOffset = 0;    ///< first element, in the flattened parameter
+  int64_t length = 0;         ///< elements
+  int64_t chunkOffset = 0;    ///< first element, in the rank's part of the bucket
+};
+
+/// The pieces of `rank` for buckets of the given parameters (numels, in
+/// bucket order each) over `worldSize` ranks, in bucket then parameter order.
+std::vector<GradientPiece> gradientPieces(const std::vector<std::vector<size_t>>& buckets,
+                                          const std::vector<int64_t>& numels, int worldSize, int rank);
+
+class ShardedDataParallel {
+ public:
+  /// `optimizer` is over the module's parameters (any groups; SGD, Adam or
+  /// AdamW); only its type, groups and options are kept.
+  ShardedDataParallel(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Communicator> comm,
+                      std::unique_ptr<torch::optim::Optimizer> optimizer, DdpOptions options = {});
+  ~ShardedDataParallel();
+  ShardedDataParallel(const ShardedDataParallel&) = delete;
+  ShardedDataParallel& operator=(const ShardedDataParallel&) = delete;
+
+  /// Waits for every bucket, launching late ones; this rank's pieces then hold
+  /// their averaged gradients and the parameters' own .grad are undefined.
+  void finishGradientSync();
+  /// Scales the pieces' gradients so the norm over the whole model is at most
+  /// maxNorm (as torch::nn::utils::clip_grad_norm_); returns the norm before.
+  double clipGradNorm(double maxNorm);
+  /// Steps the optimizer over this rank's pieces, then all-gathers the parameters.
+  void step();
+
+  /// While alive, backward does not communicate (gradient accumulation).
+  class NoSyncGuard {
+   public:
+    explicit NoSyncGuard(ShardedDataParallel& owner);
+    ~NoSyncGuard();
+    NoSyncGuard(const NoSyncGuard&) = delete;
+    NoSyncGuard& operator=(const NoSyncGuard&) = delete;
+
+   private:
+    ShardedDataParallel& owner_;
+    bool previous_;
+  };
+  NoSyncGuard noSync() { return NoSyncGuard(*this); }
+  void setSyncEnabled(bool enabled);
+  bool syncEnabled() const;
+
+  /// The optimizer over this rank's pieces: same type and groups as the one given.
+  torch::optim::Optimizer& optimizer();
+  /// Collective. `archive` is non-null on rank 0 only, which receives the
+  /// whole optimizer's entries (as ShardedOptimizer::saveState).
+  void saveState(TensorArchive* archive);
+  /// Restores the whole optimizer's state from `archive` and keeps this rank's
+  /// pieces of it; checks it all first. Every rank passes the same archive.
+  void loadState(const TensorArchive& archive, bool report);
+
+  int numBuckets() const;
+  const std::vector<GradientPiece>& pieces() const;
+  /// Parameter elements this rank updates.
+  int64_t ownedElements() const;
+  /// Bytes of the gradients this rank holds now (its pieces').
+  int64_t gradientBytes() const;
+  /// Bytes of optimizer state this rank holds now.
+  int64_t stateBytes() const;
+  /// Bytes of bucket buffers alive now (0 between steps).
+  int64_t bufferBytes() const;
+  const DdpStats& stats() const;
+  const std::vector<BucketTiming>& lastSyncTimings() const;
+
+ private:
+  struct Impl;
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace lockstep

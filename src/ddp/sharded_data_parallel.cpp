@@ -1,0 +1,320 @@
+// sharded_data_parallel.cpp — ZeRO stage 2 (lockstep/ddp/sharded_data_parallel.h):
+// buckets reduce-scattered from autograd's accumulation hooks, the update of
+// this rank's pieces, and the all-gather of the parameters.
+#include "lockstep/ddp/sharded_data_parallel.h"
+
+#include <torch/csrc/autograd/utils/lambda_post_hook.h>
+#include <torch/csrc/autograd/variable.h>
+#include <torch/nn/module.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "ddp/bucket_plan.h"
+#include "ddp/sharded_impl.h"
+#include "lockstep/common/error.h"
+#include "lockstep/common/logging.h"
+#include "lockstep/common/tensor_text.h"
+
+namespace lockstep {
+
+std::vector<GradientPiece> gradientPieces(const std::vector<std::vector<size_t>>& buckets,
+                                          const std::vector<int64_t>& numels, int worldSize, int rank) {
+  LOCKSTEP_CHECK(worldSize >= 1 && rank >= 0 && rank < worldSize, "gradientPieces: rank ", rank, " of ", worldSize);
+  std::vector<GradientPiece> pieces;
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    int64_t elements = 0;
+    for (size_t p : buckets[b]) elements += numels.at(p);
+    const int64_t part = (elements + worldSize - 1) / worldSize;
+    const int64_t begin = part * rank, end = begin + part;
+    int64_t offset = 0;
+    for (size_t p : buckets[b]) {
+      const int64_t first = std::max(begin, offset), last = std::min(end, offset + numels[p]);
+      if (first < last) pieces.push_back({p, b, first - offset, last - first, first - begin});
+      offset += numels[p];
+    }
+  }
+  return pieces;
+}
+
+void ShardedDataParallel::Impl::onAccumulated(size_t index) {
+  if (!syncEnabled) return;
+  if (arrived[index]) {
+    throw Error(
+        fmt::format("the gradient of '{}' arrived twice without finishGradientSync() in between; call "
+                    "finishGradientSync() after every synchronised backward, or use noSync() to accumulate",
+                    names[index]));
+  }
+  auto [b, slot] = slotOf[index];
+  Bucket& bucket = buckets[b];
+  ensureBuffer(bucket);
+  at::Tensor& grad = params[index].mutable_grad();
+  bucket.buffer.narrow(0, bucket.offsets[slot], numels[index]).copy_(grad.reshape({-1}));
+  grad = at::Tensor();  // the bucket has it now: free the whole-size gradient
+  arrived[index] = true;
+  anyArrived = true;
+  // Buffers of buckets already reduce-scattered are freed as backward goes on.
+  for (size_t k = 0; k < nextToLaunch; ++k) {
+    if (buckets[k].buffer.defined() && buckets[k].work && buckets[k].work->isCompleted()) buckets[k].buffer.reset();
+  }
+  if (--bucket.pending == 0) {
+    bucket.ready = true;
+    launchReady(/*duringBackward=*/true);
+  }
+}
+
+void ShardedDataParallel::Impl::ensureBuffer(Bucket& bucket) {
+  if (bucket.buffer.defined()) return;
+  const int64_t padded = bucket.part * world();
+  bucket.buffer = at::empty({padded}, at::kFloat);
+  if (padded > bucket.elements) bucket.buffer.narrow(0, bucket.elements, padded - bucket.elements).zero_();
+}
+
+void ShardedDataParallel::Impl::launchReady(bool duringBackward) {
+  while (nextToLaunch < buckets.size() && buckets[nextToLaunch].ready) {
+    Bucket& bucket = buckets[nextToLaunch];
+    bucket.output = at::empty({bucket.part}, at::kFloat);
+    bucket.launched = std::chrono::steady_clock::now();
+    bucket.work = comm->reduceScatter(bucket.buffer, bucket.output, ReduceOp::kAvg);
+    ++stats.bucketsLaunched;
+    if (duringBackward) ++stats.bucketsLaunchedDuringBackward;
+    stats.bytesReduced += bucket.elements * 4;
+    ++nextToLaunch;
+  }
+}
+
+void ShardedDataParallel::Impl::finish() {
+  if (!syncEnabled) return;
+  std::vector<std::string> missing;
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (!arrived[i]) missing.push_back(names[i]);
+  }
+  if (!missing.empty() && !options.findUnusedParameters) {
+    std::string message = fmt::format(
+        "{} parameter(s) received no gradient in this step on rank {}: {}. {}", missing.size(), rank(),
+        detail::listNames(missing),
+        anyArrived ? "If some parameters are legitimately unused, set DdpOptions::findUnusedParameters "
+                     "(ddp.find_unused_parameters in configs)."
+                   : "Call finishGradientSync() once after each backward.");
+    reset();
+    throw Error(message);
+  }
+  // Unused parameters contribute what they accumulated locally (or zeros).
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (arrived[i]) continue;
+    auto [b, slot] = slotOf[i];
+    Bucket& bucket = buckets[b];
+    ensureBuffer(bucket);
+    at::Tensor slice = bucket.buffer.narrow(0, bucket.offsets[slot], numels[i]);
+    at::Tensor& grad = params[i].mutable_grad();
+    if (grad.defined()) {
+      slice.copy_(grad.reshape({-1}));
+      grad = at::Tensor();
+    } else {
+      slice.zero_();
+    }
+    if (--bucket.pending == 0) bucket.ready = true;
+  }
+  launchReady(/*duringBackward=*/false);
+  LOCKSTEP_ASSERT(nextToLaunch == buckets.size(), "not every bucket was launched");
+  lastTimings.resize(buckets.size());
+  size_t piece = 0;
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    Bucket& bucket = buckets[b];
+    bucket.work->wait();
+    auto completed = bucket.work->completedAt();
+    if (completed == std::chrono::steady_clock::time_point{}) completed = std::chrono::steady_clock::now();
+    lastTimings[b] = BucketTiming{static_cast<int>(b), bucket.elements * 4, bucket.launched, completed};
+    bucket.buffer.reset();
+    for (; piece < pieces.size() && pieces[piece].bucket == b; ++piece) {
+      pieceViews[piece].mutable_grad() = bucket.output.narrow(0, pieces[piece].chunkOffset, pieces[piece].length);
+    }
+  }
+  if (options.broadcastBuffers && world() > 1) {
+    std::vector<at::Tensor> moduleBuffers;
+    for (auto& t : module->buffers(true)) moduleBuffers.push_back(t.detach());
+    if (!moduleBuffers.empty()) comm->broadcast(moduleBuffers, 0)->wait();
+  }
+  ++stats.syncs;
+  reset();
+}
+
+void ShardedDataParallel::Impl::reset() {
+  std::fill(arrived.begin(), arrived.end(), false);
+  for (auto& bucket : buckets) {
+    bucket.pending = static_cast<int>(bucket.params.size());
+    bucket.ready = false;
+    bucket.work.reset();
+    bucket.buffer.reset();
+  }
+  nextToLaunch = 0;
+  anyArrived = false;
+}
+
+/// Every rank's updated part of each bucket to every rank, two buckets in flight.
+void ShardedDataParallel::Impl::gatherParameters() {
+  at::NoGradGuard noGrad;
+  struct InFlight {
+    size_t bucket;
+    at::Tensor input, output;
+    WorkHandle work;
+  };
+  std::vector<InFlight> window;
+  size_t piece = 0;
+  auto launch = [&](size_t b) {
+    Bucket& bucket = buckets[b];
+    InFlight f{b, at::zeros({bucket.part}, at::kFloat), at::empty({bucket.part * world()}, at::kFloat), nullptr};
+    for (; piece < pieces.size() && pieces[piece].bucket == b; ++piece) {
+      f.input.narrow(0, pieces[piece].chunkOffset, pieces[piece].length).copy_(pieceViews[piece]);
+    }
+    f.work = comm->allgather(f.input, f.output);
+    window.push_back(std::move(f));
+  };
+  auto land = [&] {
+    InFlight f = std::move(window.front());
+    window.erase(window.begin());
+    f.work->wait();
+    const Bucket& bucket = buckets[f.bucket];
+    for (size_t slot = 0; slot < bucket.params.size(); ++slot) {
+      const size_t p = bucket.params[slot];
+      params[p].detach().view({-1}).copy_(f.output.narrow(0, bucket.offsets[slot], numels[p]));
+    }
+  };
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    if (window.size() == 2) land();
+    launch(b);
+  }
+  while (!window.empty()) land();
+}
+
+ShardedDataParallel::ShardedDataParallel(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Communicator> comm,
+                                         std::unique_ptr<torch::optim::Optimizer> optimizer, DdpOptions options)
+    : impl_(std::make_shared<Impl>()) {
+  LOCKSTEP_CHECK(module != nullptr && comm != nullptr && optimizer != nullptr,
+                 "ShardedDataParallel needs a module, a communicator and an optimizer");
+  LOCKSTEP_CHECK(options.compression == GradCompression::kNone && options.hook == nullptr,
+                 "ZeRO-2 reduce-scatters float32 gradients; gradient compression and comm hooks are DDP's only "
+                 "(set ddp.compression: none, or use strategy.type: ddp)");
+  Impl& s = *impl_;
+  s.module = std::move(module);
+  s.comm = std::move(comm);
+  s.options = options;
+  for (const auto& p : s.module->named_parameters(true)) {
+    if (!p.value().requires_grad()) continue;
+    LOCKSTEP_CHECK(p.value().scalar_type() == at::kFloat && p.value().device().is_cpu() && p.value().is_contiguous(),
+                   "parameter '", p.key(), "' is ", describeTensor(p.value()), " on ", p.value().device().str(),
+                   "; ShardedDataParallel handles contiguous float32 CPU parameters");
+    s.params.push_back(p.value());
+    s.names.push_back(p.key());
+    s.numels.push_back(p.value().numel());
+  }
+  if (options.checkConsistency) checkModuleConsistency(*s.module, *s.comm);
+  broadcastModule(*s.module, *s.comm);
+
+  auto plan = detail::planBuckets(s.numels, options);
+  s.slotOf.resize(s.params.size());
+  for (auto& members : plan) {
+    auto& bucket = s.buckets.emplace_back();
+    for (size_t k : members) {
+      s.slotOf[k] = {s.buckets.size() - 1, bucket.params.size()};
+      bucket.params.push_back(k);
+      bucket.offsets.push_back(bucket.elements);
+      bucket.elements += s.numels[k];
+    }
+    bucket.part = (bucket.elements + s.world() - 1) / s.world();
+  }
+  s.pieces = gradientPieces(plan, s.numels, s.world(), s.rank());
+  for (const auto& piece : s.pieces) {
+    s.pieceViews.push_back(s.params[piece.param].detach().view({-1}).narrow(0, piece.paramOffset, piece.length));
+  }
+  s.buildOptimizer(*optimizer);
+  s.arrived.assign(s.params.size(), false);
+  s.reset();
+
+  std::weak_ptr<Impl> weak = impl_;
+  for (size_t i = 0; i < s.params.size(); ++i) {
+    auto accumulator = torch::autograd::impl::grad_accumulator(s.params[i]);
+    LOCKSTEP_ASSERT(accumulator != nullptr, "no gradient accumulator for '", s.names[i], "'");
+    s.hookKeys.push_back(accumulator->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
+        [weak, i](const torch::autograd::variable_list& outputs, const torch::autograd::variable_list&) {
+          if (auto impl = weak.lock()) impl->onAccumulated(i);
+          return outputs;
+        })));
+    s.accumulators.push_back(std::move(accumulator));
+  }
+  log::debug(fmt::format("ZeRO-2: {} parameters in {} bucket(s), {} piece(s) on rank {}", s.params.size(),
+                         s.buckets.size(), s.pieces.size(), s.rank()));
+}
+
+ShardedDataParallel::~ShardedDataParallel() {
+  for (size_t i = 0; i < impl_->accumulators.size(); ++i) impl_->accumulators[i]->del_post_hook(impl_->hookKeys[i]);
+}
+
+void ShardedDataParallel::finishGradientSync() { impl_->finish(); }
+
+double ShardedDataParallel::clipGradNorm(double maxNorm) {
+  at::Tensor sum = at::zeros({1}, at::kDouble);
+  for (const auto& view : impl_->pieceViews) {
+    if (view.grad().defined()) sum += view.grad().to(at::kDouble).pow(2).sum();
+  }
+  std::vector<at::Tensor> total{sum};
+  impl_->comm->allreduce(total, ReduceOp::kSum)->wait();
+  const double norm = std::sqrt(total[0].item<double>());
+  const double coefficient = maxNorm / (norm + 1e-6);
+  if (coefficient < 1) {
+    for (auto& view : impl_->pieceViews) {
+      if (view.grad().defined()) view.mutable_grad().mul_(coefficient);
+    }
+  }
+  return norm;
+}
+
+void ShardedDataParallel::step() {
+  impl_->optimizer->step();
+  if (impl_->world() > 1) impl_->gatherParameters();
+}
+
+void ShardedDataParallel::setSyncEnabled(bool enabled) { impl_->syncEnabled = enabled; }
+bool ShardedDataParallel::syncEnabled() const { return impl_->syncEnabled; }
+ShardedDataParallel::NoSyncGuard::NoSyncGuard(ShardedDataParallel& owner)
+    : owner_(owner), previous_(owner.syncEnabled()) {
+  owner_.setSyncEnabled(false);
+}
+ShardedDataParallel::NoSyncGuard::~NoSyncGuard() { owner_.setSyncEnabled(previous_); }
+
+torch::optim::Optimizer& ShardedDataParallel::optimizer() { return *impl_->optimizer; }
+void ShardedDataParallel::saveState(TensorArchive* archive) { impl_->save(archive); }
+void ShardedDataParallel::loadState(const TensorArchive& archive, bool report) { impl_->load(archive, report); }
+int ShardedDataParallel::numBuckets() const { return static_cast<int>(impl_->buckets.size()); }
+const std::vector<GradientPiece>& ShardedDataParallel::pieces() const { return impl_->pieces; }
+const DdpStats& ShardedDataParallel::stats() const { return impl_->stats; }
+const std::vector<BucketTiming>& ShardedDataParallel::lastSyncTimings() const { return impl_->lastTimings; }
+
+int64_t ShardedDataParallel::ownedElements() const {
+  int64_t n = 0;
+  for (const auto& piece : impl_->pieces) n += piece.length;
+  return n;
+}
+
+int64_t ShardedDataParallel::gradientBytes() const {
+  int64_t bytes = 0;
+  for (const auto& bucket : impl_->buckets) {
+    if (bucket.output.defined()) bytes += static_cast<int64_t>(bucket.output.nbytes());
+  }
+  for (const auto& p : impl_->params) {
+    if (p.grad().defined()) bytes += static_cast<int64_t>(p.grad().nbytes());  // accumulated under noSync()
+  }
+  return bytes;
+}
+
+int64_t ShardedDataParallel::bufferBytes() const {
+  int64_t bytes = 0;
+  for (const auto& bucket : impl_->buckets) {
+    if (bucket.buffer.defined()) bytes += static_cast<int64_t>(bucket.buffer.nbytes());
+  }
+  return bytes;
+}
+
+}  // namespace lockstep

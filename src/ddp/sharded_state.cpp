@@ -1,0 +1,188 @@
+// sharded_state.cpp — ZeRO-2's optimizer over this rank's pieces, and its
+// checkpoint entries in the whole optimizer's format (optim/optimizer.h):
+// saving assembles each parameter's state from the ranks' pieces on the
+// writing rank, one rank at a time; loading cuts this rank's pieces out of
+// the whole state after checking every entry against its parameter.
+#include <torch/optim/adam.h>
+#include <torch/optim/adamw.h>
+#include <torch/optim/sgd.h>
+
+#include <fmt/format.h>
+
+#include <map>
+#include <set>
+
+#include "ddp/sharded_impl.h"
+#include "lockstep/comm/archive_transfer.h"
+#include "lockstep/common/error.h"
+#include "lockstep/common/tensor_archive.h"
+#include "lockstep/common/tensor_text.h"
+#include "lockstep/optim/optimizer.h"
+
+namespace lockstep {
+namespace {
+
+std::string paramPrefix(size_t index) { return fmt::format("optimizer/param{}/", index); }
+std::string groupPrefix(size_t index) { return fmt::format("optimizer/group{}/", index); }
+
+template <typename Optim, typename Options>
+std::unique_ptr<torch::optim::Optimizer> rebuild(std::vector<torch::optim::OptimizerParamGroup> groups,
+                                                 const torch::optim::OptimizerOptions& defaults) {
+  return std::make_unique<Optim>(std::move(groups), static_cast<const Options&>(defaults));
+}
+
+}  // namespace
+
+void ShardedDataParallel::Impl::buildOptimizer(torch::optim::Optimizer& whole) {
+  const OptimizerType type = optimizerTypeOf(whole);
+  std::map<const void*, size_t> indexOf;
+  for (size_t i = 0; i < params.size(); ++i) indexOf[params[i].unsafeGetTensorImpl()] = i;
+  std::vector<int> pieceOf(params.size(), -1);
+  for (size_t k = 0; k < pieces.size(); ++k) pieceOf[pieces[k].param] = static_cast<int>(k);
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  for (auto& group : whole.param_groups()) {
+    std::vector<at::Tensor> mine;
+    for (const auto& p : group.params()) {
+      auto it = indexOf.find(p.unsafeGetTensorImpl());
+      LOCKSTEP_CHECK(it != indexOf.end(), "the optimizer given to ShardedDataParallel holds a tensor (",
+                     describeTensor(p), ") that is not a trainable parameter of its module");
+      optimizerParams.push_back(it->second);
+      if (pieceOf[it->second] >= 0) mine.push_back(pieceViews[static_cast<size_t>(pieceOf[it->second])]);
+    }
+    groupSizes.push_back(static_cast<int64_t>(group.params().size()));
+    groups.emplace_back(std::move(mine), group.options().clone());
+  }
+  switch (type) {
+    case OptimizerType::kSgd:
+      optimizer = rebuild<torch::optim::SGD, torch::optim::SGDOptions>(std::move(groups), whole.defaults());
+      break;
+    case OptimizerType::kAdam:
+      optimizer = rebuild<torch::optim::Adam, torch::optim::AdamOptions>(std::move(groups), whole.defaults());
+      break;
+    case OptimizerType::kAdamW:
+      optimizer = rebuild<torch::optim::AdamW, torch::optim::AdamWOptions>(std::move(groups), whole.defaults());
+      break;
+  }
+}
+
+std::vector<std::pair<size_t, GradientPiece>> ShardedDataParallel::Impl::optimizerOrder(int r) const {
+  std::vector<GradientPiece> theirs = r == rank() ? pieces : gradientPieces([&] {
+    std::vector<std::vector<size_t>> plan;
+    for (const auto& bucket : buckets) plan.push_back(bucket.params);
+    return plan;
+  }(), numels, world(), r);
+  std::vector<int> pieceOf(params.size(), -1);
+  for (size_t k = 0; k < theirs.size(); ++k) pieceOf[theirs[k].param] = static_cast<int>(k);
+  std::vector<std::pair<size_t, GradientPiece>> order;
+  for (size_t i = 0; i < optimizerParams.size(); ++i) {
+    int k = pieceOf[optimizerParams[i]];
+    if (k >= 0) order.emplace_back(i, theirs[static_cast<size_t>(k)]);
+  }
+  return order;
+}
+
+void ShardedDataParallel::Impl::save(TensorArchive* archive) {
+  const int writer = 0;
+  TensorArchive local(fmt::format("rank {}'s optimizer pieces", rank()));
+  saveOptimizerState(*optimizer, local);
+  if (rank() != writer) {
+    LOCKSTEP_CHECK(archive == nullptr, "ShardedDataParallel::saveState: rank ", rank(),
+                   " was given an archive; only rank 0 writes the checkpoint");
+    sendArchive(*comm, local, writer);
+    return;
+  }
+  LOCKSTEP_CHECK(archive != nullptr, "ShardedDataParallel::saveState: rank 0 writes the checkpoint and needs an archive");
+  for (const auto& key : local.keys("optimizer/")) {
+    if (key.rfind("optimizer/param", 0) != 0) copyArchiveEntry(local, key, *archive);
+  }
+  for (size_t g = 0; g < groupSizes.size(); ++g) archive->putInt(groupPrefix(g) + "params", groupSizes[g]);
+  // Each parameter's state tensors are filled from the ranks' pieces, one rank's archive alive at a time.
+  std::map<std::string, int64_t> filled;
+  for (int r = 0; r < world(); ++r) {
+    TensorArchive received = r == writer ? std::move(local) : receiveArchive(*comm, r, fmt::format("rank {}'s optimizer pieces", r));
+    auto order = optimizerOrder(r);
+    for (size_t j = 0; j < order.size(); ++j) {
+      const auto& [i, piece] = order[j];
+      const std::string from = paramPrefix(j), to = paramPrefix(i);
+      for (const auto& key : received.keys(from)) {
+        const std::string target = to + key.substr(from.size());
+        if (received.kind(key) != TensorArchive::Kind::kTensor) {
+          if (!archive->contains(target)) copyArchiveEntry(received, key, *archive, target);
+          continue;
+        }
+        at::Tensor part = received.getTensor(key);
+        if (!archive->contains(target)) archive->putTensor(target, at::empty_like(params[piece.param], part.options()));
+        archive->getTensor(target).view({-1}).narrow(0, piece.paramOffset, piece.length).copy_(part);
+        filled[target] += piece.length;
+      }
+    }
+  }
+  for (const auto& [key, count] : filled) {
+    LOCKSTEP_ASSERT(count == archive->getTensor(key).numel(), "optimizer state '", key, "' was assembled from ",
+                    count, " of ", archive->getTensor(key).numel(), " elements");
+  }
+  for (size_t i = 0; i < optimizerParams.size(); ++i) {
+    if (!archive->contains(paramPrefix(i) + "present")) archive->putBool(paramPrefix(i) + "present", false);
+  }
+}
+
+void ShardedDataParallel::Impl::load(const TensorArchive& archive, bool report) {
+  const std::string& label = archive.label();
+  // Every optimizer entry must belong to this optimizer: type, groups, a group's option, a parameter's state.
+  std::set<std::string> known{"optimizer/type", "optimizer/groups"};
+  for (const auto& key : archive.keys("optimizer/")) {
+    bool ok = known.count(key) > 0;
+    for (size_t g = 0; !ok && g < groupSizes.size(); ++g) ok = key.rfind(groupPrefix(g), 0) == 0;
+    if (!ok && key.rfind("optimizer/param", 0) == 0) {
+      size_t end = key.find('/', 15);
+      std::string digits = key.substr(15, end == std::string::npos ? std::string::npos : end - 15);
+      ok = end != std::string::npos && !digits.empty() && digits.size() < 10 &&
+           digits.find_first_not_of("0123456789") == std::string::npos && std::stoul(digits) < optimizerParams.size();
+    }
+    if (!ok) {
+      throw CheckpointError(fmt::format(
+          "checkpoint {} has an optimizer entry '{}' that this run's optimizer does not have", label, key));
+    }
+  }
+  TensorArchive mine(label);
+  for (const auto& key : {"optimizer/type", "optimizer/groups"}) copyArchiveEntry(archive, key, mine);
+  auto order = optimizerOrder(rank());
+  std::vector<int64_t> mineInGroup(groupSizes.size(), 0);
+  size_t first = 0;
+  for (size_t g = 0; g < groupSizes.size(); ++g) {
+    const std::string prefix = groupPrefix(g);
+    if (archive.contains(prefix + "params") && archive.getInt(prefix + "params") != groupSizes[g]) {
+      throw CheckpointError(fmt::format("checkpoint {}: optimizer group {} has {} parameters, this run's has {}",
+                                        label, g, archive.getInt(prefix + "params"), groupSizes[g]));
+    }
+    for (const auto& key : archive.keys(prefix)) copyArchiveEntry(archive, key, mine);
+    for (const auto& [i, piece] : order) {
+      if (i >= first && i < first + static_cast<size_t>(groupSizes[g])) ++mineInGroup[g];
+    }
+    mine.putInt(prefix + "params", mineInGroup[g]);
+    first += static_cast<size_t>(groupSizes[g]);
+  }
+  for (size_t j = 0; j < order.size(); ++j) {
+    const auto& [i, piece] = order[j];
+    const at::Tensor& p = params[piece.param];
+    const std::string from = paramPrefix(i), to = paramPrefix(j);
+    for (const auto& key : archive.keys(from)) {
+      const std::string target = to + key.substr(from.size());
+      if (archive.kind(key) != TensorArchive::Kind::kTensor) {
+        copyArchiveEntry(archive, key, mine, target);
+        continue;
+      }
+      at::Tensor whole = archive.getTensor(key);
+      if (whole.scalar_type() != p.scalar_type() || !whole.sizes().equals(p.sizes())) {
+        throw CheckpointError(fmt::format("checkpoint {}: optimizer state '{}' is {} but its parameter is {}", label,
+                                          key, describeTensor(whole), describeTensor(p)));
+      }
+      mine.putTensor(target, whole.reshape({-1}).narrow(0, piece.paramOffset, piece.length).clone());
+    }
+  }
+  loadOptimizerState(*optimizer, mine, report);
+}
+
+int64_t ShardedDataParallel::stateBytes() const { return optimizerStateBytes(*impl_->optimizer); }
+
+}  // namespace lockstep
