@@ -25,6 +25,9 @@ namespace lockstep {
 
 namespace {
 
+/// Bytes moved by one all-to-all of a reduce-scatter (all ranks' blocks of a slice together).
+constexpr int64_t kReduceScatterSliceBytes = int64_t(8) << 20;
+
 // c10d and Gloo report failures as exceptions with text only.
 std::string backendMessage(const std::exception& e) {
   if (auto* c10Error = dynamic_cast<const c10::Error*>(&e)) { return c10Error->what_without_backtrace(); }
@@ -214,30 +217,38 @@ class GlooCommunicator final : public Communicator {
   }
 
   /// output (k elements) = reduction over ranks of chunk `rank` of input (world*k elements).
+  /// Large inputs go in slices of at most kReduceScatterSliceBytes per all-to-all, so the
+  /// transient buffers stay small (ZeRO-2 reduce-scatters whole gradient buckets).
   static void reduceScatterFlat(const PG& pg, const at::Tensor& input, at::Tensor& output, ReduceOp op, int world,
                                 const CommErrorInfo& info) {
-    int64_t k = output.numel();
-    at::Tensor gathered;
-    if (world == 1) {
-      gathered = input.clone();
-    } else {
-      gathered = at::empty({world * k}, input.options());
+    const int64_t k = output.numel();
+    if (world == 1) {  // sum, avg, max and min of one value are that value
+      output.copy_(input);
+      return;
+    }
+    const int64_t slice =
+        std::max<int64_t>(1, kReduceScatterSliceBytes / (world * static_cast<int64_t>(input.element_size())));
+    const at::Tensor blocks = input.view({world, k});
+    for (int64_t first = 0; first < k; first += slice) {
+      const int64_t count = std::min(slice, k - first);
+      at::Tensor send = count == k ? input.contiguous() : blocks.narrow(1, first, count).contiguous();
+      at::Tensor gathered = at::empty({world * count}, input.options());
       std::vector<int64_t> equalSplits;  // empty = equal splits
       at::Tensor wireOut = wireView(gathered);
-      at::Tensor wireIn = wireView(input).contiguous();
+      at::Tensor wireIn = wireView(send).view({-1});
       waitBackend(pg->alltoall_base(wireOut, wireIn, equalSplits, equalSplits), info);
+      at::Tensor received = gathered.view({world, count});
+      bool lowPrecision = received.scalar_type() == at::kHalf || received.scalar_type() == at::kBFloat16;
+      if (lowPrecision) received = received.to(at::kFloat);
+      at::Tensor reduced;
+      switch (op) {
+        case ReduceOp::kSum: reduced = received.sum(0); break;
+        case ReduceOp::kAvg: reduced = received.sum(0).div_(world); break;
+        case ReduceOp::kMax: reduced = std::get<0>(received.max(0)); break;
+        case ReduceOp::kMin: reduced = std::get<0>(received.min(0)); break;
+      }
+      output.narrow(0, first, count).copy_(reduced.to(output.scalar_type()));
     }
-    at::Tensor blocks = gathered.view({world, k});
-    bool lowPrecision = blocks.scalar_type() == at::kHalf || blocks.scalar_type() == at::kBFloat16;
-    if (lowPrecision) blocks = blocks.to(at::kFloat);
-    at::Tensor reduced;
-    switch (op) {
-      case ReduceOp::kSum: reduced = blocks.sum(0); break;
-      case ReduceOp::kAvg: reduced = blocks.sum(0).div_(world); break;
-      case ReduceOp::kMax: reduced = std::get<0>(blocks.max(0)); break;
-      case ReduceOp::kMin: reduced = std::get<0>(blocks.min(0)); break;
-    }
-    output.copy_(reduced.to(output.scalar_type()));
   }
 
   PG pg_;

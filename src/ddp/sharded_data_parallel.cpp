@@ -47,11 +47,20 @@ void ShardedDataParallel::Impl::onAccumulated(size_t index) {
                     "finishGradientSync() after every synchronised backward, or use noSync() to accumulate",
                     names[index]));
   }
+  if (!anyArrived) {
+    // The last step's averaged parts were used by its update: free them before this step's buckets fill.
+    for (auto& view : pieceViews) view.mutable_grad() = at::Tensor();
+    for (auto& bucket : buckets) bucket.output.reset();
+  }
   auto [b, slot] = slotOf[index];
   Bucket& bucket = buckets[b];
-  ensureBuffer(bucket);
   at::Tensor& grad = params[index].mutable_grad();
-  bucket.buffer.narrow(0, bucket.offsets[slot], numels[index]).copy_(grad.reshape({-1}));
+  if (bucket.params.size() == 1 && bucket.part * world() == bucket.elements && grad.is_contiguous()) {
+    bucket.buffer = grad.view({-1});  // a parameter alone in its bucket, no padding: its gradient is the buffer
+  } else {
+    ensureBuffer(bucket);
+    bucket.buffer.narrow(0, bucket.offsets[slot], numels[index]).copy_(grad.reshape({-1}));
+  }
   grad = at::Tensor();  // the bucket has it now: free the whole-size gradient
   arrived[index] = true;
   anyArrived = true;
@@ -92,12 +101,12 @@ void ShardedDataParallel::Impl::finish() {
     if (!arrived[i]) missing.push_back(names[i]);
   }
   if (!missing.empty() && !options.findUnusedParameters) {
-    std::string message = fmt::format(
-        "{} parameter(s) received no gradient in this step on rank {}: {}. {}", missing.size(), rank(),
-        detail::listNames(missing),
-        anyArrived ? "If some parameters are legitimately unused, set DdpOptions::findUnusedParameters "
-                     "(ddp.find_unused_parameters in configs)."
-                   : "Call finishGradientSync() once after each backward.");
+    std::string message =
+        fmt::format("{} parameter(s) received no gradient in this step on rank {}: {}. {}", missing.size(), rank(),
+                    detail::listNames(missing),
+                    anyArrived ? "If some parameters are legitimately unused, set DdpOptions::findUnusedParameters "
+                                 "(ddp.find_unused_parameters in configs)."
+                               : "Call finishGradientSync() once after each backward.");
     reset();
     throw Error(message);
   }

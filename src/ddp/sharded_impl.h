@@ -44,8 +44,8 @@ struct ShardedDataParallel::Impl {
   // The optimizer over the pieces, and how its parameters map to the whole
   // optimizer's (checkpoint positions).
   std::unique_ptr<torch::optim::Optimizer> optimizer;
-  std::vector<size_t> optimizerParams;        ///< whole optimizer position -> module parameter index
-  std::vector<int64_t> groupSizes;            ///< parameters per group of the whole optimizer
+  std::vector<size_t> optimizerParams;  ///< whole optimizer position -> module parameter index
+  std::vector<int64_t> groupSizes;      ///< parameters per group of the whole optimizer
 
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;
   std::vector<uintptr_t> hookKeys;

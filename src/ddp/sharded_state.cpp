@@ -66,11 +66,15 @@ void ShardedDataParallel::Impl::buildOptimizer(torch::optim::Optimizer& whole) {
 }
 
 std::vector<std::pair<size_t, GradientPiece>> ShardedDataParallel::Impl::optimizerOrder(int r) const {
-  std::vector<GradientPiece> theirs = r == rank() ? pieces : gradientPieces([&] {
-    std::vector<std::vector<size_t>> plan;
-    for (const auto& bucket : buckets) plan.push_back(bucket.params);
-    return plan;
-  }(), numels, world(), r);
+  std::vector<GradientPiece> theirs = r == rank() ? pieces
+                                                  : gradientPieces(
+                                                        [&] {
+                                                          std::vector<std::vector<size_t>> plan;
+                                                          for (const auto& bucket : buckets)
+                                                            plan.push_back(bucket.params);
+                                                          return plan;
+                                                        }(),
+                                                        numels, world(), r);
   std::vector<int> pieceOf(params.size(), -1);
   for (size_t k = 0; k < theirs.size(); ++k) pieceOf[theirs[k].param] = static_cast<int>(k);
   std::vector<std::pair<size_t, GradientPiece>> order;
@@ -91,7 +95,8 @@ void ShardedDataParallel::Impl::save(TensorArchive* archive) {
     sendArchive(*comm, local, writer);
     return;
   }
-  LOCKSTEP_CHECK(archive != nullptr, "ShardedDataParallel::saveState: rank 0 writes the checkpoint and needs an archive");
+  LOCKSTEP_CHECK(archive != nullptr,
+                 "ShardedDataParallel::saveState: rank 0 writes the checkpoint and needs an archive");
   for (const auto& key : local.keys("optimizer/")) {
     if (key.rfind("optimizer/param", 0) != 0) copyArchiveEntry(local, key, *archive);
   }
@@ -99,7 +104,8 @@ void ShardedDataParallel::Impl::save(TensorArchive* archive) {
   // Each parameter's state tensors are filled from the ranks' pieces, one rank's archive alive at a time.
   std::map<std::string, int64_t> filled;
   for (int r = 0; r < world(); ++r) {
-    TensorArchive received = r == writer ? std::move(local) : receiveArchive(*comm, r, fmt::format("rank {}'s optimizer pieces", r));
+    TensorArchive received =
+        r == writer ? std::move(local) : receiveArchive(*comm, r, fmt::format("rank {}'s optimizer pieces", r));
     auto order = optimizerOrder(r);
     for (size_t j = 0; j < order.size(); ++j) {
       const auto& [i, piece] = order[j];
@@ -118,8 +124,8 @@ void ShardedDataParallel::Impl::save(TensorArchive* archive) {
     }
   }
   for (const auto& [key, count] : filled) {
-    LOCKSTEP_ASSERT(count == archive->getTensor(key).numel(), "optimizer state '", key, "' was assembled from ",
-                    count, " of ", archive->getTensor(key).numel(), " elements");
+    LOCKSTEP_ASSERT(count == archive->getTensor(key).numel(), "optimizer state '", key, "' was assembled from ", count,
+                    " of ", archive->getTensor(key).numel(), " elements");
   }
   for (size_t i = 0; i < optimizerParams.size(); ++i) {
     if (!archive->contains(paramPrefix(i) + "present")) archive->putBool(paramPrefix(i) + "present", false);
@@ -140,8 +146,8 @@ void ShardedDataParallel::Impl::load(const TensorArchive& archive, bool report) 
            digits.find_first_not_of("0123456789") == std::string::npos && std::stoul(digits) < optimizerParams.size();
     }
     if (!ok) {
-      throw CheckpointError(fmt::format(
-          "checkpoint {} has an optimizer entry '{}' that this run's optimizer does not have", label, key));
+      throw CheckpointError(
+          fmt::format("checkpoint {} has an optimizer entry '{}' that this run's optimizer does not have", label, key));
     }
   }
   TensorArchive mine(label);
@@ -152,8 +158,8 @@ void ShardedDataParallel::Impl::load(const TensorArchive& archive, bool report) 
   for (size_t g = 0; g < groupSizes.size(); ++g) {
     const std::string prefix = groupPrefix(g);
     if (archive.contains(prefix + "params") && archive.getInt(prefix + "params") != groupSizes[g]) {
-      throw CheckpointError(fmt::format("checkpoint {}: optimizer group {} has {} parameters, this run's has {}",
-                                        label, g, archive.getInt(prefix + "params"), groupSizes[g]));
+      throw CheckpointError(fmt::format("checkpoint {}: optimizer group {} has {} parameters, this run's has {}", label,
+                                        g, archive.getInt(prefix + "params"), groupSizes[g]));
     }
     for (const auto& key : archive.keys(prefix)) copyArchiveEntry(archive, key, mine);
     for (const auto& [i, piece] : order) {

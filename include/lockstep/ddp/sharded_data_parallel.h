@@ -15,9 +15,11 @@
 // reduce-scattered, not all-reduced, as soon as its last gradient is ready
 // (overlapping the rest of backward), and each rank keeps only the average of
 // its part. A parameter's gradient is copied into its bucket the moment
-// autograd has accumulated it and is then freed, and a bucket buffer is freed
-// once its reduce-scatter finished: between steps a rank holds 1/N of the
-// gradients, during backward the buffers of the buckets in flight.
+// autograd has accumulated it and is then freed (a parameter alone in its
+// bucket lends its gradient as the buffer), and a bucket buffer is freed once
+// its reduce-scatter finished: between steps a rank holds 1/N of the
+// gradients (its averaged parts, kept until the next synchronised backward
+// starts), during backward the buffers of the buckets in flight.
 //
 // The optimizer is the one passed in, rebuilt over this rank's pieces of the
 // parameters (a piece is the part of one parameter inside the rank's part of
@@ -65,11 +67,11 @@ class TensorArchive;
 /// Where rank `rank`'s part of a bucket cuts its parameters: one entry per
 /// parameter that overlaps the part (tests, the checkpoint remap).
 struct GradientPiece {
-  size_t param = 0;           ///< index among the module's trainable parameters
-  size_t bucket = 0;          ///< bucket index, in launch order
-  int64_t paramOffset = 0;    ///< first element, in the flattened parameter
-  int64_t length = 0;         ///< elements
-  int64_t chunkOffset = 0;    ///< first element, in the rank's part of the bucket
+  size_t param = 0;         ///< index among the module's trainable parameters
+  size_t bucket = 0;        ///< bucket index, in launch order
+  int64_t paramOffset = 0;  ///< first element, in the flattened parameter
+  int64_t length = 0;       ///< elements
+  int64_t chunkOffset = 0;  ///< first element, in the rank's part of the bucket
 };
 
 /// The pieces of `rank` for buckets of the given parameters (numels, in
