@@ -6,7 +6,7 @@
 #   KEY=precision STRATEGIES="fp32 bf16" bench/compare_strategies.sh configs/mlp-bench.yaml 20
 #
 # For ROUNDS rounds (default 5) runs, for every value S in STRATEGIES
-# (default "ddp zero1"; the order reversed every other round, so drifts of
+# (default "ddp zero1 zero2"; the order reversed every other round, so drifts of
 # this shared machine hit every side alike) of the config key KEY (default
 # strategy.type):
 #   lockstep run -np NP --threads THREADS -- lockstep train CONFIG KEY=S
@@ -28,7 +28,7 @@ STEPS=40
 if [ $# -ge 1 ] && [[ "$1" =~ ^[0-9]+$ ]]; then STEPS="$1"; shift; fi
 BIN="${LOCKSTEP_BUILD_DIR:-build}/lockstep"
 ROUNDS="${ROUNDS:-5}"
-read -r -a STRATS <<<"${STRATEGIES:-ddp zero1}"
+read -r -a STRATS <<<"${STRATEGIES:-ddp zero1 zero2}"
 KEY="${KEY:-strategy.type}"
 NP="${NP:-2}"
 THREADS="${THREADS:-1}"

@@ -8,4 +8,7 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 scripts/build.sh -DLOCKSTEP_BUILD_TESTS=ON
 BUILD_DIR="${LOCKSTEP_BUILD_DIR:-build}"
+# A test that cannot run here fails, naming what it needs (tests/support/gtest_main.cpp);
+# LOCKSTEP_REQUIRE_ALL_TESTS=0 lets it skip instead (CTest reports it as Skipped).
+export LOCKSTEP_REQUIRE_ALL_TESTS="${LOCKSTEP_REQUIRE_ALL_TESTS:-1}"
 ctest --test-dir "$BUILD_DIR" --output-on-failure --timeout 900 "$@"

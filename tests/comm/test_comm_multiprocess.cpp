@@ -11,6 +11,7 @@
 #include "launch/launch_commands.h"
 #include "lockstep/comm/communicator.h"
 #include "lockstep/launch/launcher.h"
+#include "support/expect.h"
 #include "support/subprocess.h"
 
 namespace lockstep {
@@ -66,7 +67,7 @@ INSTANTIATE_TEST_SUITE_P(World, LaunchedWorlds, ::testing::Values(1, 2, 3, 4),
 class MpiWorlds : public ::testing::TestWithParam<int> {};
 
 TEST_P(MpiWorlds, EveryCollectiveOverTheMpiBackend) {
-  if (!mpiBackendBuilt()) GTEST_SKIP() << "built without libopenmpi-dev";
+  LOCKSTEP_SKIP_UNLESS(mpiBackendBuilt(), "the MPI backend (lockstep built with libopenmpi-dev)");
   int world = GetParam();
   auto r = runProcess({test::lockstepBin(), "run", "-np", std::to_string(world), "--backend", "mpi", "--comm-timeout",
                        "60", "--", test::helperBin("comm_worker"), "check"});
@@ -76,7 +77,7 @@ TEST_P(MpiWorlds, EveryCollectiveOverTheMpiBackend) {
 }
 
 TEST(MpiBlockingPath, EveryCollectiveWithAllreducesOnTheCommunicationThread) {
-  if (!mpiBackendBuilt()) GTEST_SKIP() << "built without libopenmpi-dev";
+  LOCKSTEP_SKIP_UNLESS(mpiBackendBuilt(), "the MPI backend (lockstep built with libopenmpi-dev)");
   // Threshold 0: every allreduce is a blocking MPI_Allreduce on the communication
   // thread, and every other operation queues behind it in order.
   ProcessOptions o;
@@ -109,7 +110,7 @@ TEST(LaunchedByOthers, MpirunWorkersUseMpiByDefaultAndGlooWhenAsked) {
 }
 
 TEST(MpiFailures, StalledPeerTimesOutAndTheLauncherStopsTheJob) {
-  if (!mpiBackendBuilt()) GTEST_SKIP() << "built without libopenmpi-dev";
+  LOCKSTEP_SKIP_UNLESS(mpiBackendBuilt(), "the MPI backend (lockstep built with libopenmpi-dev)");
   // Rank 1 sleeps 30 s; rank 0's allreduce has a 2 s timeout, fails, exits 3; mpirun stops rank 1.
   auto start = std::chrono::steady_clock::now();
   auto r = runProcess({test::lockstepBin(), "run", "-np", "2", "--backend", "mpi", "--comm-timeout", "2", "--",
@@ -123,7 +124,7 @@ TEST(MpiFailures, StalledPeerTimesOutAndTheLauncherStopsTheJob) {
 }
 
 TEST(MpiFailures, KilledWorkerIsNamedAndTheRunEndsQuickly) {
-  if (!mpiBackendBuilt()) GTEST_SKIP() << "built without libopenmpi-dev";
+  LOCKSTEP_SKIP_UNLESS(mpiBackendBuilt(), "the MPI backend (lockstep built with libopenmpi-dev)");
   auto start = std::chrono::steady_clock::now();
   auto r = runProcess({test::lockstepBin(), "run", "-np", "3", "--backend", "mpi", "--comm-timeout", "60", "--",
                        test::helperBin("comm_worker"), "die", "1", "20"});
@@ -136,7 +137,8 @@ TEST(MpiFailures, KilledWorkerIsNamedAndTheRunEndsQuickly) {
 class StallInspector : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(StallInspector, RankZeroNamesTheRankThatHasNotArrivedBeforeTheTimeout) {
-  if (GetParam() == "mpi" && !mpiBackendBuilt()) GTEST_SKIP() << "built without libopenmpi-dev";
+  LOCKSTEP_SKIP_UNLESS(GetParam() != "mpi" || mpiBackendBuilt(),
+                       "the MPI backend (lockstep built with libopenmpi-dev)");
   // Rank 1 of 3 sleeps 4 s before its allreduce; reports start after 1 s; the timeout is 8 s.
   ProcessOptions o;
   o.setEnv = {{"LOCKSTEP_STALL_WARN_SECONDS", "1"}};

@@ -146,7 +146,7 @@ std::string nonLoopbackAddress() {
 
 TEST(Store, LoopbackMasterListensOnLoopbackOnly) {
   std::string other = nonLoopbackAddress();
-  if (other.empty()) GTEST_SKIP() << "this host has no non-loopback IPv4 address to try";
+  LOCKSTEP_SKIP_UNLESS(!other.empty(), "a non-loopback IPv4 address on this host");
   Store server = serve("secret");
   CommError e = test::commErrorOf([&] { join(server.port(), "secret", other, 500ms); });
   EXPECT_EQ(e.kind(), CommErrorKind::kTimeout) << e.what();

@@ -66,12 +66,14 @@ TEST(DataLoader, PrefetchIsBounded) {
   DataLoader loader(data, LoaderOptions{4, 2});
   loader.start(planOf(0), 0);
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  // Nobody consumed: at most `prefetch` batches were started.
-  EXPECT_LE(data.calls.load(), 2);
+  // Nobody consumed: exactly `prefetch` batches were made ahead (a 2 ms batch
+  // each, 100 ms to do it), no more, and never more than that at once.
+  EXPECT_EQ(data.calls.load(), 2) << "the loader must prefetch, and only `prefetch` batches";
+  EXPECT_GE(data.maxInFlight.load(), 1);
   EXPECT_LE(data.maxInFlight.load(), 2);
   loader.next();
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  EXPECT_LE(data.calls.load(), 3);
+  EXPECT_EQ(data.calls.load(), 3) << "one batch taken, one more made ahead";
 }
 
 TEST(DataLoader, WorkerErrorsSurfaceInNext) {

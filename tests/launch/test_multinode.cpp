@@ -80,9 +80,9 @@ class Hosts {
 
 bool canMakeHosts() { return ::geteuid() == 0 && sh("command -v ip"); }
 
-#define REQUIRE_NETNS()                                                             \
-  if (!canMakeHosts()) GTEST_SKIP() << "needs root and iproute2 (CI runs as root)"; \
-  Hosts hosts(kHosts);                                                              \
+#define REQUIRE_NETNS()                                                                               \
+  LOCKSTEP_SKIP_UNLESS(canMakeHosts(), "root and iproute2 for network namespaces (CI runs as root)"); \
+  Hosts hosts(kHosts);                                                                                \
   ASSERT_TRUE(hosts.ok()) << "could not build the namespaces (ip netns/veth/bridge)"
 
 std::string quote(const std::string& s) { return "'" + s + "'"; }

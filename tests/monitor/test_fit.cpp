@@ -161,7 +161,8 @@ TEST(MonitorCost, TrainingThreadCpuPerStep) {
   double perStepUs = (threadCpuSeconds() - start) / 5000 * 1e6;
   for (auto& c : callbacks) c->onFitEnd(FitResult{});
   std::printf("monitoring: %.1f us of training-thread CPU per step (5000 steps, a log every 50)\n", perStepUs);
-  EXPECT_LT(perStepUs, 500) << "monitoring must stay far below a step's time";
+  // Measured 5-7.4 us (five runs); the bound allows 4x for a slower machine and stays far below a step.
+  EXPECT_LT(perStepUs, 30) << "monitoring must stay far below a step's time";
   EXPECT_EQ(test::readLines(m.dir + "/phases/rank0.jsonl").size(), 5000u);
   ::close(devNull);
 }

@@ -4,6 +4,7 @@
 #include "lockstep/common/error.h"
 #include "lockstep/rendezvous/init.h"
 #include "lockstep/rendezvous/world.h"
+#include "support/expect.h"
 
 namespace lockstep {
 namespace {
@@ -244,7 +245,7 @@ TEST(Init, AutoPicksMpiOnlyForWorkersStartedByMpirun) {
 }
 
 TEST(Init, MpiBackendNeedsMpirunWorkers) {
-  if (!mpiBackendBuilt()) GTEST_SKIP() << "built without libopenmpi-dev";
+  LOCKSTEP_SKIP_UNLESS(mpiBackendBuilt(), "the MPI backend (lockstep built with libopenmpi-dev)");
   Vars ours{{"LOCKSTEP_RANK", "1"},
             {"LOCKSTEP_WORLD_SIZE", "2"},
             {"LOCKSTEP_MASTER_ADDR", "127.0.0.1"},
