@@ -9,7 +9,7 @@
 # (default "ddp zero1 zero2"; the order reversed every other round, so drifts of
 # this shared machine hit every side alike) of the config key KEY (default
 # strategy.type):
-#   lockstep run -np NP --threads THREADS -- lockstep train CONFIG KEY=S
+#   lockstep run -np NP --threads THREADS [--backend BACKEND] -- lockstep train CONFIG KEY=S
 #       trainer.max_steps=STEPS (default 40) trainer.validate=false checkpoint.dir=off ...
 # and reads rank 0's --result-json. Prints, per strategy, the mean over rounds
 # of samples/s (global, first step excluded) and of the mean step time, rank
@@ -17,7 +17,8 @@
 # the per-round ratio of each strategy's step time to the first strategy's in
 # the same round: min / median / max over the rounds.
 #
-# Environment: LOCKSTEP_BUILD_DIR (default build), ROUNDS, KEY, STRATEGIES, NP (default 2),
+# Environment: LOCKSTEP_BUILD_DIR (default build), ROUNDS, KEY, STRATEGIES, NP (default 2), BACKEND
+# (gloo or mpi; default: lockstep run's own choice),
 # THREADS (default 1), KEEP_LOGS=1 to keep the run logs. Nothing is built here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,6 +33,8 @@ read -r -a STRATS <<<"${STRATEGIES:-ddp zero1 zero2}"
 KEY="${KEY:-strategy.type}"
 NP="${NP:-2}"
 THREADS="${THREADS:-1}"
+BACKEND_ARGS=()
+if [ -n "${BACKEND:-}" ]; then BACKEND_ARGS=(--backend "$BACKEND"); fi
 [ -x "$BIN" ] || { echo "compare_strategies.sh: $BIN not found; build lockstep first (scripts/build.sh)" >&2; exit 1; }
 [ -f "$CONFIG" ] || { echo "compare_strategies.sh: config '$CONFIG' not found" >&2; exit 2; }
 OUT="$(mktemp -d)"
@@ -41,7 +44,7 @@ field() {  # FILE KEY -> the number after "KEY": in the result JSON
   sed -n "s/.*\"$2\": *\([-0-9.eE+]*\).*/\1/p" "$1" | head -1
 }
 
-echo "$CONFIG, $NP workers x $THREADS thread(s), $STEPS steps, $ROUNDS interleaved rounds: $KEY = ${STRATS[*]}"
+echo "$CONFIG, $NP workers x $THREADS thread(s)${BACKEND:+, backend $BACKEND}, $STEPS steps, $ROUNDS interleaved rounds: $KEY = ${STRATS[*]}"
 for ((round = 0; round < ROUNDS; round++)); do
   order=("${STRATS[@]}")
   if ((round % 2 == 1)); then
@@ -50,7 +53,7 @@ for ((round = 0; round < ROUNDS; round++)); do
   fi
   for s in "${order[@]}"; do
     json="$OUT/r$round-$s.json"
-    if ! "$BIN" run -np "$NP" --threads "$THREADS" -- "$BIN" train "$CONFIG" "$KEY=$s" \
+    if ! "$BIN" run -np "$NP" --threads "$THREADS" "${BACKEND_ARGS[@]}" -- "$BIN" train "$CONFIG" "$KEY=$s" \
       "trainer.max_steps=$STEPS" trainer.validate=false checkpoint.dir=off checkpoint.resume=none \
       generate.samples=0 monitor.dir=off "$@" --result-json "$json" >"$OUT/r$round-$s.log" 2>&1; then
       echo "compare_strategies.sh: the $s run of round $round failed; its last lines:" >&2

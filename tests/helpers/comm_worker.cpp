@@ -1,6 +1,7 @@
 // comm_worker — a real worker process for the multiprocess tests.
 //
-//   comm_worker check            every collective with value checks; rank 0 prints "all checks passed"
+//   comm_worker check            every collective with value checks; each rank prints "rank R: N of N checks
+//                                passed" and exits 1 on its own failures; rank 0 then prints "all checks passed"
 //   comm_worker loop [PID_DIR]   allreduce forever (writes PID_DIR/<rank>.pid first)
 //   comm_worker die RANK ITER    allreduce; RANK kills itself with SIGKILL at iteration ITER
 //   comm_worker stall RANK SECS  RANK sleeps SECS before its allreduce, the others call it
@@ -22,8 +23,10 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
+int checks = 0;
 int failures = 0;
 void expect(bool ok, const std::string& what) {
+  ++checks;
   if (!ok) {
     ++failures;
     std::cerr << "check failed: " << what << std::endl;
@@ -129,6 +132,10 @@ int main(int argc, char** argv) {
     const std::string& mode = args[0];
     if (mode == "check") {
       check(comm);
+      // Each rank's own verdict, decided without the collectives under test.
+      std::cout << "rank " << comm.rank() << ": " << (checks - failures) << " of " << checks << " checks passed"
+                << std::endl;
+      if (failures > 0 || checks == 0) return 1;
       // Every rank learns whether any rank failed.
       std::vector<at::Tensor> bad{at::tensor({static_cast<double>(failures)})};
       comm.allreduce(bad, ReduceOp::kSum)->wait();

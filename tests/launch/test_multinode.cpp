@@ -206,7 +206,9 @@ TEST(MultiNode, UnpluggedHostFailsTheRunWithinTheTimeoutNamingTheLostRank) {
   ProcessResult r1 = node1.get();
   EXPECT_FALSE(r0.timedOut) << "node 0 hung after its peer's link went down";
   EXPECT_NE(r0.exitCode, 0) << r0.err;
-  EXPECT_LT(seconds, kTimeout + 15) << r0.err;
+  std::printf("[ info     ] node 0 exited %.2f s after the unplug (comm timeout %.0f s)\n", seconds, kTimeout);
+  // Measured 6.12-6.23 s (three runs): the timeout, then the launcher's stop.
+  EXPECT_LT(seconds, kTimeout + 2) << r0.err;
   // Rank 0 names the rank it lost: the stall inspector warns first, then the timeout names the peer.
   EXPECT_HAS(r0.err, "rank 1 has not submitted it yet");
   EXPECT_HAS(r0.err, "allreduce(sum) failed (timeout) on rank 0 of 2");

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "lockstep/monitor/system_stats.h"
+#include "monitor/gpu_probe.h"
 #include "monitor/run_dir.h"
 #include "support/subprocess.h"
 
@@ -43,6 +44,7 @@ TEST(SystemStats, SamplerLinesShowABusyThread) {
   }
   auto lines = test::readJsonLines(dir + "/system/rank2.jsonl");
   ASSERT_GE(lines.size(), 6u);
+  const bool gpuVisible = detail::GpuProbe(0).sample().has_value();
   double idleMax = 0, busyMax = 0;
   double previousTime = 0;
   for (size_t i = 0; i < lines.size(); ++i) {
@@ -53,7 +55,9 @@ TEST(SystemStats, SamplerLinesShowABusyThread) {
     EXPECT_GE(l["threads"].get<int>(), 2);  // the test and the sampler
     EXPECT_GT(l["time"].get<double>(), previousTime);
     previousTime = l["time"];
-    EXPECT_FALSE(l.contains("gpu_util"));  // no NVML in this build or no GPU here
+    // GPU fields exactly when NVML was built in and finds a device here.
+    EXPECT_EQ(l.contains("gpu_util"), gpuVisible) << l.dump();
+    EXPECT_EQ(l.contains("gpu_mem_bytes"), gpuVisible) << l.dump();
     double cpu = l["cpu_percent"];
     EXPECT_GE(cpu, 0);
     EXPECT_LE(cpu, 100.0 * std::thread::hardware_concurrency() + 20);

@@ -1,6 +1,7 @@
-// The whole Trainer (sampler + DDP + optimizer) against itself on one worker:
-// 2 workers x batch b == 1 worker x batch 2b == 1 worker x batch b x 2
-// accumulated, step for step, because the sampler shards one global order.
+// The whole Trainer (sampler + DDP + optimizer) against a plain loop written
+// here (no Trainer, no DDP, no loader) over the same global batches in the
+// same order: 2 workers x batch b, 1 worker x batch 2b and b x 2 accumulated
+// all equal it on every rank, because the sampler shards one global order.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 #include <torch/nn/functional/loss.h>
@@ -41,7 +42,26 @@ LossFn mse() {
   };
 }
 
-Mlp trainOn(int world, int64_t batch, int64_t accumulation) {
+/// SGD with momentum over one global batch at a time, as makeSetup() configures the Trainer.
+Mlp plainLoop(int64_t globalBatch) {
+  TrainSetup s = makeSetup();
+  torch::manual_seed(1);  // rank 0's initialisation in trainOn, which DDP broadcasts
+  Mlp model(MlpOptions{12, {16}, 5});
+  torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
+  for (int64_t epoch = 0; epoch < s.options.epochs; ++epoch) {
+    auto order = globalOrder(s.x.size(0), /*shuffle=*/true, s.options.seed, epoch);
+    for (int64_t start = 0; start + globalBatch <= static_cast<int64_t>(order.size()); start += globalBatch) {
+      auto index = at::tensor(std::vector<int64_t>(order.begin() + start, order.begin() + start + globalBatch));
+      optimizer.zero_grad();
+      at::mse_loss(model->forward(s.x.index_select(0, index)), s.y.index_select(0, index)).backward();
+      optimizer.step();
+    }
+  }
+  return model;
+}
+
+/// Every rank's model after training.
+std::vector<Mlp> trainOn(int world, int64_t batch, int64_t accumulation) {
   TrainSetup s = makeSetup();
   s.options.batchSize = batch;
   s.options.accumulation = accumulation;
@@ -58,7 +78,7 @@ Mlp trainOn(int world, int64_t batch, int64_t accumulation) {
     results[rank] = trainer.fit(models[rank].ptr(), mse(), data);
   });
   for (const auto& r : results) EXPECT_EQ(r.steps, 2 * 200 / (world * batch * accumulation));
-  return models[0];
+  return models;
 }
 
 void expectSame(Mlp& a, Mlp& b) {
@@ -70,18 +90,23 @@ void expectSame(Mlp& a, Mlp& b) {
   }
 }
 
+void expectEveryRankSame(Mlp& reference, std::vector<Mlp> ranks, const std::string& what) {
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    SCOPED_TRACE(what + ", rank " + std::to_string(r));
+    expectSame(reference, ranks[r]);
+  }
+}
+
 TEST(Trainer, TwoWorkersEqualOneWorkerWithTheGlobalBatch) {
-  Mlp one = trainOn(1, 20, 1);
-  Mlp two = trainOn(2, 10, 1);
-  expectSame(one, two);
+  Mlp reference = plainLoop(20);
+  expectEveryRankSame(reference, trainOn(1, 20, 1), "1 worker x 20");
+  expectEveryRankSame(reference, trainOn(2, 10, 1), "2 workers x 10");
 }
 
 TEST(Trainer, AccumulationEqualsTheBiggerBatch) {
-  Mlp big = trainOn(1, 20, 1);
-  Mlp accumulated = trainOn(1, 10, 2);
-  expectSame(big, accumulated);
-  Mlp distributedAccumulated = trainOn(2, 5, 2);
-  expectSame(big, distributedAccumulated);
+  Mlp reference = plainLoop(20);
+  expectEveryRankSame(reference, trainOn(1, 10, 2), "1 worker x 10 x 2 accumulated");
+  expectEveryRankSame(reference, trainOn(2, 5, 2), "2 workers x 5 x 2 accumulated");
 }
 
 TEST(Trainer, TooSmallDatasetIsAClearError) {
