@@ -20,6 +20,7 @@
 #include "common/posix_io.h"
 #include "lockstep/common/error.h"
 #include "lockstep/train/trainer.h"
+#include "monitor/memory_json.h"
 
 namespace lockstep::cli {
 
@@ -37,17 +38,7 @@ nlohmann::json toJson(const FitResult& r, int rank, int threads) {
                          {"buckets", b.buckets},
                          {"bucket_bytes", b.bucketBytes}};
   if (b.commHiddenFraction >= 0) comm["hidden_fraction"] = b.commHiddenFraction;
-  nlohmann::json ranks = nlohmann::json::array();
-  for (const RankMemory& m : r.memory) {
-    ranks.push_back(
-        {{"rank", m.rank},
-         {"parameter_bytes", m.parameterBytes},
-         {"gradient_bytes", m.gradientBytes},
-         {"optimizer_bytes", m.optimizerBytes},
-         {"comm_buffer_bytes", m.commBufferBytes},
-         {"step_peak_bytes", m.stepPeakBytes < 0 ? nlohmann::json(nullptr) : nlohmann::json(m.stepPeakBytes)},
-         {"peak_rss_bytes", m.peakRssBytes}});
-  }
+  nlohmann::json ranks = detail::rankMemoryJson<nlohmann::json>(r.memory);
   return {{"rank", rank},
           {"world_size", r.worldSize},
           {"threads_per_worker", threads},

@@ -206,6 +206,28 @@ std::vector<FieldSpec> phaseFields() {
 
 // ---- run.json -------------------------------------------------------------------
 
+/// "memory" (written when a run finishes): per rank, byte counts (numbers, or null when not measured).
+static void checkMemory(const nlohmann::json& info, const std::string& displayName) {
+  auto it = info.find("memory");
+  if (it == info.end()) return;
+  if (!it->is_array()) {
+    throw RunFormatError(displayName, 0, fmt::format("\"memory\" is {}, expected an array", it->type_name()));
+  }
+  for (size_t r = 0; r < it->size(); ++r) {
+    const auto& rank = (*it)[r];
+    if (!rank.is_object()) {
+      throw RunFormatError(displayName, 0,
+                           fmt::format("\"memory\"[{}] is {}, expected an object", r, rank.type_name()));
+    }
+    for (const auto& [key, value] : rank.items()) {
+      if (!value.is_number() && !value.is_null()) {
+        throw RunFormatError(displayName, 0,
+                             fmt::format("\"memory\"[{}].{} is {}, expected a number", r, key, value.type_name()));
+      }
+    }
+  }
+}
+
 nlohmann::json readRunInfo(const std::string& runDir, const std::string& displayName) {
   std::string path = runDir + "/run.json";
   std::string text;
@@ -233,6 +255,7 @@ nlohmann::json readRunInfo(const std::string& runDir, const std::string& display
       throw RunFormatError(displayName, 0, fmt::format("\"{}\" is {}, expected a number", key, it->type_name()));
     }
   }
+  checkMemory(info, displayName);
   return info;
 }
 

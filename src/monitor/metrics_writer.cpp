@@ -9,6 +9,8 @@
 #include <nlohmann/json.hpp>
 
 #include "lockstep/monitor/tensorboard.h"
+#include "lockstep/train/trainer.h"
+#include "monitor/memory_json.h"
 #include "monitor/run_files.h"
 
 namespace lockstep {
@@ -58,6 +60,7 @@ void MetricsWriter::writeRunJson(const char* status) {
   run["steps_per_epoch"] = info_.stepsPerEpoch;
   run["start_step"] = info_.startStep;
   run["pid"] = static_cast<int64_t>(::getpid());
+  if (!memory_.empty()) run["memory"] = detail::rankMemoryJson<Json>(memory_);
   try {
     detail::writeFileAtomically(join(dir_, "run.json"), {run.dump(2) + "\n"}, detail::Durability::kProcessCrash);
   } catch (const std::exception& e) { detail::warnOnce(warned_, "writing run.json", e.what()); }
@@ -121,8 +124,9 @@ void MetricsWriter::onValidation(const ValidationRecord& r) {
   } catch (const std::exception& e) { detail::warnOnce(warned_, "writing metrics", e.what()); }
 }
 
-void MetricsWriter::onFitEnd(const FitResult& /*result*/) {
+void MetricsWriter::onFitEnd(const FitResult& result) {
   ended_ = true;
+  memory_ = result.memory;
   writeRunJson("finished");
 }
 

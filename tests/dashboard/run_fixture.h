@@ -18,6 +18,7 @@ struct RunFixture {
   int valEvery = 10;
   std::string status = "finished";
   bool gpu = false;
+  bool memory = true;  ///< run.json "memory", as a finished run writes it
   std::string config = "model:\n  type: charlstm\ntrainer:\n  max_steps: 40\n";
 };
 
@@ -64,6 +65,19 @@ inline void writeRunFixture(const std::string& dir, const RunFixture& f = {}) {
                      {"total_steps", f.steps},
                      {"step", f.steps},
                      {"global_batch", 32 * f.ranks}};
+  if (f.memory) {
+    run["memory"] = nlohmann::json::array();
+    for (int r = 0; r < f.ranks; ++r) {
+      // rank r: 1+r MB parameters, 1 MB gradients, 2 MB optimizer; model state 4+r MB
+      run["memory"].push_back({{"rank", r},
+                               {"parameter_bytes", 1000000 * (1 + r)},
+                               {"gradient_bytes", 1000000},
+                               {"optimizer_bytes", 2000000},
+                               {"comm_buffer_bytes", 0},
+                               {"step_peak_bytes", nullptr},
+                               {"peak_rss_bytes", 300000000}});
+    }
+  }
   writeText(dir + "/run.json", run.dump(2) + "\n");
   writeText(dir + "/config.yaml", f.config);
   std::string metrics;

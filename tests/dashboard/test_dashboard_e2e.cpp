@@ -82,6 +82,14 @@ void expectChartsDrawn(const std::string& dom, const std::string& where) {
   EXPECT_EQ(intAttribute(phases, "data-ranks"), 2);
   EXPECT_GT(intAttribute(phases, "data-series-count"), 0);
   EXPECT_NE(dom.find("<svg"), std::string::npos);
+  // The finished run's memory per worker: a row per rank, each with a model state of its parameters,
+  // gradients and Adam state (DDP: 4 + 4 + 8 bytes per parameter, so well above zero).
+  auto memory = tagAttributes(dom, "class=\"memory-table");
+  EXPECT_EQ(intAttribute(memory, "data-ranks"), 2);
+  EXPECT_EQ(memory.count("hidden"), 0u) << "the memory table is shown for a finished run";
+  for (const char* rank : {"<td>0</td>", "<td>1</td>"}) EXPECT_NE(dom.find(rank), std::string::npos) << rank;
+  auto state = tagAttributes(dom, "data-model-state=");
+  EXPECT_GT(intAttribute(state, "data-model-state"), 0) << "model state of the first row";
 }
 
 const std::string kTinyConfig =

@@ -123,6 +123,21 @@ TEST(RunReader, WrongTypesAndMissingFieldsAreErrors) {
               "types/phases/rank1.jsonl:2: a record needs the number \"step_ms\"");
   expectError("run.json", "{\"name\": \"x\",\n \"status\": 3}\n", "types/run.json: \"status\" is number");
   expectError("run.json", "{\"name\": \"x\",\n oops}\n", "types/run.json:2: not valid JSON");
+  expectError("run.json", "{\"name\": \"x\", \"memory\": {}}\n",
+              "types/run.json: \"memory\" is object, expected an array");
+  expectError("run.json", "{\"name\": \"x\", \"memory\": [{\"rank\": 0, \"gradient_bytes\": \"1 MB\"}]}\n",
+              "types/run.json: \"memory\"[0].gradient_bytes is string, expected a number");
+}
+
+TEST(RunReader, MemoryOfAFinishedRunIsPassedOn) {
+  std::string dir = freshLogDir() + "/mem";
+  writeRunFixture(dir);
+  RunReader reader(dir, "mem");
+  reader.refresh();
+  nlohmann::json j = reader.toJson();
+  ASSERT_EQ(j["run"]["memory"].size(), 2u);
+  EXPECT_EQ(j["run"]["memory"][1]["parameter_bytes"].get<int64_t>(), 2000000);
+  EXPECT_TRUE(j["run"]["memory"][1]["step_peak_bytes"].is_null());
 }
 
 TEST(RunReader, NullLossAndUnknownKindsAreAccepted) {

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "lockstep/train/callbacks.h"
+#include "lockstep/train/strategy.h"
 
 namespace lockstep {
 
@@ -49,6 +50,7 @@ class MetricsWriter : public TrainerCallback {
   bool started_ = false;
   bool ended_ = false;
   bool warned_ = false;
+  std::vector<RankMemory> memory_;  ///< every rank's, from the FitResult; run.json "memory" once finished
   std::unique_ptr<detail::AppendFile> jsonl_;
   std::unique_ptr<detail::AppendFile> csv_;
   std::unique_ptr<TensorBoardWriter> events_;

@@ -124,6 +124,8 @@
       summary: el('div', { class: 'summary' }),
       error: el('div', { class: 'error', hidden: '' }),
       workers: el('div', { class: 'workers grid', 'data-run': name }),
+      memoryTitle: el('h3', { text: 'Memory per worker (end of run; MB = 10^6 bytes)', hidden: '' }),
+      memory: el('table', { class: 'memory-table', 'data-ranks': '0', hidden: '' }),
       phaseChart: el('div', { class: 'chart phases', 'data-run': name }),
       phaseTable: el('table', { class: 'phase-table' }),
       windowInput: el('input', { type: 'number', min: '1', value: String(state.phaseWindow) }),
@@ -137,6 +139,7 @@
     const root = el('section', { class: 'run-panel', 'data-run': name }, [
       parts.title, parts.summary, parts.error,
       el('h3', { text: 'Workers (one line per rank; time since the run started)' }), parts.workers,
+      parts.memoryTitle, parts.memory,
       el('h3', { text: 'Step phases per rank' }),
       el('div', { class: 'phase-controls' }, [document.createTextNode('mean over the last '), parts.windowInput,
         document.createTextNode(' steps of each rank')]),
@@ -153,6 +156,25 @@
     const chart = el('div', { class: 'chart', 'data-chart': opts.key });
     const fig = el('figure', {}, [el('figcaption', { text: title }), chart]);
     return { fig, chart, series, opts };
+  }
+
+  // run.json "memory" (the Trainer's per-rank figures, written when the run finished).
+  function renderMemory(parts, memory) {
+    const ranks = Array.isArray(memory) ? memory : [];
+    parts.memoryTitle.hidden = parts.memory.hidden = ranks.length === 0;
+    parts.memory.dataset.ranks = String(ranks.length);
+    const mb = (v) => (isNum(v) ? (v / 1e6).toFixed(2) : '–');
+    const columns = [['parameters', 'parameter_bytes'], ['gradients', 'gradient_bytes'], ['optimizer', 'optimizer_bytes']];
+    const head = el('tr', {}, ['rank', ...columns.map((c) => c[0]), 'model state', 'comm buffers', 'fwd+bwd peak', 'peak RSS']
+      .map((t) => el('th', { text: t })));
+    const rows = ranks.map((m) => {
+      const state = columns.reduce((sum, c) => sum + (isNum(m[c[1]]) ? m[c[1]] : 0), 0);
+      return el('tr', {}, [el('td', { text: String(m.rank) }), ...columns.map((c) => el('td', { class: 'num', text: mb(m[c[1]]) })),
+        el('td', { class: 'num', 'data-model-state': String(state), text: mb(state) }),
+        el('td', { class: 'num', text: mb(m.comm_buffer_bytes) }), el('td', { class: 'num', text: mb(m.step_peak_bytes) }),
+        el('td', { class: 'num', text: mb(m.peak_rss_bytes) })]);
+    });
+    parts.memory.replaceChildren(head, ...rows);
   }
 
   function renderPanel(name) {
@@ -201,6 +223,8 @@
     parts.workers.dataset.ranks = String(system.length);
     parts.workers.dataset.gpu = hasGpu ? 'yes' : 'no';
     for (const c of charts) lineChart(c.chart, c.series, Object.assign({ empty: 'no samples yet (system/rank<R>.jsonl)' }, c.opts));
+
+    renderMemory(parts, run.memory);
 
     parts.windowInput.value = String(state.phaseWindow);
     phaseChart(parts.phaseChart, parts.phaseTable, d.phases || [], state.phaseWindow);
