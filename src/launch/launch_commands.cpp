@@ -15,6 +15,12 @@
 #include <unistd.h>
 
 namespace lockstep {
+namespace {
+
+/// More workers than this on one node is a typo, not a job (each is a process holding a model).
+constexpr int kMaxWorkersPerNode = 1024;
+
+}  // namespace
 
 std::vector<HostSlots> parseHosts(const std::string& text) {
   std::vector<HostSlots> hosts;
@@ -37,6 +43,19 @@ std::vector<HostSlots> parseHosts(const std::string& text) {
     if (h.host.empty()) {
       throw ConfigError(fmt::format("-H '{}': empty host in entry {}; expected host[:slots],host[:slots],...", text,
                                     hosts.size() + 1));
+    }
+    // The host becomes an argument of the remote shell (ssh HOST ...): one starting with '-' would be
+    // read as an option (ssh -oProxyCommand=...), and blanks or control characters split or end it.
+    if (h.host.front() == '-') {
+      throw ConfigError(
+          fmt::format("-H entry '{}': a host name cannot start with '-' (the remote shell would read "
+                      "it as an option)",
+                      entry));
+    }
+    for (char c : h.host) {
+      if (static_cast<unsigned char>(c) <= ' ' || c == 0x7f) {
+        throw ConfigError(fmt::format("-H entry '{}': a host name cannot contain blanks or control characters", entry));
+      }
     }
     hosts.push_back(h);
     if (end == std::string::npos) break;
@@ -115,6 +134,12 @@ std::string resolveProgram(const std::string& program) {
 void validateLaunchOptions(const LaunchOptions& o) {
   if (o.nprocPerNode < 1)
     throw ConfigError(fmt::format("-np {}: the number of workers must be at least 1", o.nprocPerNode));
+  if (o.nprocPerNode > kMaxWorkersPerNode) {
+    throw ConfigError(
+        fmt::format("-np {}: more than {} workers on one node; each worker is a process with its own "
+                    "copy of the model",
+                    o.nprocPerNode, kMaxWorkersPerNode));
+  }
   if (o.nnodes < 1) throw ConfigError(fmt::format("--nnodes {}: must be at least 1", o.nnodes));
   if (o.nodeRank < 0 || o.nodeRank >= o.nnodes) {
     throw ConfigError(

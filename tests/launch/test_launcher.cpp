@@ -170,6 +170,10 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         BadArgs{{"-np", "0", "--", "true"}, "-np 0: the number of workers must be at least 1"},
         BadArgs{{"-np", "-3", "--", "true"}, "-np -3"},
+        BadArgs{{"-np", "5000", "--", "true"}, "-np 5000: more than 1024 workers on one node"},
+        BadArgs{{"-H", "a:2,-oProxyCommand=x:2", "--", "true"},
+                "-H entry '-oProxyCommand=x:2': a host name cannot start with '-'"},
+        BadArgs{{"-H", "a:2,b c:2", "--", "true"}, "-H entry 'b c:2': a host name cannot contain blanks"},
         BadArgs{{"-np", "2", "--bogus", "--", "true"}, "unknown option '--bogus'"},
         BadArgs{{"-np", "2", "--bogus", "true"}, "unknown option '--bogus'"},
         BadArgs{{"-np", "two", "--", "true"}, "Could not convert: --np = two"},
