@@ -105,12 +105,7 @@ struct DistributedDataParallel::Impl {
 
   void onGradient(size_t index, const at::Tensor& grad) {
     if (!syncEnabled) return;
-    if (arrived[index]) {
-      throw Error(
-          fmt::format("the gradient of '{}' arrived twice without finishGradientSync() in between; call "
-                      "finishGradientSync() after every synchronised backward, or use noSync() to accumulate",
-                      names[index]));
-    }
+    if (arrived[index]) { throw Error(detail::arrivedTwiceError(names[index])); }
     if (alone) {
       // One rank: the average is the gradient itself; autograd accumulates it into .grad as usual.
       arrived[index] = true;
@@ -148,17 +143,8 @@ struct DistributedDataParallel::Impl {
 
   void finish() {
     if (!syncEnabled) return;
-    std::vector<std::string> missing;
-    for (size_t i = 0; i < params.size(); ++i) {
-      if (!arrived[i]) missing.push_back(names[i]);
-    }
-    if (!missing.empty() && !options.findUnusedParameters) {
-      std::string message =
-          fmt::format("{} parameter(s) received no gradient in this step on rank {}: {}. {}", missing.size(),
-                      comm->rank(), detail::listNames(missing),
-                      anyArrived ? "If some parameters are legitimately unused, set DdpOptions::findUnusedParameters "
-                                   "(ddp.find_unused_parameters in configs)."
-                                 : "Call finishGradientSync() once after each backward.");
+    std::string message = detail::missingGradientsError(names, arrived, comm->rank(), anyArrived);
+    if (!message.empty() && !options.findUnusedParameters) {
       reset();
       throw Error(message);
     }

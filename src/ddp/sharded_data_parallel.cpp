@@ -41,12 +41,7 @@ std::vector<GradientPiece> gradientPieces(const std::vector<std::vector<size_t>>
 
 void ShardedDataParallel::Impl::onAccumulated(size_t index) {
   if (!syncEnabled) return;
-  if (arrived[index]) {
-    throw Error(
-        fmt::format("the gradient of '{}' arrived twice without finishGradientSync() in between; call "
-                    "finishGradientSync() after every synchronised backward, or use noSync() to accumulate",
-                    names[index]));
-  }
+  if (arrived[index]) { throw Error(detail::arrivedTwiceError(names[index])); }
   if (!anyArrived) {
     // The last step's averaged parts were used by its update: free them before this step's buckets fill.
     for (auto& view : pieceViews) view.mutable_grad() = at::Tensor();
@@ -96,17 +91,8 @@ void ShardedDataParallel::Impl::launchReady(bool duringBackward) {
 
 void ShardedDataParallel::Impl::finish() {
   if (!syncEnabled) return;
-  std::vector<std::string> missing;
-  for (size_t i = 0; i < params.size(); ++i) {
-    if (!arrived[i]) missing.push_back(names[i]);
-  }
-  if (!missing.empty() && !options.findUnusedParameters) {
-    std::string message =
-        fmt::format("{} parameter(s) received no gradient in this step on rank {}: {}. {}", missing.size(), rank(),
-                    detail::listNames(missing),
-                    anyArrived ? "If some parameters are legitimately unused, set DdpOptions::findUnusedParameters "
-                                 "(ddp.find_unused_parameters in configs)."
-                               : "Call finishGradientSync() once after each backward.");
+  std::string message = detail::missingGradientsError(names, arrived, rank(), anyArrived);
+  if (!message.empty() && !options.findUnusedParameters) {
     reset();
     throw Error(message);
   }

@@ -65,6 +65,7 @@ std::vector<Field> fieldsOf(TrainConfig& c) {
       {"trainer.batch_size", &c.trainer.batchSize},
       {"trainer.accumulation", &c.trainer.accumulation},
       {"trainer.clip_grad_norm", &c.trainer.clipGradNorm},
+      {"trainer.nan_policy", choice(&c.trainer.nanPolicy, parseNanPolicy)},
       {"trainer.seed", &c.trainer.seed},
       {"trainer.log_every", &c.trainer.logEvery},
       {"trainer.validate", &c.trainer.validate},

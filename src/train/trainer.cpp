@@ -12,9 +12,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <iterator>
 #include <optional>
 
+#include "lockstep/common/enum_names.h"
 #include "lockstep/common/error.h"
 #include "lockstep/common/logging.h"
 #include "lockstep/common/tensor_memory.h"
@@ -30,6 +32,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using detail::Position;
 
+constexpr EnumName<NanPolicy> kNanPolicyNames[] = {{NanPolicy::kStop, "stop"}, {NanPolicy::kSkip, "skip"}};
+
 class FitRun {
  public:
   FitRun(std::shared_ptr<Communicator> comm, const TrainerOptions& options, std::shared_ptr<torch::nn::Module> model,
@@ -40,6 +44,7 @@ class FitRun {
   void announce();
   void runEpoch();
   double trainStep();
+  bool agreeLossIsFinite(double stepLoss);
   void logWindow();
   void validate(const std::string& when, int64_t ofEpoch);
   void saveCheckpoint();
@@ -249,9 +254,33 @@ double FitRun::trainStep() {
   if (trackPeak) stepPeakBytes_ = std::max(stepPeakBytes_, peakTensorBytes() - liveAtStart);
   strategy_->finishGradientSync();
   timer_.endPhase(Phase::kCommWait);
-  strategy_->step(o_.clipGradNorm);
+  if (agreeLossIsFinite(stepLoss)) strategy_->step(o_.clipGradNorm);
   timer_.endPhase(Phase::kOptimizer);
   return stepLoss;
+}
+
+/// Collective: whether every rank's loss of this step is finite; if not, stops
+/// (throws) or skips the update per trainer.nan_policy, naming the rank.
+bool FitRun::agreeLossIsFinite(double stepLoss) {
+  const bool finite = std::isfinite(stepLoss);
+  int culprit = finite ? -1 : rank_;
+  if (world_ > 1) {
+    std::vector<at::Tensor> flag{at::tensor({static_cast<double>(culprit)}, at::kDouble)};
+    comm_.allreduce(flag, ReduceOp::kMax)->wait();
+    culprit = static_cast<int>(flag[0].item<double>());
+  }
+  if (culprit < 0) return true;
+  const std::string what = fmt::format("the loss of step {} is not finite on rank {}{}", at_.step + 1, culprit,
+                                       finite ? std::string() : fmt::format(" ({})", stepLoss));
+  if (o_.nanPolicy == NanPolicy::kStop) {
+    throw Error(
+        fmt::format("{}: stopping (trainer.nan_policy: stop); the step was not applied and no checkpoint "
+                    "of it was written{}",
+                    what, result_.lastCheckpoint.empty() ? "" : "; the last one is " + result_.lastCheckpoint));
+  }
+  ++result_.skippedSteps;
+  if (master_) log::warn(what + ": step skipped, parameters unchanged (trainer.nan_policy: skip)");
+  return false;
 }
 
 /// The loss of the window averaged over ranks (collective), a progress line, onLog.
@@ -409,6 +438,11 @@ void FitRun::finish() {
 }
 
 }  // namespace
+
+const char* toString(NanPolicy policy) { return enumName(kNanPolicyNames, policy); }
+NanPolicy parseNanPolicy(const std::string& text, const std::string& what) {
+  return parseEnum(kNanPolicyNames, text, what);
+}
 
 const char* toString(Phase phase) {
   switch (phase) {

@@ -7,9 +7,14 @@
 #include <torch/nn/functional/loss.h>
 #include <torch/optim/sgd.h>
 
+#include <filesystem>
+#include <limits>
+
 #include "lockstep/data/sampler.h"
 #include "lockstep/models/char_lstm.h"
 #include "lockstep/train/trainer.h"
+#include "support/expect.h"
+#include "support/subprocess.h"
 #include "support/thread_ranks.h"
 
 namespace lockstep {
@@ -216,6 +221,89 @@ TEST(Trainer, Bf16TrainsWithFloat32WeightsEqualOverRanks) {
   }
   EXPECT_TRUE(differs) << "bf16 computed exactly what fp32 did: autocast was not on";
   EXPECT_NEAR(bf16Results[0].lastTrainLoss, fp32Results[0].lastTrainLoss, 0.02 * fp32Results[0].lastTrainLoss);
+}
+
+}  // namespace
+}  // namespace lockstep
+
+namespace lockstep {
+namespace {
+
+/// Trains 2 ranks for 6 steps where rank 1's third loss is NaN, with `policy`;
+/// returns each rank's error (empty when fit() returned) and result.
+struct NanRun {
+  std::vector<std::string> errors;
+  std::vector<FitResult> results;
+  std::vector<Mlp> models;
+  std::string checkpointDir;
+};
+
+NanRun trainWithANan(NanPolicy policy) {
+  TrainSetup s = makeSetup();
+  s.options.batchSize = 10;
+  s.options.maxSteps = 6;
+  s.options.nanPolicy = policy;
+  NanRun run;
+  run.checkpointDir = test::makeTempDir();
+  s.options.checkpoint.dir = run.checkpointDir;
+  s.options.checkpoint.every = 1;
+  run.errors.resize(2);
+  run.results.resize(2);
+  for (int r = 0; r < 2; ++r) {
+    torch::manual_seed(1);
+    run.models.emplace_back(MlpOptions{12, {16}, 5});
+  }
+  std::vector<int> calls(2, 0);
+  test::runRanks(2, [&](int rank, Communicator& comm) {
+    auto shared = std::shared_ptr<Communicator>(&comm, [](Communicator*) {});
+    LossFn loss = [&, rank](torch::nn::Module& m, const Batch& b) {
+      at::Tensor l = at::mse_loss(static_cast<MlpImpl&>(m).forward(b.inputs), b.targets);
+      return rank == 1 && ++calls[1] == 3 ? l * std::numeric_limits<double>::quiet_NaN() : l;
+    };
+    TensorDataset data(s.x, s.y);
+    try {
+      run.results[rank] = Trainer(shared, s.options).fit(run.models[rank].ptr(), loss, data);
+    } catch (const Error& e) { run.errors[rank] = e.what(); }
+  });
+  return run;
+}
+
+TEST(Trainer, NonFiniteLossStopsEveryRankNamingTheStepAndTheRank) {
+  NanRun run = trainWithANan(NanPolicy::kStop);
+  for (int r = 0; r < 2; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    EXPECT_HAS(run.errors[r], "the loss of step 3 is not finite on rank 1");
+    EXPECT_HAS(run.errors[r], "trainer.nan_policy: stop");
+  }
+  EXPECT_HAS(run.errors[1], "(nan)");
+  // Steps 1 and 2 were checkpointed; nothing of step 3.
+  EXPECT_TRUE(std::filesystem::exists(run.checkpointDir + "/step-000000002.ckpt"));
+  EXPECT_FALSE(std::filesystem::exists(run.checkpointDir + "/step-000000003.ckpt"));
+  for (auto& model : run.models) {
+    for (const auto& p : model->parameters()) EXPECT_TRUE(at::isfinite(p).all().item<bool>());
+  }
+}
+
+TEST(Trainer, NonFiniteLossIsSkippedOnEveryRankWhenAsked) {
+  NanRun run = trainWithANan(NanPolicy::kSkip);
+  for (int r = 0; r < 2; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    EXPECT_TRUE(run.errors[r].empty()) << run.errors[r];
+    EXPECT_EQ(run.results[r].steps, 6);
+    EXPECT_EQ(run.results[r].skippedSteps, 1);
+    auto mine = run.models[r]->parameters(), first = run.models[0]->parameters();
+    for (size_t i = 0; i < mine.size(); ++i) {
+      EXPECT_TRUE(at::isfinite(mine[i]).all().item<bool>()) << "parameter " << i;
+      EXPECT_TRUE(at::equal(mine[i], first[i])) << "the ranks agree, parameter " << i;
+    }
+  }
+  EXPECT_TRUE(std::filesystem::exists(run.checkpointDir + "/step-000000006.ckpt"));
+}
+
+TEST(Trainer, NanPolicyParses) {
+  EXPECT_EQ(parseNanPolicy("skip", "trainer.nan_policy"), NanPolicy::kSkip);
+  EXPECT_EQ(parseNanPolicy("STOP", "trainer.nan_policy"), NanPolicy::kStop);
+  EXPECT_HAS(test::errorOf([] { parseNanPolicy("ignore", "trainer.nan_policy"); }), "trainer.nan_policy");
 }
 
 }  // namespace

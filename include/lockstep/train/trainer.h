@@ -61,15 +61,28 @@ struct CheckpointOptions {
   std::vector<std::pair<std::string, std::string>> extras;
 };
 
+/// What the Trainer does when a step's loss is NaN or infinite on any rank
+/// (decided together: one tiny allreduce per step, so every rank does the same):
+/// stop — fit() throws lockstep::Error naming the step and the rank, before the
+///        step's update and before any checkpoint of it;
+/// skip — the step's update is skipped on every rank (parameters and optimizer
+///        state unchanged; buffers a forward pass updated, such as BatchNorm's
+///        running statistics, are not rolled back), counted in FitResult::skippedSteps.
+enum class NanPolicy { kStop, kSkip };
+const char* toString(NanPolicy policy);
+/// "stop" or "skip"; ConfigError naming `what` otherwise.
+NanPolicy parseNanPolicy(const std::string& text, const std::string& what);
+
 /// Every setting of a run, each in one place: the embedded structs are the
 /// ones the loader, the optimizer, the LR schedule and DDP take themselves.
 /// `lockstep train` fills this from YAML (config.h; keys in docs/training.md).
 struct TrainerOptions {
   int64_t epochs = 1;
-  int64_t maxSteps = 0;      ///< > 0: stop after this many optimizer steps
-  int64_t batchSize = 32;    ///< per worker and micro-batch
-  int64_t accumulation = 1;  ///< micro-batches per optimizer step
-  double clipGradNorm = 0;   ///< 0: no clipping
+  int64_t maxSteps = 0;                    ///< > 0: stop after this many optimizer steps
+  int64_t batchSize = 32;                  ///< per worker and micro-batch
+  int64_t accumulation = 1;                ///< micro-batches per optimizer step
+  double clipGradNorm = 0;                 ///< 0: no clipping
+  NanPolicy nanPolicy = NanPolicy::kStop;  ///< a non-finite loss on any rank: stop, or skip the step
   uint64_t seed = 0;
   int64_t logEvery = 50;  ///< optimizer steps between progress lines
   bool validate = true;   ///< validation at the end of every epoch (and of the run)
@@ -127,6 +140,7 @@ struct StepBreakdown {
 struct FitResult {
   int64_t steps = 0;            ///< optimizer steps taken in total (resumed ones included)
   int64_t resumedFromStep = 0;  ///< 0 when not resumed
+  int64_t skippedSteps = 0;     ///< steps not applied for a non-finite loss (NanPolicy::kSkip), this run
   double lastTrainLoss = 0;     ///< averaged over ranks, last logging window
   double lastValidationLoss = -1;
   double lastValidationAccuracy = -1;  ///< when a CorrectFn was given
