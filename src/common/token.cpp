@@ -5,12 +5,15 @@
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
 
+#include <sys/stat.h>
+
 #include <fstream>
 
 #include <fmt/format.h>
 
 #include "lockstep/common/env.h"
 #include "lockstep/common/error.h"
+#include "lockstep/common/logging.h"
 
 namespace lockstep {
 
@@ -44,9 +47,30 @@ bool constantTimeEqual(const std::vector<uint8_t>& a, const std::vector<uint8_t>
   return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
+namespace {
+
+/// A secret shorter than this is guessable; randomToken() draws 64 hex characters.
+constexpr size_t kMinTokenLength = 32;
+
+void warnIfShort(const std::string& token, const std::string& where) {
+  if (token.size() < kMinTokenLength) {
+    log::warn(
+        fmt::format("{}: the job token is {} characters; use at least {} random ones (e.g. `openssl rand "
+                    "-hex 32`): anyone who guesses it can join the job",
+                    where, token.size(), kMinTokenLength));
+  }
+}
+
+}  // namespace
+
 std::string readTokenFile(const std::string& path, const std::string& source) {
   std::ifstream in(path);
   if (!in) throw ConfigError(fmt::format("{}: cannot read the job token file '{}'", source, path));
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && (st.st_mode & 077) != 0) {
+    log::warn(fmt::format("{}: the job token file '{}' is readable by other users (mode {:04o}); `chmod 600 {}`",
+                          source, path, st.st_mode & 07777, path));
+  }
   std::string line;
   std::getline(in, line);
   auto first = line.find_first_not_of(" \t\r\n");
@@ -55,12 +79,15 @@ std::string readTokenFile(const std::string& path, const std::string& source) {
     throw ConfigError(
         fmt::format("{}: the job token file '{}' is empty; expected a secret on its first line", source, path));
   }
-  return line.substr(first, last - first + 1);
+  std::string token = line.substr(first, last - first + 1);
+  warnIfShort(token, fmt::format("{} '{}'", source, path));
+  return token;
 }
 
 std::optional<std::string> tokenFromEnvironment(const Environment& env) {
   if (auto token = env.get(kJobTokenVar)) {
     if (token->empty()) throw ConfigError(fmt::format("{} is set but empty; expected the job's secret", kJobTokenVar));
+    warnIfShort(*token, kJobTokenVar);
     return token;
   }
   if (auto file = env.get(kJobTokenFileVar)) return readTokenFile(*file, kJobTokenFileVar);

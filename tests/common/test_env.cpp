@@ -1,9 +1,18 @@
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <string>
 
 #include "lockstep/common/enum_names.h"
 #include "lockstep/common/env.h"
 #include "lockstep/common/error.h"
 #include "lockstep/common/logging.h"
+#include "lockstep/common/token.h"
 
 namespace lockstep {
 namespace {
@@ -70,6 +79,45 @@ TEST(EnumNames, OneTableGivesNamesParsingAliasesAndAnErrorListingTheNames) {
     ADD_FAILURE() << "no error";
   } catch (const ConfigError& e) { EXPECT_STREQ(e.what(), "basket.fruit 'plum' is unknown; expected apple or pear"); }
   EXPECT_EQ(log::parseLevel("warning", "LOCKSTEP_LOG_LEVEL"), log::Level::kWarn);
+}
+
+}  // namespace
+}  // namespace lockstep
+
+namespace lockstep {
+namespace {
+
+std::string tokenFile(const std::string& text, mode_t mode) {
+  char path[] = "/tmp/lockstep-token-XXXXXX";
+  int fd = ::mkstemp(path);
+  EXPECT_GE(fd, 0);
+  ::close(fd);
+  std::ofstream(path) << text;
+  ::chmod(path, mode);
+  return path;
+}
+
+TEST(Token, ShortOrWorldReadableTokenFilesWarnAndStillWork) {
+  std::string weak = tokenFile("short\n", 0644);
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(readTokenFile(weak, "--token-file"), "short");
+  std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("the job token is 5 characters; use at least 32"), std::string::npos) << err;
+  EXPECT_NE(err.find("is readable by other users (mode 0644)"), std::string::npos) << err;
+  EXPECT_NE(err.find(weak), std::string::npos) << "names the file: " << err;
+
+  std::string strong = tokenFile(randomToken() + "\n", 0600);
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(readTokenFile(strong, "--token-file").size(), 64u);
+  EXPECT_EQ(testing::internal::GetCapturedStderr(), "") << "a 64-character token in a private file: no warning";
+
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(tokenFromEnvironment(Environment(std::map<std::string, std::string>{{"LOCKSTEP_JOB_TOKEN", "abc"}})),
+            std::optional<std::string>("abc"));
+  err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("LOCKSTEP_JOB_TOKEN: the job token is 3 characters"), std::string::npos) << err;
+  std::remove(weak.c_str());
+  std::remove(strong.c_str());
 }
 
 }  // namespace
