@@ -12,8 +12,10 @@
 
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <sstream>
 
+#include "support/expect.h"
 #include "support/subprocess.h"
 #include "support/tiny_config.h"
 
@@ -119,6 +121,30 @@ TEST(TrainMultiprocess, WorkerKilledAtARandomStepIsRestartedAndEndsBitIdentical)
   }
   EXPECT_TRUE(readAll(ckpt(straight, 26)) == readAll(ckpt(restarted, 26)))
       << "the restarted run ended with other parameters than the uninterrupted one";
+}
+
+// docs/training.md: "Resuming with another world size or batch keeps the position
+// in samples and logs a warning." 2 workers x 16 stop after step 12; 1 worker x 16
+// resumes at the same sample of the same epoch (twice the micro-batch index).
+TEST(TrainMultiprocess, ResumeWithAnotherWorldSizeKeepsThePositionInSamples) {
+  std::string dir = makeRunDir();
+  ProcessOptions crash;
+  crash.setEnv = {{"LOCKSTEP_FAULT_CRASH_AFTER_STEP", "12"}};
+  auto two = train(dir, 2, "", crash);
+  ASSERT_TRUE(fs::exists(ckpt(dir, 12))) << two.err;
+  std::smatch m;
+  const std::regex perEpoch("optimizer steps \\(([0-9]+) per epoch\\)");
+  ASSERT_TRUE(std::regex_search(two.err, m, perEpoch)) << two.err;
+  const int stepsPerEpoch = std::stoi(m[1].str());
+  ASSERT_GT(stepsPerEpoch, 0);
+  const int epoch = 12 / stepsPerEpoch, batchInEpoch = 12 % stepsPerEpoch;
+
+  auto one = train(dir, 1, "");
+  ASSERT_EQ(one.exitCode, 0) << one.err;
+  EXPECT_HAS(one.err, "resumed from ckpt/step-000000012.ckpt: step 12");
+  EXPECT_HAS(one.err, "resuming a run of 2 workers x batch 16 with 1 workers x batch 16: continuing epoch " +
+                          std::to_string(epoch) + " at micro-batch " + std::to_string(2 * batchInEpoch));
+  EXPECT_TRUE(fs::exists(ckpt(dir, 26))) << "the one-worker run finished the 26 steps";
 }
 
 TEST(TrainMultiprocess, CorruptCheckpointIsNamedAndThePreviousOneIsUsed) {
