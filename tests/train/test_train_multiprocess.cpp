@@ -1,8 +1,10 @@
 // `lockstep train` as a user runs it, under the real launcher: resume after a
 // killed run is bitwise identical to an uninterrupted run, a truncated or
 // altered checkpoint is named and skipped, mismatched models fail fast, and the
-// trained checkpoint generates names.
+// trained checkpoint generates names; a resume on another world size keeps the
+// position in samples, and a full disk while checkpointing keeps the previous checkpoint.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #define STB_IMAGE_WRITE_IMPLEMENTATION
 #define STB_IMAGE_WRITE_STATIC
@@ -10,6 +12,7 @@
 
 #include <random>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -207,6 +210,51 @@ TEST(TrainMultiprocess, MismatchedModelsFailFastWithTheDifference) {
             std::string::npos)
       << r.err;
   EXPECT_NE(r.err.find("on rank 0 but 'parameter lstm.weight_ih_l0 float32[68,"), std::string::npos) << r.err;
+}
+
+/// A tmpfs of `bytes` mounted on a fresh directory while alive (root only).
+class SmallDisk {
+ public:
+  explicit SmallDisk(int64_t bytes) : dir_(test::makeTempDir() + "/disk") {
+    fs::create_directories(dir_);
+    ok_ = std::system(("mount -t tmpfs -o size=" + std::to_string(bytes) + " tmpfs " + quote(dir_)).c_str()) == 0;
+  }
+  ~SmallDisk() {
+    if (ok_) std::system(("umount " + quote(dir_)).c_str());
+  }
+  SmallDisk(const SmallDisk&) = delete;
+  SmallDisk& operator=(const SmallDisk&) = delete;
+  bool ok() const { return ok_; }
+  const std::string& dir() const { return dir_; }
+
+ private:
+  std::string dir_;
+  bool ok_ = false;
+};
+
+// A full disk while writing a checkpoint: a clear error naming the file and
+// the reason, a non-zero exit, no partial file, and the previous checkpoint
+// intact (still loadable). The disk holds one checkpoint and a half.
+TEST(TrainMultiprocess, FullDiskWhileCheckpointingKeepsThePreviousCheckpoint) {
+  LOCKSTEP_SKIP_UNLESS(::geteuid() == 0, "root, to mount a small tmpfs (CI runs as root)");
+  std::string sizing = makeRunDir();
+  auto first = train(sizing, 2, "trainer.max_steps=6");
+  ASSERT_EQ(first.exitCode, 0) << first.err;
+  const auto size = static_cast<int64_t>(fs::file_size(ckpt(sizing, 6)));
+
+  SmallDisk disk(size + size / 2);
+  ASSERT_TRUE(disk.ok()) << "mount -t tmpfs failed";
+  std::string dir = makeRunDir();
+  auto full = train(dir, 2, "trainer.max_steps=12 checkpoint.dir=" + disk.dir());
+  EXPECT_NE(full.exitCode, 0) << full.err;
+  EXPECT_HAS(full.err, "step-000000012.ckpt.tmp");
+  EXPECT_HAS(full.err, "No space left on device");
+  std::vector<std::string> files;
+  for (const auto& entry : fs::directory_iterator(disk.dir())) files.push_back(entry.path().filename().string());
+  ASSERT_EQ(files, std::vector<std::string>{"step-000000006.ckpt"}) << "no partial file is left";
+  auto generate = test::runProcess(
+      {test::lockstepBin(), "generate", "--checkpoint", disk.dir() + "/step-000000006.ckpt", "-n", "2"});
+  EXPECT_EQ(generate.exitCode, 0) << "the previous checkpoint still loads: " << generate.err;
 }
 
 TEST(TrainMultiprocess, TrainedCheckpointGeneratesNames) {
