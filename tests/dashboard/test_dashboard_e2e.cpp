@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <map>
 #include <regex>
+#include <set>
 
 #include "dashboard/dashboard_process.h"
 #include "dashboard/run_fixture.h"
@@ -61,6 +62,33 @@ int intAttribute(const std::map<std::string, std::string>& attributes, const std
   return it == attributes.end() || it->second.empty() ? -1 : std::stoi(it->second);
 }
 
+/// The geometry of the first line (an SVG path with fill="none") drawn inside the
+/// element whose opening tag contains `marker`, up to the next chart: how many
+/// points it joins and over how many distinct x pixels.
+struct DrawnLine {
+  int points = 0;
+  int distinctX = 0;
+};
+DrawnLine drawnLine(const std::string& dom, const std::string& marker) {
+  DrawnLine line;
+  size_t at = dom.find(marker);
+  if (at == std::string::npos) return line;
+  size_t end = std::min(dom.find(" id=\"", at + marker.size()), dom.find("data-chart=\"", at + marker.size()));
+  static const std::regex kPath(R"re(<path d="([^"]*)" fill="none")re");
+  std::smatch m;
+  std::string region = dom.substr(at, end == std::string::npos ? std::string::npos : end - at);
+  if (!std::regex_search(region, m, kPath)) return line;
+  static const std::regex kPoint(R"re([ML](-?[0-9.]+) (-?[0-9.]+))re");
+  std::set<std::string> xs;
+  const std::string d = m[1].str();
+  for (std::sregex_iterator it(d.begin(), d.end(), kPoint), stop; it != stop; ++it) {
+    ++line.points;
+    xs.insert((*it)[1].str());
+  }
+  line.distinctX = static_cast<int>(xs.size());
+  return line;
+}
+
 /// The page drew the loss, throughput and per-worker charts of a 2-rank run with data.
 void expectChartsDrawn(const std::string& dom, const std::string& where) {
   SCOPED_TRACE(where);
@@ -82,6 +110,13 @@ void expectChartsDrawn(const std::string& dom, const std::string& where) {
   EXPECT_EQ(intAttribute(phases, "data-ranks"), 2);
   EXPECT_GT(intAttribute(phases, "data-series-count"), 0);
   EXPECT_NE(dom.find("<svg"), std::string::npos);
+  // What was drawn, not what app.js counted: each chart holds a line through several points.
+  for (const char* chart :
+       {"id=\"loss-chart\"", "id=\"throughput-chart\"", "data-chart=\"cpu\"", "data-chart=\"rss\""}) {
+    DrawnLine line = drawnLine(dom, chart);
+    EXPECT_GE(line.points, 2) << chart << " drew no line";
+    EXPECT_GE(line.distinctX, 2) << chart << " drew its points on one x";
+  }
   // The finished run's memory per worker: a row per rank, each with a model state of its parameters,
   // gradients and Adam state (DDP: 4 + 4 + 8 bytes per parameter, so well above zero).
   auto memory = tagAttributes(dom, "class=\"memory-table");
