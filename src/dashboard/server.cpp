@@ -1,5 +1,6 @@
 #include "dashboard/server.h"
 
+#include <arpa/inet.h>
 #include <httplib.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -7,6 +8,7 @@
 #include <fmt/format.h>
 
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -54,6 +56,37 @@ std::vector<std::string> splitPath(const std::string& text) {
   return parts;
 }
 
+/// The host part of a Host header ("name:port", "[v6]:port", "name").
+std::string hostOf(const std::string& header) {
+  if (!header.empty() && header.front() == '[') return header.substr(0, header.find(']') + 1);
+  return header.substr(0, header.find(':'));
+}
+
+bool isIpLiteral(const std::string& host) {
+  in_addr v4{};
+  in6_addr v6{};
+  if (::inet_pton(AF_INET, host.c_str(), &v4) == 1) return true;
+  return host.size() > 2 && host.front() == '[' &&
+         ::inet_pton(AF_INET6, host.substr(1, host.size() - 2).c_str(), &v6) == 1;
+}
+
+/// Whether a request naming `host` may be served: DNS rebinding gives an
+/// attacker's page a name of its own that resolves to this server, so only
+/// names this machine answers to are accepted — localhost, IP literals (the
+/// bound address among them) and this machine's host name.
+bool allowedHost(const std::string& host, const std::string& bound) {
+  std::string h = host;
+  for (char& c : h) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (h == "localhost" || h == bound || isIpLiteral(h)) return true;
+  char name[256] = {};
+  if (::gethostname(name, sizeof(name) - 1) == 0) {
+    std::string self = name;
+    for (char& c : self) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (h == self || h.rfind(self + ".", 0) == 0) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 struct DashboardServer::Impl {
@@ -73,6 +106,17 @@ struct DashboardServer::Impl {
 };
 
 void DashboardServer::Impl::routes() {
+  server.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    const std::string host = hostOf(req.get_header_value("Host"));
+    if (host.empty() || allowedHost(host, options.host)) return httplib::Server::HandlerResponse::Unhandled;
+    log::warn(fmt::format("dashboard: refused {} {} for Host '{}' (not this machine's name: DNS rebinding?)",
+                          req.method, req.path, host));
+    sendError(res, 403,
+              fmt::format("Host '{}' is not a name of this dashboard: open it as localhost, by IP address or by "
+                          "this machine's host name",
+                          host));
+    return httplib::Server::HandlerResponse::Handled;
+  });
   server.Get("/", [](const httplib::Request&, httplib::Response& res) { sendAsset(res, "index.html"); });
   server.Get(R"(/(index\.html|charts\.js|app\.js|style\.css))",
              [](const httplib::Request& req, httplib::Response& res) { sendAsset(res, req.matches[1].str()); });

@@ -3,6 +3,7 @@
 // JSON of runs, the embedded page, path traversal refused, malformed files
 // reported with file and line, live growth, CLI errors and exit codes.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <httplib.h>
 
@@ -57,6 +58,35 @@ nlohmann::json getJson(httplib::Client& client, const std::string& path, int exp
 std::string readAll(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// DNS rebinding: a page of attacker.example whose name now resolves to 127.0.0.1
+// sends "Host: attacker.example"; only names of this machine are served.
+TEST(DashboardServer, RefusesRequestsForAnotherHostName) {
+  std::string logdir = test::makeTempDir();
+  test::writeRunFixture(logdir + "/a");
+  InProcessServer server(logdir);
+  auto client = server.client();
+  const std::string port = std::to_string(server.port());
+  char self[256] = {};
+  ASSERT_EQ(::gethostname(self, sizeof(self) - 1), 0);
+  for (const std::string& host : std::vector<std::string>{"localhost:" + port, "127.0.0.1:" + port, "LocalHost",
+                                                          "[::1]:" + port, std::string(self) + ":" + port}) {
+    auto res = client.Get("/api/runs", {{"Host", host}});
+    ASSERT_TRUE(res) << host;
+    EXPECT_EQ(res->status, 200) << host << ": " << res->body;
+  }
+  for (const std::string& host :
+       std::vector<std::string>{"attacker.example:" + port, "attacker.example", "localhost.attacker.example"}) {
+    for (const char* path : {"/", "/api/runs", "/api/runs/a"}) {
+      auto res = client.Get(path, {{"Host", host}});
+      ASSERT_TRUE(res) << host;
+      EXPECT_EQ(res->status, 403) << host << " " << path;
+      EXPECT_NE(res->body.find("Host '" + host.substr(0, host.find(':')) + "' is not a name of this dashboard"),
+                std::string::npos)
+          << res->body;
+    }
+  }
 }
 
 TEST(DashboardServer, ServesRunsAndTheirData) {
