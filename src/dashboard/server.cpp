@@ -15,6 +15,7 @@
 #include <mutex>
 #include <thread>
 
+#include "common/posix_io.h"
 #include "dashboard/assets.h"
 #include "dashboard/run_reader.h"
 #include "lockstep/common/logging.h"
@@ -70,34 +71,35 @@ bool isIpLiteral(const std::string& host) {
          ::inet_pton(AF_INET6, host.substr(1, host.size() - 2).c_str(), &v6) == 1;
 }
 
+std::string lowercase(std::string text) {
+  for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return text;
+}
+
 /// Whether a request naming `host` may be served: DNS rebinding gives an
 /// attacker's page a name of its own that resolves to this server, so only
 /// names this machine answers to are accepted — localhost, IP literals (the
-/// bound address among them) and this machine's host name.
-bool allowedHost(const std::string& host, const std::string& bound) {
-  std::string h = host;
-  for (char& c : h) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+/// bound address among them) and this machine's host name `self` (lowercase)
+/// and names under it.
+bool allowedHost(const std::string& host, const std::string& bound, const std::string& self) {
+  const std::string h = lowercase(host);
   if (h == "localhost" || h == bound || isIpLiteral(h)) return true;
-  char name[256] = {};
-  if (::gethostname(name, sizeof(name) - 1) == 0) {
-    std::string self = name;
-    for (char& c : self) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    if (h == self || h.rfind(self + ".", 0) == 0) return true;
-  }
-  return false;
+  return !self.empty() && (h == self || h.rfind(self + ".", 0) == 0);
 }
 
 }  // namespace
 
 struct DashboardServer::Impl {
-  explicit Impl(ServerOptions o) : options(std::move(o)), logdir(options.logdir) {}
+  explicit Impl(ServerOptions o)
+      : options(std::move(o)), selfName(lowercase(detail::hostName())), logdir(options.logdir) {}
 
   void routes();
   void runRequest(const httplib::Request& req, httplib::Response& res);
   void sendTimeline(httplib::Response& res, const std::string& name, const std::string& rankText);
 
   ServerOptions options;
-  std::mutex mutex;  // guards logdir
+  std::string selfName;  ///< this machine's host name, lowercase (the Host check)
+  std::mutex mutex;      // guards logdir
   LogDir logdir;
   httplib::Server server;
   int port = -1;
@@ -108,7 +110,7 @@ struct DashboardServer::Impl {
 void DashboardServer::Impl::routes() {
   server.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     const std::string host = hostOf(req.get_header_value("Host"));
-    if (host.empty() || allowedHost(host, options.host)) return httplib::Server::HandlerResponse::Unhandled;
+    if (host.empty() || allowedHost(host, options.host, selfName)) return httplib::Server::HandlerResponse::Unhandled;
     log::warn(fmt::format("dashboard: refused {} {} for Host '{}' (not this machine's name: DNS rebinding?)",
                           req.method, req.path, host));
     sendError(res, 403,

@@ -59,10 +59,6 @@ void ShardedDataParallel::Impl::onAccumulated(size_t index) {
   grad = at::Tensor();  // the bucket has it now: free the whole-size gradient
   arrived[index] = true;
   anyArrived = true;
-  // Buffers of buckets already reduce-scattered are freed as backward goes on.
-  for (size_t k = 0; k < nextToLaunch; ++k) {
-    if (buckets[k].buffer.defined() && buckets[k].work && buckets[k].work->isCompleted()) buckets[k].buffer.reset();
-  }
   if (--bucket.pending == 0) {
     bucket.ready = true;
     launchReady(/*duringBackward=*/true);
@@ -71,6 +67,10 @@ void ShardedDataParallel::Impl::onAccumulated(size_t index) {
 
 void ShardedDataParallel::Impl::ensureBuffer(Bucket& bucket) {
   if (bucket.buffer.defined()) return;
+  // Before allocating, free the buffers of buckets already reduce-scattered (backward goes on meanwhile).
+  for (size_t k = 0; k < nextToLaunch; ++k) {
+    if (buckets[k].buffer.defined() && buckets[k].work->isCompleted()) buckets[k].buffer.reset();
+  }
   const int64_t padded = bucket.part * world();
   bucket.buffer = at::empty({padded}, at::kFloat);
   if (padded > bucket.elements) bucket.buffer.narrow(0, bucket.elements, padded - bucket.elements).zero_();
@@ -160,10 +160,13 @@ void ShardedDataParallel::Impl::gatherParameters() {
   size_t piece = 0;
   auto launch = [&](size_t b) {
     Bucket& bucket = buckets[b];
-    InFlight f{b, at::zeros({bucket.part}, at::kFloat), at::empty({bucket.part * world()}, at::kFloat), nullptr};
+    InFlight f{b, at::empty({bucket.part}, at::kFloat), at::empty({bucket.part * world()}, at::kFloat), nullptr};
+    int64_t filled = 0;  // pieces fill the part from its start; the rest is padding
     for (; piece < pieces.size() && pieces[piece].bucket == b; ++piece) {
       f.input.narrow(0, pieces[piece].chunkOffset, pieces[piece].length).copy_(pieceViews[piece]);
+      filled = pieces[piece].chunkOffset + pieces[piece].length;
     }
+    if (filled < bucket.part) f.input.narrow(0, filled, bucket.part - filled).zero_();
     f.work = comm->allgather(f.input, f.output);
     window.push_back(std::move(f));
   };
