@@ -1,27 +1,22 @@
-// The rendezvous store's server: one thread, poll(), the token handshake, and
-// the requests of admitted clients (tcp_store.h describes the protocol).
-#include "comm/tcp_store.h"
+// The rendezvous store's server, its connections: one thread, poll(), the
+// token handshake and the limits that keep anyone who can connect from
+// starving it (store_server.h; the requests are in store_requests.cpp).
+#include "comm/store_server.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <cstring>
-#include <map>
-#include <thread>
 
 #include <fmt/format.h>
 
-#include "comm/store_wire.h"
-#include "common/posix_io.h"
 #include "common/socket_address.h"
 #include "lockstep/comm/comm_error.h"
 #include "lockstep/common/logging.h"
@@ -31,322 +26,272 @@ namespace lockstep::detail {
 
 using namespace store_wire;
 
-// ---- server ------------------------------------------------------------------
+namespace {
+constexpr int kRefusalsLoggedOneByOne = 10;
+constexpr auto kRefusalSummaryEvery = std::chrono::seconds(5);
+constexpr auto kAcceptBackoff = std::chrono::milliseconds(100);  // after EMFILE with nothing to drop
+constexpr int kAcceptsPerWake = 64;
+}  // namespace
 
-class StoreServer {
- public:
-  StoreServer(int listenFd, int port, std::string token) : listen_(listenFd), port_(port), token_(std::move(token)) {
-    if (::pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) {
-      ::close(listen_);
-      fail(CommErrorKind::kBackend, "serve rendezvous store", std::string("pipe: ") + std::strerror(errno));
-    }
-    thread_ = std::thread([this] { loop(); });
-  }
-  ~StoreServer() {
-    stop_ = true;
-    char c = 1;
-    (void)!::write(wake_[1], &c, 1);
-    thread_.join();
-    for (auto& [fd, conn] : conns_) ::close(fd);
+StoreServer::StoreServer(int listenFd, int port, std::string token, StoreLimits limits)
+    : listen_(listenFd), port_(port), token_(std::move(token)), limits_(limits) {
+  if (::pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) {
     ::close(listen_);
-    ::close(wake_[0]);
-    ::close(wake_[1]);
+    fail(CommErrorKind::kBackend, "serve rendezvous store", std::string("pipe: ") + std::strerror(errno));
   }
-  int port() const { return port_; }
-  int refused() const { return refused_.load(); }
+  thread_ = std::thread([this] { loop(); });
+}
 
- private:
-  struct Conn {
-    std::string peer;
-    std::string in, out;
-    std::string nonce;
-    bool authed = false;
-    bool closing = false;  // close once `out` is flushed
-    Clock::time_point handshakeDeadline;
-  };
-  struct Waiter {
-    int fd;
-    std::vector<std::string> keys;
-    bool wantValue;  // a get: reply with the value of keys[0]
-    std::optional<Clock::time_point> deadline;
-  };
+StoreServer::~StoreServer() {
+  stop_ = true;
+  char c = 1;
+  (void)!::write(wake_[1], &c, 1);
+  thread_.join();
+  for (auto& [fd, conn] : conns_) ::close(fd);
+  ::close(listen_);
+  ::close(wake_[0]);
+  ::close(wake_[1]);
+}
 
-  void loop() {
-    while (!stop_) {
-      std::vector<pollfd> fds{{listen_, POLLIN, 0}, {wake_[0], POLLIN, 0}};
-      for (auto& [fd, conn] : conns_) {
-        short events = conn.closing ? 0 : POLLIN;
-        if (!conn.out.empty()) events |= POLLOUT;
-        fds.push_back({fd, events, 0});
-      }
-      int timeoutMs = static_cast<int>(nextDeadlineMs());
-      int n = ::poll(fds.data(), fds.size(), timeoutMs);
-      if (n < 0 && errno != EINTR) break;
-      if (fds[0].revents & POLLIN) accept();
-      for (size_t i = 2; i < fds.size(); ++i) {
-        int fd = fds[i].fd;
-        auto it = conns_.find(fd);
-        if (it == conns_.end()) continue;
-        if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) readFrom(fd);
-        it = conns_.find(fd);
-        if (it != conns_.end() && (fds[i].revents & POLLOUT)) writeTo(fd);
-      }
-      expire();
+StoreServerStats StoreServer::stats() const {
+  std::lock_guard<std::mutex> lock(statsMutex_);
+  StoreServerStats s = stats_;
+  s.refused = refused_.load();
+  return s;
+}
+
+void StoreServer::loop() {
+  while (!stop_) {
+    auto fds = pollSet(Clock::now());
+    int n = ::poll(fds.data(), fds.size(), static_cast<int>(nextDeadlineMs(Clock::now())));
+    if (n < 0 && errno != EINTR) break;
+    if (fds[0].revents & POLLIN) acceptAll(Clock::now());
+    for (size_t i = 2; i < fds.size(); ++i) {
+      int fd = fds[i].fd;
+      if (conns_.count(fd) && (fds[i].revents & (POLLIN | POLLHUP | POLLERR))) readFrom(fd);
+      if (conns_.count(fd) && (fds[i].revents & POLLOUT)) writeTo(fd);
     }
-  }
-
-  int64_t nextDeadlineMs() const {
     auto now = Clock::now();
-    auto next = now + std::chrono::seconds(1);
-    for (const auto& w : waiters_) {
-      if (w.deadline) next = std::min(next, *w.deadline);
-    }
-    for (const auto& [fd, conn] : conns_) {
-      if (!conn.authed) next = std::min(next, conn.handshakeDeadline);
-    }
-    return std::max<int64_t>(0, std::chrono::duration_cast<std::chrono::milliseconds>(next - now).count() + 1);
+    expireWaiters(now);
+    expireHandshakes(now);
+    summariseRefusals(now, false);
+    publishStats();
   }
+}
 
-  void accept() {
+std::vector<pollfd> StoreServer::pollSet(Clock::time_point now) const {
+  short listenEvents = now < acceptPausedUntil_ ? 0 : POLLIN;
+  std::vector<pollfd> fds{{listen_, listenEvents, 0}, {wake_[0], POLLIN, 0}};
+  for (const auto& [fd, conn] : conns_) {
+    // A client that does not read its replies is not read either, so its queue stays bounded.
+    bool reading = !conn.closing && conn.out.size() <= limits_.maxQueuedReplyBytes;
+    short events = reading ? POLLIN : 0;
+    if (!conn.out.empty()) events |= POLLOUT;
+    fds.push_back({fd, events, 0});
+  }
+  return fds;
+}
+
+int64_t StoreServer::nextDeadlineMs(Clock::time_point now) const {
+  auto next = now + std::chrono::seconds(1);
+  if (acceptPausedUntil_ > now) next = std::min(next, acceptPausedUntil_);
+  for (const auto& w : waiters_) {
+    if (w.deadline) next = std::min(next, *w.deadline);
+  }
+  for (const auto& [fd, conn] : conns_) {
+    if (!conn.authed) next = std::min(next, conn.handshakeDeadline);
+  }
+  return std::max<int64_t>(0, std::chrono::duration_cast<std::chrono::milliseconds>(next - now).count() + 1);
+}
+
+void StoreServer::acceptAll(Clock::time_point now) {
+  for (int i = 0; i < kAcceptsPerWake; ++i) {
     sockaddr_storage addr{};
     socklen_t len = sizeof(addr);
     int fd = ::accept4(listen_, reinterpret_cast<sockaddr*>(&addr), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) return;
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        // Out of descriptors: free one held by a connection still to prove the token, else wait a little
+        // (the listening socket stays readable, so polling it now would spin).
+        if (dropOldestPending("the server is out of file descriptors; try again")) continue;
+        acceptPausedUntil_ = now + kAcceptBackoff;
+        noteRefusal("a client in the listen queue",
+                    fmt::format("out of file descriptors ({}); not accepting for 100 ms", std::strerror(errno)));
+      }
+      return;
+    }
     int one = 1;
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    if (pending_ >= limits_.maxPendingConnections) {
+      dropOldestPending(fmt::format("busy: {} connections are proving the job token at once (the limit); try again",
+                                    limits_.maxPendingConnections));
+    }
     Conn conn;
     conn.peer = fmt::format("{}:{}", hostOf(addr), portOf(addr));
     conn.nonce = toString(randomBytes(kNonceSize));
-    conn.handshakeDeadline = Clock::now() + kHandshakeTimeout;
+    conn.handshakeDeadline = now + limits_.handshakeTimeout;
     conn.out.assign(kMagic, sizeof(kMagic));
     conn.out += conn.nonce;
     conns_.emplace(fd, std::move(conn));
+    ++pending_;
   }
+}
 
-  void close(int fd) {
-    ::close(fd);
-    conns_.erase(fd);
-    waiters_.erase(std::remove_if(waiters_.begin(), waiters_.end(), [&](const Waiter& w) { return w.fd == fd; }),
-                   waiters_.end());
+/// Drops the connection that has waited longest without proving the token; false when there is none.
+bool StoreServer::dropOldestPending(const std::string& why) {
+  int oldest = -1;
+  for (const auto& [fd, conn] : conns_) {
+    if (conn.authed || conn.closing) continue;
+    if (oldest < 0 || conn.handshakeDeadline < conns_.at(oldest).handshakeDeadline) oldest = fd;
   }
+  if (oldest < 0) return false;
+  refuse(oldest, why, kBusy);
+  auto it = conns_.find(oldest);
+  if (it != conns_.end()) close(oldest);  // its descriptor is what the caller needs
+  return true;
+}
 
-  void refuse(int fd, Conn& conn, const std::string& why) {
-    ++refused_;
-    log::warn(fmt::format("rendezvous store: refused a connection from {}: {}", conn.peer, why));
-    conn.out.push_back(static_cast<char>(kFailed));
-    putBytes(conn.out, why);
-    conn.closing = true;
-    conn.in.clear();
-    writeTo(fd);
+void StoreServer::close(int fd) {
+  auto it = conns_.find(fd);
+  if (it != conns_.end() && !it->second.authed && !it->second.closing) --pending_;
+  ::close(fd);
+  conns_.erase(fd);
+  waiters_.erase(std::remove_if(waiters_.begin(), waiters_.end(), [&](const Waiter& w) { return w.fd == fd; }),
+                 waiters_.end());
+}
+
+void StoreServer::refuse(int fd, const std::string& why, Status status) {
+  Conn& conn = conns_.at(fd);
+  if (!conn.authed && !conn.closing) --pending_;
+  noteRefusal(conn.peer, why);
+  conn.out.push_back(static_cast<char>(status));
+  putBytes(conn.out, why);
+  conn.closing = true;
+  conn.in.clear();
+  writeTo(fd);
+}
+
+void StoreServer::noteRefusal(const std::string& peer, const std::string& why) {
+  int n = ++refused_;
+  if (n <= kRefusalsLoggedOneByOne) {
+    log::warn(fmt::format("rendezvous store: refused a connection from {}: {}{}", peer, why,
+                          n == kRefusalsLoggedOneByOne ? " (further refusals are summarised every 5 s)" : ""));
+    lastSummary_ = Clock::now();
+    return;
   }
+  ++suppressed_;
+  lastRefusal_ = fmt::format("the latest from {}: {}", peer, why);
+}
 
-  void readFrom(int fd) {
-    Conn& conn = conns_.at(fd);
-    char buffer[65536];
-    while (true) {
-      ssize_t n = ::recv(fd, buffer, sizeof(buffer), 0);
-      if (n > 0) {
-        if (!conn.closing) conn.in.append(buffer, static_cast<size_t>(n));
-        continue;
-      }
-      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
-      if (n < 0 && errno == EINTR) continue;
-      close(fd);  // end of stream or error
-      return;
-    }
-    if (conn.closing) return;
-    if (!conn.authed) {
-      if (conn.in.size() < kProofSize) return;
-      std::string clientNonce = conn.in.substr(sizeof(kMagic), kNonceSize);
-      auto mac = toBytes(conn.in.substr(sizeof(kMagic) + kNonceSize, kMacSize));
-      if (std::memcmp(conn.in.data(), kMagic, sizeof(kMagic)) != 0) {
-        refuse(fd, conn, "it does not speak lockstep's store protocol");
-        return;
-      }
-      if (!constantTimeEqual(mac, hmacSha256(token_, macInput("client", conn.nonce, clientNonce)))) {
-        refuse(fd, conn, "wrong job token");
-        return;
-      }
-      conn.authed = true;
-      conn.in.erase(0, kProofSize);
-      conn.out.push_back(static_cast<char>(kOk));
-      conn.out += toString(hmacSha256(token_, macInput("server", conn.nonce, clientNonce)));
-    }
-    // Handling a request can flush (and on error close) this or another connection: look it up each time.
-    for (auto it = conns_.find(fd); it != conns_.end() && it->second.in.size() >= 5; it = conns_.find(fd)) {
-      Conn& conn = it->second;
-      Reader header{conn.in};
-      uint8_t op = static_cast<uint8_t>(header.integer(1));
-      uint32_t length = static_cast<uint32_t>(header.integer(4));
-      if (length > kMaxFrame) {
-        refuse(fd, conn, fmt::format("a request of {} bytes exceeds the limit of {}", length, kMaxFrame));
-        return;
-      }
-      if (conn.in.size() < 5 + static_cast<size_t>(length)) break;
-      std::string payload = conn.in.substr(5, length);
-      conn.in.erase(0, 5 + static_cast<size_t>(length));
-      try {
-        handle(fd, op, payload);
-      } catch (const std::exception& e) {
-        refuse(fd, conn, fmt::format("malformed request (op {}): {}", op, e.what()));
-        return;
-      }
-    }
-    writeTo(fd);
-  }
+void StoreServer::summariseRefusals(Clock::time_point now, bool force) {
+  if (suppressed_ == 0 || (!force && now - lastSummary_ < kRefusalSummaryEvery)) return;
+  log::warn(fmt::format("rendezvous store: refused {} more connection(s) ({}); {} in all", suppressed_, lastRefusal_,
+                        refused_.load()));
+  suppressed_ = 0;
+  lastSummary_ = now;
+}
 
-  void writeTo(int fd) {
+void StoreServer::readFrom(int fd) {
+  char buffer[65536];
+  for (;;) {
     auto it = conns_.find(fd);
     if (it == conns_.end()) return;
     Conn& conn = it->second;
-    while (!conn.out.empty()) {
-      ssize_t n = ::send(fd, conn.out.data(), conn.out.size(), MSG_NOSIGNAL);
-      if (n > 0) {
-        conn.out.erase(0, static_cast<size_t>(n));
-        continue;
-      }
-      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
-      if (n < 0 && errno == EINTR) continue;
-      close(fd);
+    // Before the proof, read no more than the proof: nothing else is buffered for a stranger.
+    size_t room = conn.authed || conn.closing ? sizeof(buffer) : kProofSize - conn.in.size();
+    if (conn.authed && conn.out.size() > limits_.maxQueuedReplyBytes) break;
+    ssize_t n = ::recv(fd, buffer, room, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+    if (n <= 0) {
+      close(fd);  // end of stream or error
       return;
     }
-    if (conn.closing) close(fd);
-  }
-
-  void reply(int fd, Status status, const std::string& payload) {
-    Conn& conn = conns_.at(fd);
-    conn.out.push_back(static_cast<char>(status));
-    putBytes(conn.out, payload);
-  }
-
-  bool present(const std::vector<std::string>& keys) const {
-    return std::all_of(keys.begin(), keys.end(), [&](const std::string& k) { return data_.count(k) != 0; });
-  }
-
-  void handle(int fd, uint8_t op, const std::string& payload) {
-    Reader r{payload};
-    switch (op) {
-      case kSet: {
-        std::string key = r.bytes();
-        data_[key] = r.bytes();
-        reply(fd, kOk, "");
-        wakeWaiters();
-        return;
-      }
-      case kGet:
-      case kWait: {
-        uint64_t timeoutMs = r.integer(8);
-        std::vector<std::string> keys;
-        if (op == kGet) {
-          keys.push_back(r.bytes());
-        } else {
-          uint64_t n = r.integer(4);
-          for (uint64_t i = 0; i < n; ++i) keys.push_back(r.bytes());
-        }
-        Waiter w{fd, std::move(keys), op == kGet, std::nullopt};
-        if (timeoutMs > 0) w.deadline = Clock::now() + std::chrono::milliseconds(timeoutMs);
-        if (present(w.keys)) {
-          reply(fd, kOk, w.wantValue ? data_[w.keys[0]] : "");
-        } else {
-          waiters_.push_back(std::move(w));
-        }
-        return;
-      }
-      case kAdd: {
-        std::string key = r.bytes();
-        int64_t delta = static_cast<int64_t>(r.integer(8));
-        int64_t value = delta;
-        auto it = data_.find(key);
-        if (it != data_.end()) value += std::stoll(it->second.empty() ? "0" : it->second);
-        data_[key] = std::to_string(value);
-        std::string out;
-        putU64(out, static_cast<uint64_t>(value));
-        reply(fd, kOk, out);
-        wakeWaiters();
-        return;
-      }
-      case kCheck: {
-        uint64_t n = r.integer(4);
-        std::vector<std::string> keys;
-        for (uint64_t i = 0; i < n; ++i) keys.push_back(r.bytes());
-        reply(fd, kOk, std::string(1, present(keys) ? 1 : 0));
-        return;
-      }
-      case kDelete: {
-        bool erased = data_.erase(r.bytes()) != 0;
-        reply(fd, kOk, std::string(1, erased ? 1 : 0));
-        return;
-      }
-      case kNumKeys: {
-        std::string out;
-        putU64(out, data_.size());
-        reply(fd, kOk, out);
-        return;
-      }
-      case kCompareSet: {
-        std::string key = r.bytes();
-        std::string expected = r.bytes();
-        std::string desired = r.bytes();
-        auto it = data_.find(key);
-        if ((it == data_.end() && expected.empty()) || (it != data_.end() && it->second == expected)) {
-          data_[key] = desired;
-          reply(fd, kOk, desired);
-          wakeWaiters();
-        } else {
-          reply(fd, kOk, it == data_.end() ? expected : it->second);
-        }
-        return;
-      }
-      default: throw std::runtime_error(fmt::format("unknown operation {}", op));
+    if (conn.closing) continue;  // discarded; it is closed once its refusal is sent
+    conn.in.append(buffer, static_cast<size_t>(n));
+    if (!conn.authed) {
+      if (conn.in.size() == kProofSize && !checkProof(fd)) return;
+      continue;
     }
+    if (!processFrames(fd)) return;
   }
+  writeTo(fd);
+}
 
-  void wakeWaiters() {
-    for (auto it = waiters_.begin(); it != waiters_.end();) {
-      if (present(it->keys)) {
-        reply(it->fd, kOk, it->wantValue ? data_[it->keys[0]] : "");
-        int fd = it->fd;
-        it = waiters_.erase(it);
-        writeTo(fd);
-      } else {
-        ++it;
-      }
-    }
+/// The client's proof is complete in `in`: admit it, or refuse it (false).
+bool StoreServer::checkProof(int fd) {
+  Conn& conn = conns_.at(fd);
+  if (std::memcmp(conn.in.data(), kMagic, sizeof(kMagic)) != 0) {
+    refuse(fd, "it does not speak lockstep's store protocol");
+    return false;
   }
-
-  void expire() {
-    auto now = Clock::now();
-    std::vector<int> toFlush;
-    for (auto it = waiters_.begin(); it != waiters_.end();) {
-      if (it->deadline && *it->deadline <= now) {
-        reply(it->fd, kTimedOut, "");
-        toFlush.push_back(it->fd);
-        it = waiters_.erase(it);
-      } else {
-        ++it;
-      }
-    }
-    for (int fd : toFlush) writeTo(fd);
-    std::vector<int> stale;
-    for (auto& [fd, conn] : conns_) {
-      if (!conn.authed && !conn.closing && conn.handshakeDeadline <= now) stale.push_back(fd);
-    }
-    for (int fd : stale) refuse(fd, conns_.at(fd), "it did not prove the job token in time");
+  std::string clientNonce = conn.in.substr(sizeof(kMagic), kNonceSize);
+  auto mac = toBytes(conn.in.substr(sizeof(kMagic) + kNonceSize, kMacSize));
+  if (!constantTimeEqual(mac, hmacSha256(token_, macInput("client", conn.nonce, clientNonce)))) {
+    refuse(fd, "wrong job token");
+    return false;
   }
+  size_t clients = 0;
+  for (const auto& [other, c] : conns_) clients += c.authed && !c.closing ? 1 : 0;
+  if (clients >= limits_.maxClients) {
+    refuse(fd, fmt::format("the store already serves {} clients (the limit)", limits_.maxClients));
+    return false;
+  }
+  conn.authed = true;
+  --pending_;
+  conn.in.clear();
+  conn.out.push_back(static_cast<char>(kOk));
+  conn.out += toString(hmacSha256(token_, macInput("server", conn.nonce, clientNonce)));
+  return true;
+}
 
-  int listen_;
-  int port_;
-  std::string token_;
-  int wake_[2] = {-1, -1};
-  std::atomic<bool> stop_{false};
-  std::atomic<int> refused_{0};
-  std::map<int, Conn> conns_;
-  std::vector<Waiter> waiters_;
-  std::map<std::string, std::string> data_;
-  std::thread thread_;
-};
+void StoreServer::writeTo(int fd) {
+  auto it = conns_.find(fd);
+  if (it == conns_.end()) return;
+  Conn& conn = it->second;
+  while (!conn.out.empty()) {
+    ssize_t n = ::send(fd, conn.out.data(), conn.out.size(), MSG_NOSIGNAL);
+    if (n > 0) {
+      conn.out.erase(0, static_cast<size_t>(n));
+      continue;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    if (n < 0 && errno == EINTR) continue;
+    close(fd);
+    return;
+  }
+  if (conn.closing) close(fd);
+}
 
-std::shared_ptr<StoreServer> startStoreServer(const std::string& host, int port, const std::string& token) {
+void StoreServer::expireHandshakes(Clock::time_point now) {
+  std::vector<int> stale;
+  for (auto& [fd, conn] : conns_) {
+    if (!conn.authed && !conn.closing && conn.handshakeDeadline <= now) stale.push_back(fd);
+  }
+  for (int fd : stale) {
+    refuse(fd, fmt::format("it did not prove the job token within {} ms", limits_.handshakeTimeout.count()));
+  }
+}
+
+void StoreServer::publishStats() {
+  size_t clients = 0, buffered = 0;
+  for (const auto& [fd, conn] : conns_) {
+    clients += conn.authed ? 1 : 0;
+    buffered += conn.in.size() + conn.out.size();
+  }
+  std::lock_guard<std::mutex> lock(statsMutex_);
+  stats_.pending = pending_;
+  stats_.clients = clients;
+  stats_.storedBytes = storedBytes_;
+  stats_.bufferedBytes = buffered;
+  stats_.peakPending = std::max(stats_.peakPending, pending_);
+  stats_.peakConnections = std::max(stats_.peakConnections, conns_.size());
+  stats_.peakBufferedBytes = std::max(stats_.peakBufferedBytes, buffered);
+}
+
+std::shared_ptr<StoreServer> startStoreServer(const std::string& host, int port, const std::string& token,
+                                              const StoreLimits& limits) {
   addrinfo* addresses = resolve(host, port, true);
   std::string lastError = "no address";
   for (addrinfo* a = addresses; a != nullptr; a = a->ai_next) {
@@ -363,7 +308,7 @@ std::shared_ptr<StoreServer> startStoreServer(const std::string& host, int port,
     socklen_t len = sizeof(bound);
     ::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &len);
     freeaddrinfo(addresses);
-    return std::make_shared<StoreServer>(fd, portOf(bound), token);
+    return std::make_shared<StoreServer>(fd, portOf(bound), token, limits);
   }
   freeaddrinfo(addresses);
   fail(CommErrorKind::kBackend, "serve rendezvous store",
@@ -373,5 +318,6 @@ std::shared_ptr<StoreServer> startStoreServer(const std::string& host, int port,
 
 int serverPort(const StoreServer& server) { return server.port(); }
 int refusedConnections(const StoreServer& server) { return server.refused(); }
+StoreServerStats serverStats(const StoreServer& server) { return server.stats(); }
 
 }  // namespace lockstep::detail

@@ -27,7 +27,7 @@ inline constexpr size_t kProofSize = sizeof(kMagic) + kNonceSize + kMacSize;  //
 inline constexpr uint32_t kMaxFrame = 256u << 20;
 
 enum Op : uint8_t { kSet = 1, kGet, kAdd, kCheck, kDelete, kNumKeys, kCompareSet, kWait };
-enum Status : uint8_t { kOk = 0, kTimedOut = 1, kFailed = 2 };
+enum Status : uint8_t { kOk = 0, kTimedOut = 1, kFailed = 2, kBusy = 3 };  // kBusy: try again
 
 void putU32(std::string& out, uint32_t v);
 void putU64(std::string& out, uint64_t v);

@@ -115,6 +115,22 @@ TcpStoreClient::TcpStoreClient(std::string host, int port, std::string token, st
   auto deadline = Clock::now() + timeout;
   std::string where = address();
   std::string lastError = "nothing answered";
+  for (int attempt = 1;; ++attempt) {
+    connect(deadline, lastError);
+    if (handshake(token, deadline, lastError)) return;
+    ::close(fd_);
+    fd_ = -1;
+    if (Clock::now() >= deadline) {
+      fail(CommErrorKind::kTimeout, "connect to rendezvous store",
+           fmt::format("timed out: the rendezvous store at {} did not admit this process in {} attempts ({})", where,
+                       attempt, lastError),
+           timeout.count());
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20 + 10 * std::min(attempt, 10)));
+  }
+}
+
+void TcpStoreClient::connect(Clock::time_point deadline, std::string& lastError) {
   while (fd_ < 0) {
     addrinfo* addresses = resolve(host_, port_, false);
     for (addrinfo* a = addresses; a != nullptr && fd_ < 0; a = a->ai_next) fd_ = tryConnect(a, deadline, lastError);
@@ -124,53 +140,67 @@ TcpStoreClient::TcpStoreClient(std::string host, int port, std::string token, st
       fail(CommErrorKind::kTimeout, "connect to rendezvous store",
            fmt::format("timed out: cannot reach the master at {} ({}); is rank 0 running and the address one this "
                        "host can reach?",
-                       where, lastError),
-           timeout.count());
+                       address(), lastError),
+           std::chrono::duration_cast<std::chrono::milliseconds>(timeout_).count());
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  // Handshake: prove the token, check the server's proof.
-  auto handshakeDeadline =
-      std::min(deadline, Clock::now() + std::chrono::duration_cast<std::chrono::milliseconds>(kHandshakeTimeout));
-  auto greeting = readExactly(fd_, kGreetingSize, handshakeDeadline, where);
-  if (!greeting || std::memcmp(greeting->data(), kMagic, sizeof(kMagic)) != 0) {
-    ::close(fd_);
-    fd_ = -1;
-    fail(CommErrorKind::kBackend, "connect to rendezvous store",
-         fmt::format("the process listening at {} is not a lockstep rendezvous store (no greeting)", where));
-  }
-  std::string serverNonce = greeting->substr(sizeof(kMagic));
-  std::string clientNonce = toString(randomBytes(kNonceSize));
-  std::string proof(kMagic, sizeof(kMagic));
-  proof += clientNonce;
-  proof += toString(hmacSha256(token, macInput("client", serverNonce, clientNonce)));
-  sendAllOrFail(fd_, proof, where);
-  auto status = readExactly(fd_, 1, handshakeDeadline, where);
-  if (status && static_cast<uint8_t>((*status)[0]) == kOk) {
-    auto mac = readExactly(fd_, kMacSize, handshakeDeadline, where);
-    if (mac && constantTimeEqual(toBytes(*mac), hmacSha256(token, macInput("server", serverNonce, clientNonce)))) {
-      return;
+}
+
+bool TcpStoreClient::handshake(const std::string& token, Clock::time_point deadline, std::string& lastError) {
+  std::string where = address();
+  auto handshakeDeadline = std::min(deadline, Clock::now() + kHandshakeTimeout);
+  try {
+    auto greeting = readExactly(fd_, kGreetingSize, handshakeDeadline, where);
+    if (!greeting || std::memcmp(greeting->data(), kMagic, sizeof(kMagic)) != 0) {
+      ::close(fd_);
+      fd_ = -1;
+      fail(CommErrorKind::kBackend, "connect to rendezvous store",
+           fmt::format("the process listening at {} is not a lockstep rendezvous store (no greeting)", where));
+    }
+    std::string serverNonce = greeting->substr(sizeof(kMagic));
+    std::string clientNonce = toString(randomBytes(kNonceSize));
+    std::string proof(kMagic, sizeof(kMagic));
+    proof += clientNonce;
+    proof += toString(hmacSha256(token, macInput("client", serverNonce, clientNonce)));
+    sendAllOrFail(fd_, proof, where);
+    auto status = readExactly(fd_, 1, handshakeDeadline, where);
+    if (status && static_cast<uint8_t>((*status)[0]) == kOk) {
+      auto mac = readExactly(fd_, kMacSize, handshakeDeadline, where);
+      if (mac && constantTimeEqual(toBytes(*mac), hmacSha256(token, macInput("server", serverNonce, clientNonce)))) {
+        return true;
+      }
+      ::close(fd_);
+      fd_ = -1;
+      fail(
+          CommErrorKind::kBackend, "connect to rendezvous store",
+          fmt::format("the rendezvous store at {} could not prove it knows the job token; refusing to join it", where));
+    }
+    std::string reason = "no answer";
+    if (status) {
+      auto length = readExactly(fd_, 4, handshakeDeadline, where);
+      if (length) {
+        Reader r{*length};
+        uint64_t n = std::min<uint64_t>(r.integer(4), 4096);
+        reason = readExactly(fd_, n, handshakeDeadline, where).value_or("?");
+      }
+      if (static_cast<uint8_t>((*status)[0]) == kBusy) {
+        lastError = reason;
+        return false;
+      }
     }
     ::close(fd_);
     fd_ = -1;
     fail(CommErrorKind::kBackend, "connect to rendezvous store",
-         fmt::format("the rendezvous store at {} could not prove it knows the job token; refusing to join it", where));
+         fmt::format("the rendezvous store at {} refused this process: {}. Every process of a job must hold the same "
+                     "job token (`lockstep run` hands its workers one; otherwise set {} or {})",
+                     where, reason, kJobTokenVar, kJobTokenFileVar));
+  } catch (const CommError& e) {
+    // A busy server drops the connections that wait longest for their proof; one of them may be ours.
+    if (e.kind() != CommErrorKind::kPeerFailure) throw;
+    lastError = e.what();
+    return false;
   }
-  std::string reason = "no answer";
-  if (status) {
-    auto length = readExactly(fd_, 4, handshakeDeadline, where);
-    if (length) {
-      Reader r{*length};
-      uint64_t n = std::min<uint64_t>(r.integer(4), 4096);
-      reason = readExactly(fd_, n, handshakeDeadline, where).value_or("?");
-    }
-  }
-  ::close(fd_);
-  fd_ = -1;
-  fail(CommErrorKind::kBackend, "connect to rendezvous store",
-       fmt::format("the rendezvous store at {} refused this process: {}. Every process of a job must hold the same "
-                   "job token (`lockstep run` hands its workers one; otherwise set {} or {})",
-                   where, reason, kJobTokenVar, kJobTokenFileVar));
 }
 
 TcpStoreClient::~TcpStoreClient() {

@@ -6,7 +6,11 @@
 // answers with its own nonce and HMAC-SHA256(token, "client" | both nonces), the
 // server answers with HMAC(token, "server" | both nonces) so the client knows
 // it reached the real master. A connection that fails the proof, or does not
-// give one within kHandshakeTimeout, is closed and logged with its address.
+// give one within kHandshakeTimeout, is closed and logged with its address
+// (the first ten one by one, then a summary every 5 s). What a stranger can
+// hold is bounded (StoreLimits): a socket and 72 buffered bytes, for at most
+// the handshake timeout, at most maxPendingConnections at once; out of file
+// descriptors, the server drops the oldest of those instead of spinning.
 //
 // Once admitted, a client sends length-framed requests (set, get-with-wait,
 // add, check, delete, count, compare-and-set, wait); waits are kept by the
@@ -26,13 +30,36 @@ namespace lockstep::detail {
 
 inline constexpr std::chrono::seconds kHandshakeTimeout{10};
 
+/// What the server lets anyone hold. Before the proof, a connection costs a
+/// socket and at most kProofSize buffered bytes, and at most
+/// `maxPendingConnections` exist: a new one drops the oldest (which is told
+/// "busy" and, if it is a real client, retries). After the proof, a client
+/// holds the token and is trusted within the remaining limits.
+struct StoreLimits {
+  std::chrono::milliseconds handshakeTimeout{kHandshakeTimeout};
+  size_t maxPendingConnections = 256;
+  size_t maxClients = 4096;                 ///< admitted connections; more are refused
+  size_t maxStoredBytes = size_t{1} << 30;  ///< keys + values + 64 bytes per key
+  size_t maxWaitersPerClient = 64;          ///< a client waits for one request at a time
+  size_t maxQueuedReplyBytes = 1u << 20;    ///< stop reading a client that does not read its replies
+};
+
+/// What the server holds now and at most so far (tests, the flood bench).
+struct StoreServerStats {
+  size_t pending = 0, clients = 0, storedBytes = 0, bufferedBytes = 0;
+  size_t peakPending = 0, peakConnections = 0, peakBufferedBytes = 0;
+  int refused = 0;
+};
+
 class StoreServer;
 
 /// Starts a server on host:port (port 0: any free port). Throws CommError naming the address.
-std::shared_ptr<StoreServer> startStoreServer(const std::string& host, int port, const std::string& token);
+std::shared_ptr<StoreServer> startStoreServer(const std::string& host, int port, const std::string& token,
+                                              const StoreLimits& limits = {});
 int serverPort(const StoreServer& server);
 /// Connections refused so far (tests, logs).
 int refusedConnections(const StoreServer& server);
+StoreServerStats serverStats(const StoreServer& server);
 
 class TcpStoreClient : public c10d::Store {
  public:
@@ -55,6 +82,9 @@ class TcpStoreClient : public c10d::Store {
   std::string address() const;
 
  private:
+  void connect(std::chrono::steady_clock::time_point deadline, std::string& lastError);
+  /// True when admitted; false when the server was busy or dropped the connection (try again).
+  bool handshake(const std::string& token, std::chrono::steady_clock::time_point deadline, std::string& lastError);
   std::string request(uint8_t op, const std::string& payload, std::chrono::milliseconds serverWait,
                       const std::string& what);
   std::string host_;
