@@ -188,6 +188,11 @@ class Runner {
     for (const auto& [k, v] : baseEnv) {
       if (k.rfind("LOCKSTEP_", 0) == 0 && k != kJobTokenVar && k != kJobTokenFileVar) forward[k] = v;
     }
+    // The token goes down each rsh's stdin only: not on its command line (ps) nor in its environment
+    // (an ssh configured with SendEnv would pass it on).
+    auto rshEnv = baseEnv;
+    rshEnv.erase(kJobTokenVar);
+    rshEnv.erase(kJobTokenFileVar);
     std::string self = selfPath();
     std::string cwd = std::filesystem::current_path().string();
     for (size_t k = 0; k < o_.hosts.size(); ++k) {
@@ -198,7 +203,7 @@ class Runner {
       argv.push_back(o_.hosts[k].host);
       argv.push_back(remoteLaunchCommand(o_, static_cast<int>(k), self, cwd, forward));
       w->started = Clock::now();
-      w->process = std::make_unique<ChildProcess>(argv, baseEnv, /*pipeStdin=*/true);
+      w->process = std::make_unique<ChildProcess>(argv, rshEnv, /*pipeStdin=*/true);
       writeAll(w->process->stdinFd().get(), o_.token + "\n");  // stays open: closing it stops that node
       w->result.rank = w->rank;
       w->result.pid = w->process->pid();

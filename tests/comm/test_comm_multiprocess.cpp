@@ -4,7 +4,10 @@
 // within the timeout.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <chrono>
+#include <fstream>
 #include <future>
 #include <regex>
 #include <set>
@@ -113,16 +116,27 @@ INSTANTIATE_TEST_SUITE_P(World, MpiWorlds, ::testing::Values(1, 2, 3),
 TEST(LaunchedByOthers, MpirunWorkersUseMpiByDefaultAndGlooWhenAsked) {
   // No lockstep launcher and no MASTER_*: init() reads OMPI_COMM_WORLD_* (and, for
   // Gloo, derives the rendezvous port from the OpenMPI job id). CI runs as root, hence the flags.
-  // With MPI, rank 0 draws the job token and broadcasts it; Gloo needs one given (-x).
-  for (std::string backend : {"auto", "gloo"}) {
+  // With MPI, rank 0 draws the job token and broadcasts it; Gloo needs one given, as docs/multi-node.md
+  // says: a token file every host can read (-x with the file's name), or -x with the variable's name only,
+  // so that mpirun takes the value from its environment and no command line (ps) shows it.
+  std::string tokenFile = test::makeTempDir() + "/token";
+  std::ofstream(tokenFile) << "0123456789abcdef0123456789abcdef-from-a-file\n";
+  ::chmod(tokenFile.c_str(), 0600);
+  for (std::string backend : {"auto", "gloo-token-file", "gloo-token-variable"}) {
+    std::string chosen = backend == "auto" ? "auto" : "gloo";
     std::vector<std::string> argv{
-        "mpirun", "--allow-run-as-root",        "--oversubscribe", "-np", "3", "-x", "LOCKSTEP_COMM_TIMEOUT=60",
-        "-x",     "LOCKSTEP_BACKEND=" + backend};
-    if (backend == "gloo") argv.insert(argv.end(), {"-x", "LOCKSTEP_JOB_TOKEN=from-the-job-script"});
+        "mpirun", "--allow-run-as-root",       "--oversubscribe", "-np", "3", "-x", "LOCKSTEP_COMM_TIMEOUT=60",
+        "-x",     "LOCKSTEP_BACKEND=" + chosen};
+    ProcessOptions o;
+    if (backend == "gloo-token-file") argv.insert(argv.end(), {"-x", "LOCKSTEP_JOB_TOKEN_FILE=" + tokenFile});
+    if (backend == "gloo-token-variable") {
+      o.setEnv = {{"LOCKSTEP_JOB_TOKEN", "0123456789abcdef0123456789abcdef-from-the-job-script"}};
+      argv.insert(argv.end(), {"-x", "LOCKSTEP_JOB_TOKEN"});
+    }
     argv.insert(argv.end(), {test::helperBin("comm_worker"), "check"});
-    auto r = runProcess(argv);
+    auto r = runProcess(argv, o);
     EXPECT_EQ(r.exitCode, 0) << r.out << r.err;
-    std::string used = backend == "gloo" || !mpiBackendBuilt() ? "gloo" : "mpi";
+    std::string used = chosen == "gloo" || !mpiBackendBuilt() ? "gloo" : "mpi";
     EXPECT_NE(r.out.find("all checks passed on 3 ranks (backend " + used + ")"), std::string::npos) << r.out << r.err;
     expectEveryRankChecked(r.out, 3);
   }

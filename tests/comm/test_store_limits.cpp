@@ -18,10 +18,10 @@
 
 #include "comm/store_wire.h"
 #include "comm/tcp_store.h"
+#include "launch/launch_commands.h"
 #include "lockstep/comm/comm_error.h"
 #include "lockstep/comm/store.h"
 #include "lockstep/common/token.h"
-#include "launch/launch_commands.h"
 #include "support/expect.h"
 #include "support/subprocess.h"
 #include "support/tiny_config.h"

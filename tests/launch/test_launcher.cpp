@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <future>
 #include <thread>
@@ -245,6 +246,37 @@ TEST(Launcher, RemoteCommandQuotesForTheShellAndCarriesNoToken) {
   auto r = runProcess({"sh", "-c", echo});
   EXPECT_EQ(r.out, "it's two words $HOME\n");
   EXPECT_EQ(shellQuote("plain-word_1.2:3"), "plain-word_1.2:3");
+}
+
+TEST(Launcher, TheJobTokenReachesHostsOnlyThroughStdin) {
+  // -H through an rsh that records its arguments and environment, then runs the remote command here.
+  std::string record = test::makeTempDir();
+  std::string secret = "job-token-that-must-not-leak-0123456789abcdef";
+  ProcessOptions o;
+  o.setEnv = {{"LOCKSTEP_JOB_TOKEN", secret}, {"LOCKSTEP_TEST_RSH_RECORD", record}};
+  std::string port = std::to_string(detail::pickFreePort("127.0.0.1"));
+  auto r = run({"-H", "127.0.0.1:1,localhost:1", "--rsh", LOCKSTEP_RECORDING_RSH, "--master-port", port, "--", "sh",
+                "-c", "printf %s \"$LOCKSTEP_JOB_TOKEN\" | sha256sum"},
+               o);
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  ProcessOptions hashOptions;
+  hashOptions.setEnv = {{"S", secret}};
+  std::string hash = runProcess({"sh", "-c", "printf %s \"$S\" | sha256sum"}, hashOptions).out;
+  ASSERT_EQ(hash.size(), 68u) << hash;
+  hash = hash.substr(0, 64);
+  EXPECT_TRUE(contains(r.out, "[0] " + hash)) << "rank 0 did not get the job's token: " << r.out;
+  EXPECT_TRUE(contains(r.out, "[1] " + hash)) << "rank 1 did not get the job's token: " << r.out;
+  int recorded = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(record)) {
+    std::ifstream in(entry.path());
+    std::string handed((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_TRUE(contains(handed, "--token-stdin")) << handed;
+    EXPECT_FALSE(contains(handed, secret)) << "the token was handed to rsh:\n" << handed;
+    EXPECT_FALSE(contains(handed, "LOCKSTEP_JOB_TOKEN=")) << handed;  // not even empty or as a file's name
+    EXPECT_FALSE(contains(handed, "LOCKSTEP_JOB_TOKEN_FILE")) << handed;
+    ++recorded;
+  }
+  EXPECT_EQ(recorded, 2);
 }
 
 TEST(Launcher, MpiBackendCommandLine) {
