@@ -21,6 +21,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev googletest   # tests
   clang-format            # the C++ style (.clang-format), checked by the format_check test
   procps psmisc           # ps/pkill used by tests of the launcher
+  curl                    # bench/dashboard_latency.sh times the dashboard's API as a client would
   openmpi-bin             # mpirun: workers started by OpenMPI find each other (tested)
   libopenmpi-dev          # the MPI communicator backend (shared memory between local ranks)
 )

@@ -48,6 +48,7 @@ class FitRun {
   void logWindow();
   void validate(const std::string& when, int64_t ofEpoch);
   void saveCheckpoint();
+  std::vector<double> gatherLogWindow();
   void finish();
   double applyLearningRate();
   void gatherMemory();
@@ -87,9 +88,11 @@ class FitRun {
   FitResult result_;
   int64_t savedStep_ = -1;
   int64_t validatedStep_ = -1;
-  int64_t stepPeakBytes_ = -1;  // max over steps of forward+backward tensor bytes, when tracked
+  int64_t stepPeakBytes_ = -1;            // max over steps of forward+backward tensor bytes, when tracked
+  detail::RunMetrics::Reported regular_;  // what a checkpoint keeps of the reports (training_state.h)
   double windowLoss_ = 0;
   int64_t windowSteps_ = 0;
+  int64_t stepsSinceLog_ = 0;  // in this process (a resumed window's earlier steps were timed by another)
   Clock::time_point windowStart_;
 };
 
@@ -130,8 +133,20 @@ FitRun::FitRun(std::shared_ptr<Communicator> comm, const TrainerOptions& options
 }
 
 FitResult FitRun::run() {
-  at_ = detail::resumeTraining(o_, checkpoints_.get(), comm_, *strategy_);
+  detail::RunMetrics metrics;
+  at_ = detail::resumeTraining(o_, checkpoints_.get(), comm_, *strategy_, metrics);
   result_.resumedFromStep = at_.step;
+  // A resumed run reports what its checkpoint reported until it has news, and continues the checkpoint's
+  // log window when every rank has its part of it. One with nothing left to do reports how it ended.
+  regular_ = metrics.regular;
+  const auto& reported = at_.step >= totalSteps_ && metrics.final ? *metrics.final : metrics.regular;
+  result_.lastTrainLoss = reported.trainLoss;
+  result_.lastValidationLoss = reported.validationLoss;
+  result_.lastValidationAccuracy = reported.validationAccuracy;
+  if (static_cast<int64_t>(metrics.windowLoss.size()) == world_) {
+    windowLoss_ = metrics.windowLoss[rank_];
+    windowSteps_ = metrics.windowSteps;
+  }
   strategy_->start();
   announce();
   model_->train();
@@ -142,8 +157,13 @@ FitResult FitRun::run() {
     if (at_.batchInEpoch + o_.accumulation > microPerEpoch_) {  // the epoch is complete
       at_.epoch += 1;
       at_.batchInEpoch = 0;
-      if (o_.validate && validation_) validate(fmt::format("epoch {}", at_.epoch), at_.epoch - 1);
-      if (o_.checkpoint.every == 0) saveCheckpoint();
+      if (o_.validate && validation_) {
+        validate(fmt::format("epoch {}", at_.epoch), at_.epoch - 1);
+        regular_.validationLoss = result_.lastValidationLoss;
+        regular_.validationAccuracy = result_.lastValidationAccuracy;
+      }
+      // After the validation, so the checkpoint holds it (runEpoch leaves this step's checkpoint to here).
+      if (o_.checkpoint.every == 0 || at_.step % o_.checkpoint.every == 0) saveCheckpoint();
     }
   }
   // A run that stops inside an epoch is still measured at its end.
@@ -212,8 +232,13 @@ void FitRun::runEpoch() {
     }
     windowLoss_ += loss;
     ++windowSteps_;
+    ++stepsSinceLog_;
     if (at_.step % o_.logEvery == 0 || at_.step == totalSteps_) logWindow();
-    if (o_.checkpoint.every > 0 && at_.step % o_.checkpoint.every == 0) saveCheckpoint();
+    // A step that ends the epoch or the run is checkpointed by run(), after its validation.
+    const bool epochEnds = at_.batchInEpoch + o_.accumulation > microPerEpoch_;
+    if (o_.checkpoint.every > 0 && at_.step % o_.checkpoint.every == 0 && !epochEnds && at_.step < totalSteps_) {
+      saveCheckpoint();
+    }
   }
 }
 
@@ -288,9 +313,12 @@ void FitRun::logWindow() {
   std::vector<at::Tensor> l{at::tensor({windowLoss_ / static_cast<double>(windowSteps_)}, at::kDouble)};
   comm_.allreduce(l, ReduceOp::kAvg)->wait();
   result_.lastTrainLoss = l[0].item<double>();
+  // A line cut short by the end of the run is not regular: the window goes on in the checkpoint.
+  const bool regular = at_.step % o_.logEvery == 0;
+  if (regular) regular_.trainLoss = result_.lastTrainLoss;
   const auto now = Clock::now();
   const double seconds = std::chrono::duration<double>(now - windowStart_).count();
-  const double samplesPerSecond = static_cast<double>(windowSteps_ * globalBatch_) / seconds;
+  const double samplesPerSecond = static_cast<double>(stepsSinceLog_ * globalBatch_) / seconds;
   const double lr = strategy_->optimizer().param_groups()[0].options().get_lr();
   if (master_) {
     log::info(fmt::format("step {}/{} epoch {} loss {:.4f} lr {:.3g} {:.0f} samples/s", at_.step, totalSteps_,
@@ -302,11 +330,14 @@ void FitRun::logWindow() {
                    result_.lastTrainLoss,
                    lr,
                    samplesPerSecond,
-                   seconds / static_cast<double>(windowSteps_),
+                   seconds / static_cast<double>(stepsSinceLog_),
                    timer_.sinceOrigin(now)};
   notify([&](TrainerCallback& c) { c.onLog(record); });
-  windowLoss_ = 0;
-  windowSteps_ = 0;
+  if (regular) {
+    windowLoss_ = 0;
+    windowSteps_ = 0;
+  }
+  stepsSinceLog_ = 0;
   windowStart_ = Clock::now();
 }
 
@@ -354,11 +385,15 @@ void FitRun::validate(const std::string& when, int64_t ofEpoch) {
 void FitRun::saveCheckpoint() {
   if (!checkpoints_) return;
   savedStep_ = at_.step;
+  detail::RunMetrics metrics{regular_, std::nullopt, windowSteps_, gatherLogWindow()};
+  if (at_.step == totalSteps_) {
+    metrics.final = {result_.lastTrainLoss, result_.lastValidationLoss, result_.lastValidationAccuracy};
+  }
   std::optional<TensorArchive> archive;
   if (master_) archive.emplace();
   strategy_->saveState(archive ? &*archive : nullptr);
   if (master_) {
-    detail::putTrainingMeta(*archive, at_, world_, o_);
+    detail::putTrainingMeta(*archive, at_, world_, o_, metrics);
     result_.lastCheckpoint = checkpoints_->save(at_.step, archive->serialize());
     log::info(fmt::format("checkpoint {} written (step {})", result_.lastCheckpoint, at_.step));
   }
@@ -369,6 +404,18 @@ void FitRun::saveCheckpoint() {
     log::warn(fmt::format("fault injection: killing this worker after step {}", at_.step));
     ::raise(SIGKILL);
   }
+}
+
+/// Every rank's loss summed over the current log window, in rank order (collective; exact: a sum of zeros and one
+/// value).
+std::vector<double> FitRun::gatherLogWindow() {
+  at::Tensor all = at::zeros({world_}, at::kDouble);
+  all[rank_] = windowLoss_;
+  if (world_ > 1) {
+    std::vector<at::Tensor> t{all};
+    comm_.allreduce(t, ReduceOp::kSum)->wait();
+  }
+  return std::vector<double>(all.data_ptr<double>(), all.data_ptr<double>() + world_);
 }
 
 /// Every rank's RankMemory into result_.memory (collective).

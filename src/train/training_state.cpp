@@ -88,7 +88,38 @@ CheckpointInfo readCheckpointMeta(const TensorArchive& archive) {
   return info;
 }
 
-void putTrainingMeta(TensorArchive& archive, const Position& at, int64_t worldSize, const TrainerOptions& options) {
+namespace {
+
+RunMetrics::Reported readReported(const TensorArchive& archive, const std::string& prefix) {
+  return {archive.getDouble(prefix + "train_loss"), archive.getDouble(prefix + "validation_loss"),
+          archive.getDouble(prefix + "validation_accuracy")};
+}
+
+void putReported(TensorArchive& archive, const std::string& prefix, const RunMetrics::Reported& r) {
+  archive.putDouble(prefix + "train_loss", r.trainLoss);
+  archive.putDouble(prefix + "validation_loss", r.validationLoss);
+  archive.putDouble(prefix + "validation_accuracy", r.validationAccuracy);
+}
+
+RunMetrics readRunMetrics(const TensorArchive& archive) {
+  RunMetrics m;
+  if (!archive.contains("metrics/last_train_loss")) return m;  // written before lockstep kept them
+  m.regular = readReported(archive, "metrics/last_");
+  if (archive.contains("metrics/final_train_loss")) m.final = readReported(archive, "metrics/final_");
+  m.windowSteps = archive.getInt("metrics/window_steps");
+  at::Tensor window = archive.getTensor("metrics/window_loss").to(at::kDouble).contiguous();
+  m.windowLoss.assign(window.data_ptr<double>(), window.data_ptr<double>() + window.numel());
+  return m;
+}
+
+}  // namespace
+
+void putTrainingMeta(TensorArchive& archive, const Position& at, int64_t worldSize, const TrainerOptions& options,
+                     const RunMetrics& metrics) {
+  putReported(archive, "metrics/last_", metrics.regular);
+  if (metrics.final) putReported(archive, "metrics/final_", *metrics.final);
+  archive.putInt("metrics/window_steps", metrics.windowSteps);
+  archive.putTensor("metrics/window_loss", at::tensor(metrics.windowLoss, at::kDouble));
   {
     auto gen = cpuGenerator();
     std::lock_guard<std::mutex> lock(gen.mutex());
@@ -102,7 +133,8 @@ void putTrainingMeta(TensorArchive& archive, const Position& at, int64_t worldSi
   for (const auto& [key, value] : options.checkpoint.extras) archive.putString("extra/" + key, value);
 }
 
-Position resumeTraining(const TrainerOptions& o, CheckpointDir* dir, Communicator& comm, Strategy& strategy) {
+Position resumeTraining(const TrainerOptions& o, CheckpointDir* dir, Communicator& comm, Strategy& strategy,
+                        RunMetrics& metrics) {
   const bool master = comm.rank() == 0;
   const int64_t world = comm.size();
   const std::string& resume = o.checkpoint.resume;
@@ -122,6 +154,7 @@ Position resumeTraining(const TrainerOptions& o, CheckpointDir* dir, Communicato
     TensorArchive archive = TensorArchive::parse(verified ? *verified : read, path);
     verified.reset();
     info = restore(archive, strategy, master);
+    metrics = readRunMetrics(archive);
   }
   Position at{info.step, info.epoch, info.batchInEpoch};
   if (info.worldSize != world || info.batchSize != o.batchSize) {

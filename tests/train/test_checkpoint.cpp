@@ -512,8 +512,10 @@ TEST(Checkpoint, ModelLoadChecksEveryNameShapeAndDtype) {
             "checkpoint " + path + ": 'meta/world_size' is 0, expected at least 1");
 }
 
-/// Trains an MLP on one worker up to `maxSteps`, checkpointing every 3 steps into `dir`.
-FitResult trainMlp(const std::string& optimizer, const std::string& dir, int64_t maxSteps) {
+/// Trains an MLP on one worker up to `maxSteps`, checkpointing every 3 steps into `dir`, logging every
+/// `logEvery` steps, validating (on the training set) at the end when `validate`.
+FitResult trainMlp(const std::string& optimizer, const std::string& dir, int64_t maxSteps, int64_t logEvery = 4,
+                   bool validate = false) {
   TrainerOptions o;
   o.optimizer.type = parseOptimizerType(optimizer, "optimizer");
   o.optimizer.lr = 0.05;
@@ -522,8 +524,8 @@ FitResult trainMlp(const std::string& optimizer, const std::string& dir, int64_t
   o.batchSize = 10;
   o.maxSteps = maxSteps;
   o.lrScaling.rule = LrScalingRule::kNone;
-  o.validate = false;
-  o.logEvery = 1000;
+  o.validate = validate;
+  o.logEvery = logEvery;
   o.seed = 3;
   o.checkpoint.dir = dir;
   o.checkpoint.every = 3;
@@ -539,7 +541,7 @@ FitResult trainMlp(const std::string& optimizer, const std::string& dir, int64_t
         [](torch::nn::Module& m, const Batch& b) {
           return at::mse_loss(static_cast<MlpImpl&>(m).forward(b.inputs), b.targets);
         },
-        data);
+        data, validate ? &data : nullptr);
   });
   return result;
 }
@@ -549,15 +551,20 @@ TEST(Checkpoint, ResumeIsBitIdenticalForEveryOptimizer) {
     SCOPED_TRACE(optimizer);
     std::string straight = test::makeTempDir();
     std::string resumed = test::makeTempDir();
-    EXPECT_EQ(trainMlp(optimizer, straight, 6).steps, 6);
+    // Logged every 4 steps and resumed at 3: the log line of step 4 (in the checkpoint of step 6) covers
+    // steps 1-4 only if the resumed run continues the checkpoint's log window.
+    EXPECT_EQ(trainMlp(optimizer, straight, 7).steps, 7);
     EXPECT_EQ(trainMlp(optimizer, resumed, 3).steps, 3);
-    FitResult second = trainMlp(optimizer, resumed, 6);
+    FitResult second = trainMlp(optimizer, resumed, 7);
     EXPECT_EQ(second.resumedFromStep, 3);
-    std::string a = readAll(straight + "/step-000000006.ckpt");
-    ASSERT_FALSE(a.empty());
-    EXPECT_TRUE(a == readAll(resumed + "/step-000000006.ckpt")) << "the resumed run diverged";
+    for (const char* file : {"/step-000000006.ckpt", "/step-000000007.ckpt"}) {
+      std::string a = readAll(straight + file);
+      ASSERT_FALSE(a.empty());
+      EXPECT_TRUE(a == readAll(resumed + file)) << file << ": the resumed run diverged";
+    }
     // The optimizer state is in the file, by position.
     TensorArchive archive = TensorArchive::parse(readCheckpoint(straight + "/step-000000006.ckpt"), "x");
+    EXPECT_EQ(archive.getInt("metrics/window_steps"), 2);  // steps 5 and 6 since the log line of step 4
     EXPECT_EQ(archive.getString("optimizer/type"), optimizer);
     const std::string state = optimizer == "sgd" ? "optimizer/param3/momentum_buffer" : "optimizer/param3/exp_avg_sq";
     EXPECT_EQ(archive.getTensor(state).sizes(), archive.getTensor("model/fc1.bias").sizes());
@@ -568,6 +575,18 @@ TEST(Checkpoint, ResumeIsBitIdenticalForEveryOptimizer) {
   trainMlp("sgd", dir, 3);
   std::string message = checkpointErrorOf([&] { trainMlp("adam", dir, 6); });
   EXPECT_HAS(message, "step-000000003.ckpt holds sgd optimizer state, but this run uses adam");
+}
+
+TEST(Checkpoint, AFinishedRunResumedReportsWhatItEndedWith) {
+  std::string dir = test::makeTempDir();
+  FitResult first = trainMlp("adam", dir, 6, 4, /*validate=*/true);
+  FitResult again = trainMlp("adam", dir, 6, 4, /*validate=*/true);
+  EXPECT_EQ(again.resumedFromStep, 6);
+  EXPECT_EQ(again.steps, 6);
+  EXPECT_GT(first.lastValidationLoss, 0);
+  EXPECT_EQ(again.lastTrainLoss, first.lastTrainLoss);
+  EXPECT_EQ(again.lastValidationLoss, first.lastValidationLoss);
+  EXPECT_EQ(again.lastValidationAccuracy, -1);  // no CorrectFn: never measured
 }
 
 TEST(Checkpoint, AutomaticResumeStopsAtAnOldFormatCheckpoint) {

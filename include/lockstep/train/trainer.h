@@ -141,7 +141,10 @@ struct FitResult {
   int64_t steps = 0;            ///< optimizer steps taken in total (resumed ones included)
   int64_t resumedFromStep = 0;  ///< 0 when not resumed
   int64_t skippedSteps = 0;     ///< steps not applied for a non-finite loss (NanPolicy::kSkip), this run
-  double lastTrainLoss = 0;     ///< averaged over ranks, last logging window
+  /// Averaged over ranks, last logging window. A resumed run reports its
+  /// checkpoint's last figures until it has newer ones, so a run resumed
+  /// after it finished reports what it ended with (-1: never measured).
+  double lastTrainLoss = 0;
   double lastValidationLoss = -1;
   double lastValidationAccuracy = -1;  ///< when a CorrectFn was given
   double dataWaitSeconds = 0;          ///< time the loop waited for the loader (rank 0)
