@@ -66,7 +66,8 @@ int main(int argc, char** argv) {
   if (rank == 0) std::cout << fmt::format("# raw c10d ProcessGroupGloo, {} rank(s), float32 sum\n", world);
   for (int64_t bytes : sizes) {
     int64_t count = std::max<int64_t>(1, bytes / 4);
-    int iters = argc > 2 ? std::atoi(argv[2]) : static_cast<int>(std::clamp<int64_t>((64LL << 20) / (count * 4), 5, 50));
+    int iters =
+        argc > 2 ? std::atoi(argv[2]) : static_cast<int>(std::clamp<int64_t>((64LL << 20) / (count * 4), 5, 50));
     std::vector<at::Tensor> tensors{at::full({count}, rank + 1.0, at::kFloat)};
     for (int i = 0; i < 3; ++i) group.allreduce(tensors)->wait();
     group.barrier()->wait();

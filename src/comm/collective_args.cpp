@@ -58,6 +58,8 @@ CommErrorInfo CollectiveArgs::info(std::string op, std::string sizes) const {
   info.rank = rank_;
   info.worldSize = world_;
   if (world_ == 2) info.peer = 1 - rank_;  // the only other rank
+  info.group = group_;
+  info.globalRanks = globalRanks_;
   return info;
 }
 

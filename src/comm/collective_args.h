@@ -58,11 +58,18 @@ class CollectiveArgs {
   CommErrorInfo barrier() const { return info(Collective::barrier().name(), ""); }
   CommErrorInfo send(const at::Tensor& tensor, int dst, int tag) const;
   CommErrorInfo recv(const at::Tensor& tensor, int src, int tag) const;
+  /// A group's name and members' global ranks, for every error context (none for the world).
+  void setGroup(std::string name, std::vector<int> globalRanks) {
+    group_ = std::move(name);
+    globalRanks_ = group_.empty() ? std::vector<int>{} : std::move(globalRanks);
+  }
 
  private:
   int rank_;
   int world_;
   std::string backend_;
+  std::string group_;
+  std::vector<int> globalRanks_;
 };
 
 }  // namespace lockstep::detail

@@ -97,6 +97,7 @@ class DesyncCheckingCommunicator final : public Communicator {
  public:
   DesyncCheckingCommunicator(std::shared_ptr<Communicator> inner, DesyncCheckOptions options)
       : state_(std::make_shared<State>()), args_(inner->rank(), inner->size(), inner->backendName()) {
+    args_.setGroup(inner->groupName(), inner->globalRanks());
     state_->inner = std::move(inner);
     state_->options = options;
     issuer_ = std::thread(&DesyncCheckingCommunicator::runIssuer, state_);
@@ -119,6 +120,15 @@ class DesyncCheckingCommunicator final : public Communicator {
   int size() const override { return state_->inner->size(); }
   std::string backendName() const override { return state_->inner->backendName(); }
   std::chrono::milliseconds defaultTimeout() const override { return state_->inner->defaultTimeout(); }
+  std::vector<int> globalRanks() const override { return state_->inner->globalRanks(); }
+  std::string groupName() const override { return state_->inner->groupName(); }
+
+  /// The inner communicator splits once every operation queued here has run; the group is checked too.
+  std::shared_ptr<Communicator> split(int color, int key, const std::string& name) override {
+    barrier(CollectiveOptions{})->wait();
+    auto group = state_->inner->split(color, key, name);
+    return group ? withDesyncCheck(std::move(group), state_->options) : nullptr;
+  }
 
   // Each collective hands collective() its argument check (which also builds the error context),
   // its fingerprint, and the call of the inner communicator followed by the call's tensor

@@ -17,6 +17,7 @@
 
 #include "comm/collective_args.h"
 #include "comm/op_queue.h"
+#include "comm/split_plan.h"
 #include "comm/store_impl.h"
 #include "lockstep/comm/communicator.h"
 #include "lockstep/common/error.h"
@@ -79,11 +80,50 @@ void waitBackend(const c10::intrusive_ptr<c10d::Work>& work, CommErrorInfo info)
   }
 }
 
+/// What a communicator needs to build groups: where its ranks meet, how they connect, who they are.
+struct GlooGroupContext {
+  Store store;
+  c10::intrusive_ptr<ProcessGroupGloo::Options> options;
+  std::string prefix;  // of this communicator's keys in the store; a group's lie below
+  std::string name;    // empty for the world
+  std::vector<int> globalRanks;
+};
+
+PG connect(const Store& store, const std::string& prefix, int rank, int world,
+           const c10::intrusive_ptr<ProcessGroupGloo::Options>& options, CommErrorInfo info);
+
 class GlooCommunicator final : public Communicator {
  public:
-  GlooCommunicator(PG pg, int rank, int world, std::chrono::milliseconds timeout)
+  GlooCommunicator(PG pg, int rank, int world, std::chrono::milliseconds timeout, GlooGroupContext context)
       : pg_(std::move(pg)), rank_(rank), world_(world), timeout_(timeout), args_(rank, world, "gloo"),
-        queue_(rank, world) {}
+        queue_(rank, world), context_(std::move(context)) {
+    args_.setGroup(context_.name, context_.globalRanks);
+  }
+
+  std::vector<int> globalRanks() const override { return context_.globalRanks; }
+  std::string groupName() const override { return context_.name; }
+
+  std::shared_ptr<Communicator> split(int color, int key, const std::string& name) override {
+    detail::SplitPlan plan = detail::planSplit(*this, color, key);
+    const int index = splits_++;
+    if (color < 0) return nullptr;
+    GlooGroupContext child{context_.store,
+                           context_.options,
+                           fmt::format("{}/split{}/color{}", context_.prefix, index, color),
+                           detail::groupName(name, color),
+                           {}};
+    for (int member : plan.members) child.globalRanks.push_back(context_.globalRanks[static_cast<size_t>(member)]);
+    const int size = static_cast<int>(plan.members.size());
+    CommErrorInfo info;
+    info.op = "connect group (gloo)";
+    info.rank = plan.rank;
+    info.worldSize = size;
+    info.timeoutMs = timeout_.count();
+    info.group = child.name;
+    info.globalRanks = child.globalRanks;
+    PG pg = connect(context_.store, child.prefix, plan.rank, size, context_.options, info);
+    return std::make_shared<GlooCommunicator>(std::move(pg), plan.rank, size, timeout_, std::move(child));
+  }
 
   int rank() const override { return rank_; }
   int size() const override { return world_; }
@@ -257,7 +297,23 @@ class GlooCommunicator final : public Communicator {
   std::chrono::milliseconds timeout_;
   detail::CollectiveArgs args_;
   detail::OpQueue queue_;
+  GlooGroupContext context_;
+  int splits_ = 0;  // split() calls so far: the same on every rank, so it names the group's keys
 };
+
+/// The process group of `world` ranks meeting under `prefix` of `store`; CommError when they do not all join.
+PG connect(const Store& store, const std::string& prefix, int rank, int world,
+           const c10::intrusive_ptr<ProcessGroupGloo::Options>& options, CommErrorInfo info) {
+  auto prefixed = store.withPrefix(prefix);
+  try {
+    return c10::make_intrusive<ProcessGroupGloo>(detail::StoreAccess::impl(prefixed)->store, rank, world, options);
+  } catch (const std::exception& e) {
+    info.detail = fmt::format("ranks did not all join through {}: {}", detail::StoreAccess::impl(store)->description,
+                              backendMessage(e));
+    info.kind = classifyBackendMessage(info.detail);
+    throw CommError(info);
+  }
+}
 
 }  // namespace
 
@@ -288,17 +344,10 @@ std::shared_ptr<Communicator> makeGlooCommunicator(const Store& store, const Glo
                               backendMessage(e));
     throw CommError(info);
   }
-  auto prefixed = store.withPrefix("lockstep/gloo");
-  try {
-    auto pg =
-        c10::make_intrusive<ProcessGroupGloo>(detail::StoreAccess::impl(prefixed)->store, o.rank, o.worldSize, options);
-    return std::make_shared<GlooCommunicator>(std::move(pg), o.rank, o.worldSize, o.timeout);
-  } catch (const CommError&) { throw; } catch (const std::exception& e) {
-    info.detail = fmt::format("ranks did not all join through {}: {}", detail::StoreAccess::impl(store)->description,
-                              backendMessage(e));
-    info.kind = classifyBackendMessage(info.detail);
-    throw CommError(info);
-  }
+  PG pg = connect(store, "lockstep/gloo", o.rank, o.worldSize, options, info);
+  GlooGroupContext world{store, options, "lockstep/gloo", "", {}};
+  for (int r = 0; r < o.worldSize; ++r) world.globalRanks.push_back(r);
+  return std::make_shared<GlooCommunicator>(std::move(pg), o.rank, o.worldSize, o.timeout, std::move(world));
 }
 
 }  // namespace lockstep

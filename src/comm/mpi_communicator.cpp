@@ -24,6 +24,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
 #include <climits>
 #include <condition_variable>
@@ -36,6 +37,7 @@
 #include "comm/collective_args.h"
 #include "comm/failure.h"
 #include "comm/mpi_runtime.h"
+#include "comm/split_plan.h"
 #include "comm/work_access.h"
 #include "lockstep/comm/communicator.h"
 #include "lockstep/common/env.h"
@@ -203,9 +205,13 @@ struct Engine {
 
 class MpiCommunicator final : public Communicator {
  public:
-  MpiCommunicator(std::shared_ptr<Engine> engine, int rank, int world, const MpiOptions& options)
+  MpiCommunicator(std::shared_ptr<Engine> engine, int rank, int world, const MpiOptions& options,
+                  std::string group = "", std::vector<int> globalRanks = {})
       : engine_(std::move(engine)), rank_(rank), world_(world), timeout_(options.timeout),
-        blockingBytes_(options.blockingBytes), args_(rank, world, "mpi") {
+        blockingBytes_(options.blockingBytes), args_(rank, world, "mpi"), options_(options), group_(std::move(group)),
+        globalRanks_(std::move(globalRanks)) {
+    if (globalRanks_.empty()) globalRanks_ = Communicator::globalRanks();
+    args_.setGroup(group_, globalRanks_);
     commThread_ = std::thread([engine = engine_] { engine->runQueue(); });
     if (options.progressIntervalUs > 0) {
       progress_ = std::thread(&MpiCommunicator::runProgress, engine_, options.progressIntervalUs);
@@ -238,6 +244,28 @@ class MpiCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return world_; }
   std::string backendName() const override { return "mpi"; }
+  std::vector<int> globalRanks() const override { return globalRanks_; }
+  std::string groupName() const override { return group_; }
+
+  std::shared_ptr<Communicator> split(int color, int key, const std::string& name) override {
+    barrier(CollectiveOptions{})->wait();  // every earlier operation here has finished, on every rank
+    auto engine = std::make_shared<Engine>();
+    std::vector<int> global;
+    {
+      std::lock_guard<std::mutex> lock(MpiRuntime::get().mutex());
+      int rc = detail::splitCommunicator(engine_->comm, color, key, globalRanks_[static_cast<size_t>(rank_)],
+                                         &engine->comm, &global);
+      if (rc != MPI_SUCCESS) {
+        CommErrorInfo info = args_.info("split", "");
+        info.detail = "MPI_Comm_split: " + mpiErrorText(rc);
+        throw CommError(info);
+      }
+    }
+    if (color < 0) return nullptr;
+    int rank = static_cast<int>(std::find(global.begin(), global.end(), globalRanks_[rank_]) - global.begin());
+    return std::make_shared<MpiCommunicator>(std::move(engine), rank, static_cast<int>(global.size()), options_,
+                                             detail::groupName(name, color), std::move(global));
+  }
   std::chrono::milliseconds defaultTimeout() const override { return timeout_; }
 
   WorkHandle allreduce(std::vector<at::Tensor>& tensors, ReduceOp op, const CollectiveOptions& options) override {
@@ -544,6 +572,9 @@ class MpiCommunicator final : public Communicator {
   std::chrono::milliseconds timeout_;
   int64_t blockingBytes_;
   detail::CollectiveArgs args_;
+  MpiOptions options_;
+  std::string group_;
+  std::vector<int> globalRanks_;
   uint64_t nextSequence_ = 1;
   std::thread commThread_;
   std::thread progress_;

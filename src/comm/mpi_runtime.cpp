@@ -109,4 +109,15 @@ void MpiRuntime::finalizeAtExit() {
   MPI_Finalize();
 }
 
+int splitCommunicator(MPI_Comm parent, int color, int key, int globalRank, MPI_Comm* out,
+                      std::vector<int>* globalRanks) {
+  int rc = MPI_Comm_split(parent, color < 0 ? MPI_UNDEFINED : color, key, out);
+  if (rc != MPI_SUCCESS || *out == MPI_COMM_NULL) return rc;
+  MPI_Comm_set_errhandler(*out, MPI_ERRORS_RETURN);
+  int size = 0;
+  MPI_Comm_size(*out, &size);
+  globalRanks->assign(static_cast<size_t>(size), -1);
+  return MPI_Allgather(&globalRank, 1, MPI_INT, globalRanks->data(), 1, MPI_INT, *out);
+}
+
 }  // namespace lockstep::detail

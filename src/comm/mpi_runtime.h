@@ -13,6 +13,7 @@
 
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "lockstep/comm/communicator.h"
 
@@ -23,6 +24,12 @@ std::string mpiErrorText(int code);
 /// The MPI datatype of a supported dtype; 16-bit floats travel as MPI_UINT16_T
 /// and reduce with MpiRuntime::op. MPI_DATATYPE_NULL for anything else.
 MPI_Datatype mpiType(at::ScalarType t);
+
+/// MPI_Comm_split of `parent` (a negative color: MPI_UNDEFINED, *out = MPI_COMM_NULL), errors returned
+/// rather than fatal on the new communicator, and the global rank of each of its members (every rank
+/// passes its own). The caller holds MpiRuntime's mutex; returns the first failing call's code.
+int splitCommunicator(MPI_Comm parent, int color, int key, int globalRank, MPI_Comm* out,
+                      std::vector<int>* globalRanks);
 
 class MpiRuntime {
  public:

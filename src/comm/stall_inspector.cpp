@@ -56,7 +56,8 @@ struct Progress {
 class StallInspectingCommunicator final : public Communicator {
  public:
   StallInspectingCommunicator(std::shared_ptr<Communicator> inner, Store store, StallInspectorOptions options)
-      : inner_(std::move(inner)), store_(store.withPrefix("lockstep/stall")), options_(std::move(options)) {
+      : inner_(std::move(inner)), root_(store), store_(store.withPrefix("lockstep/stall")),
+        options_(std::move(options)) {
     if (!options_.report) options_.report = [](const std::string& m) { log::warn(m); };
     thread_ = std::thread([this] { run(); });
   }
@@ -74,6 +75,17 @@ class StallInspectingCommunicator final : public Communicator {
   int size() const override { return inner_->size(); }
   std::string backendName() const override { return inner_->backendName(); }
   std::chrono::milliseconds defaultTimeout() const override { return inner_->defaultTimeout(); }
+  std::vector<int> globalRanks() const override { return inner_->globalRanks(); }
+  std::string groupName() const override { return inner_->groupName(); }
+
+  /// A group is inspected too, its ranks publishing under keys of their own.
+  std::shared_ptr<Communicator> split(int color, int key, const std::string& name) override {
+    const int index = splits_++;
+    auto group = inner_->split(color, key, name);
+    if (!group) return nullptr;
+    return withStallInspector(std::move(group), root_.withPrefix(fmt::format("split{}-color{}", index, color)),
+                              options_);
+  }
 
   WorkHandle allreduce(std::vector<at::Tensor>& tensors, ReduceOp op, const CollectiveOptions& options) override {
     return track(Collective::allreduce(op), bytesOf(tensors), [&] { return inner_->allreduce(tensors, op, options); });
@@ -238,8 +250,10 @@ class StallInspectingCommunicator final : public Communicator {
   }
 
   std::shared_ptr<Communicator> inner_;
-  Store store_;
+  Store root_;   // as given: a group's inspector publishes below it
+  Store store_;  // this communicator's progress keys
   StallInspectorOptions options_;
+  int splits_ = 0;
   std::mutex mutex_;
   std::condition_variable cv_;
   bool stop_ = false;

@@ -245,3 +245,49 @@ TEST(CommFailures, MismatchedSizesFailInsteadOfHanging) {
 
 }  // namespace
 }  // namespace lockstep
+
+namespace lockstep {
+namespace {
+
+/// 4 ranks split two ways (2x2), both groups used at once: every collective with value checks in each,
+/// and sums of global ranks that tell the groups apart (a message crossing groups would change them).
+void expectGroupsWork(const std::string& backend) {
+  auto r = runProcess({test::lockstepBin(), "run", "-np", "4", "--backend", backend, "--comm-timeout", "60", "--",
+                       test::helperBin("comm_worker"), "groups"});
+  EXPECT_EQ(r.exitCode, 0) << r.out << r.err;
+  const std::regex verdict("rank ([0-9]+): ([0-9]+) of ([0-9]+) group checks passed");
+  std::set<int> ranks;
+  for (auto it = std::sregex_iterator(r.out.begin(), r.out.end(), verdict); it != std::sregex_iterator(); ++it) {
+    EXPECT_EQ((*it)[2], (*it)[3]) << r.out;
+    EXPECT_GT(std::stoi((*it)[3]), 100) << r.out;
+    ranks.insert(std::stoi((*it)[1]));
+  }
+  EXPECT_EQ(ranks.size(), 4u) << r.out;
+}
+
+TEST(Groups, EveryCollectiveInsideRowsAndColumnsOfFourRanksGloo) { expectGroupsWork("gloo"); }
+
+TEST(Groups, EveryCollectiveInsideRowsAndColumnsOfFourRanksMpi) {
+  LOCKSTEP_SKIP_UNLESS(mpiBackendBuilt(), "the MPI backend (lockstep built with libopenmpi-dev)");
+  expectGroupsWork("mpi");
+}
+
+TEST(Groups, ADeadMemberIsNamedByGroupAndGlobalRank) {
+  // Rank 3 dies after the split into rows {0,1} and {2,3}: rank 2's row allreduce fails naming the group
+  // and rank 3 in it; the other row carries on to the end.
+  auto results = runWorld(4, {"groups-die", "3"}, 20);
+  EXPECT_EQ(results[3].signal, SIGKILL);
+  const auto& survivor = results[2];
+  EXPECT_EQ(survivor.exitCode, 3) << survivor.err;
+  EXPECT_HAS(survivor.err, "allreduce(sum) failed");
+  EXPECT_HAS(survivor.err, "on rank 0 of 2 in group 'row1' (global rank 2)");
+  EXPECT_HAS(survivor.err, "peer: rank 1 of the group (global rank 3)");
+  EXPECT_LT(afterMs(survivor.err), 300) << survivor.err;
+  for (int r : {0, 1}) {
+    EXPECT_EQ(results[r].exitCode, 0) << results[r].err;
+    EXPECT_HAS(results[r].out, "row allreduces done");
+  }
+}
+
+}  // namespace
+}  // namespace lockstep

@@ -305,5 +305,43 @@ TEST(CommunicatorErrors, JoinTimesOutWhenRanksAreMissing) {
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 5.0);
 }
 
+TEST(Groups, SplitByKeyNestedAndLeftOut) {
+  // 4 thread ranks: evens {0,2} and odds {1,3} ordered by a reversed key; rank 3 stays out of a second split;
+  // each group splits again into singletons.
+  std::vector<std::string> errors(4);
+  test::runRanks(4, [&](int rank, Communicator& world) {
+    auto parity = world.split(rank % 2, -rank, rank % 2 == 0 ? "even" : "odd");
+    ASSERT_NE(parity, nullptr);
+    EXPECT_EQ(parity->size(), 2);
+    EXPECT_EQ(parity->rank(), rank < 2 ? 1 : 0);  // the higher global rank first
+    EXPECT_EQ(parity->globalRanks(), (std::vector<int>{rank % 2 + 2, rank % 2}));
+    EXPECT_EQ(parity->groupName(), rank % 2 == 0 ? "even" : "odd");
+    auto notThree = world.split(rank == 3 ? -1 : 0, rank);
+    EXPECT_EQ(notThree == nullptr, rank == 3);
+    std::vector<at::Tensor> t{at::full({8}, static_cast<double>(rank))};
+    parity->allreduce(t)->wait();
+    EXPECT_TRUE(t[0].eq(rank % 2 == 0 ? 2.0 : 4.0).all().item<bool>()) << "rank " << rank;
+    if (notThree) {
+      EXPECT_EQ(notThree->groupName(), "color0");
+      std::vector<at::Tensor> u{at::full({3}, 1.0)};
+      notThree->allreduce(u)->wait();
+      EXPECT_TRUE(u[0].eq(3.0).all().item<bool>());
+    }
+    auto alone = parity->split(parity->rank(), 0, "alone");
+    EXPECT_EQ(alone->size(), 1);
+    EXPECT_EQ(alone->globalRanks(), std::vector<int>{rank});
+    std::vector<at::Tensor> v{at::full({2}, 5.0)};
+    alone->allreduce(v, ReduceOp::kAvg)->wait();
+    EXPECT_TRUE(v[0].eq(5.0).all().item<bool>());
+    // An error inside a group names it and the global ranks.
+    try {
+      at::Tensor in = at::ones({3}), out = at::empty({5});
+      parity->allgather(in, out);
+    } catch (const CommError& e) { errors[static_cast<size_t>(rank)] = e.what(); }
+  });
+  EXPECT_NE(errors[2].find("on rank 0 of 2 in group 'even' (global rank 2)"), std::string::npos) << errors[2];
+  EXPECT_NE(errors[1].find("on rank 1 of 2 in group 'odd' (global rank 1)"), std::string::npos) << errors[1];
+}
+
 }  // namespace
 }  // namespace lockstep

@@ -6,6 +6,10 @@
 //   comm_worker die RANK ITER    allreduce; RANK kills itself with SIGKILL at iteration ITER
 //   comm_worker stall RANK SECS  RANK sleeps SECS before its allreduce, the others call it
 //   comm_worker mismatch         rank 0 allreduces 4 elements, the others 8 (a desync)
+//   comm_worker groups           (4 ranks) splits into rows {0,1},{2,3} and columns {0,2},{1,3}; every
+//                                collective with value checks inside each, and sums that tell the groups apart
+//   comm_worker groups-die RANK  (4 ranks) splits into rows; RANK kills itself, the others allreduce 300 times
+//                                in their row
 // A CommError is printed as "CommError kind=<kind> after_ms=<n>: <message>" and exits 3.
 #include <ATen/ATen.h>
 #include <signal.h>
@@ -171,6 +175,43 @@ int main(int argc, char** argv) {
       start = Clock::now();
       comm.allreduce(t)->wait();
       std::cout << "allreduce returned without the stalled rank" << std::endl;
+      return 0;
+    }
+    if (mode == "groups") {
+      const int rank = comm.rank();
+      auto rows = comm.split(rank / 2, rank, "row" + std::to_string(rank / 2));
+      auto columns = comm.split(rank % 2, -rank, "column" + std::to_string(rank % 2));  // key: reversed order
+      expect(rows->size() == 2 && rows->rank() == rank % 2, "row rank");
+      expect(columns->size() == 2 && columns->rank() == 1 - rank / 2, "column rank (ordered by key)");
+      expect(columns->globalRanks() == std::vector<int>{rank % 2 + 2, rank % 2}, "column global ranks");
+      // Interleaved on both groups: a message of one must never reach the other.
+      for (int i = 0; i < 20; ++i) {
+        std::vector<at::Tensor> r{at::full({1000}, static_cast<double>(rank))};
+        std::vector<at::Tensor> c{at::full({1000}, static_cast<double>(rank))};
+        auto rw = rows->allreduce(r);
+        auto cw = columns->allreduce(c);
+        rw->wait();
+        cw->wait();
+        expect(r[0].eq(rank / 2 == 0 ? 1.0 : 5.0).all().item<bool>(), "row sum of global ranks");
+        expect(c[0].eq(rank % 2 == 0 ? 2.0 : 4.0).all().item<bool>(), "column sum of global ranks");
+      }
+      check(*rows);
+      check(*columns);
+      std::cout << "rank " << rank << ": " << (checks - failures) << " of " << checks << " group checks passed"
+                << std::endl;
+      return failures > 0 ? 1 : 0;
+    }
+    if (mode == "groups-die") {
+      const int deadRank = std::stoi(args.at(1));
+      auto rows = comm.split(comm.rank() / 2, comm.rank(), "row" + std::to_string(comm.rank() / 2));
+      if (comm.rank() == deadRank) ::raise(SIGKILL);
+      for (int iter = 0; iter < 300; ++iter) {  // the row without the dead rank finishes
+        std::vector<at::Tensor> t{at::ones({4096})};
+        start = Clock::now();
+        rows->allreduce(t)->wait();
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+      std::cout << "rank " << comm.rank() << ": row allreduces done" << std::endl;
       return 0;
     }
     if (mode == "mismatch") {

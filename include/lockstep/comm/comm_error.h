@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "lockstep/common/error.h"
 
@@ -36,6 +37,10 @@ struct CommErrorInfo {
   uint64_t sequence = 0;  ///< the operation's number on this communicator (1-based)
   int64_t timeoutMs = -1;
   std::string detail;  ///< the backend's own message
+  /// In a group (Communicator::split): its name and every member's global
+  /// rank, in group rank order, so `rank` and `peer` can be named globally too.
+  std::string group;
+  std::vector<int> globalRanks;
 };
 
 class CommError : public Error {

@@ -73,6 +73,19 @@ class Communicator {
   /// Point to point. The receiver's tensor must match the sender's dtype and size.
   virtual WorkHandle send(const at::Tensor& tensor, int dst, int tag = 0, const CollectiveOptions& options = {}) = 0;
   virtual WorkHandle recv(at::Tensor& tensor, int src, int tag = 0, const CollectiveOptions& options = {}) = 0;
+
+  /// Groups (MPI_Comm_split): ranks passing the same `color` (>= 0) form one
+  /// communicator, ranked by `key`, ties by their rank here. Collective: every
+  /// rank of this communicator calls it, in the same order relative to its
+  /// other operations (earlier ones finish first). A rank passing a negative
+  /// color gets nullptr. Groups have their own connections, timeouts, stall
+  /// and desync checks; errors name the group (`name`, default "color<c>")
+  /// and the global ranks. Groups can be split again.
+  virtual std::shared_ptr<Communicator> split(int color, int key, const std::string& name = "");
+  /// The global rank of each member, in this communicator's rank order (the world: 0..size()-1).
+  virtual std::vector<int> globalRanks() const;
+  /// The group's name; empty for the world.
+  virtual std::string groupName() const { return ""; }
 };
 
 struct GlooOptions {
