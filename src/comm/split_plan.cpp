@@ -37,10 +37,9 @@ SplitPlan planSplit(Communicator& parent, int color, int key) {
   for (int r = 0; r < world; ++r) {
     if (v[2 * r] == color) plan.members.push_back(r);
   }
-  std::stable_sort(plan.members.begin(), plan.members.end(),
-                   [&](int a, int b) { return v[2 * a + 1] < v[2 * b + 1]; });
-  plan.rank = static_cast<int>(std::find(plan.members.begin(), plan.members.end(), parent.rank()) -
-                               plan.members.begin());
+  std::stable_sort(plan.members.begin(), plan.members.end(), [&](int a, int b) { return v[2 * a + 1] < v[2 * b + 1]; });
+  plan.rank =
+      static_cast<int>(std::find(plan.members.begin(), plan.members.end(), parent.rank()) - plan.members.begin());
   return plan;
 }
 
