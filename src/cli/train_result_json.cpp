@@ -56,6 +56,9 @@ nlohmann::json toJson(const FitResult& r, int rank, int threads) {
           {"step_seconds_max", b.stepSecondsMax},
           {"phases_seconds", phases},
           {"comm", comm},
+          {"pipeline_idle_fraction", b.pipelineIdleFraction >= 0 ? nlohmann::json(b.pipelineIdleFraction) : nullptr},
+          {"pipeline_idle_fraction_max",
+           b.pipelineIdleFractionMax >= 0 ? nlohmann::json(b.pipelineIdleFractionMax) : nullptr},
           {"memory", {{"ranks", ranks}}}};
 }
 

@@ -70,6 +70,23 @@ class ConvNetImpl : public ImageClassifierImpl {
     return fc2_->forward(x);
   }
 
+  std::vector<PipelineLayer> layers() override {
+    ConvNetImpl* self = this;
+    return {{"conv1",
+             [self](const at::Tensor& images) {
+               checkImages(images, "convnet", self->options_.inChannels, self->options_.imageSize);
+               return at::max_pool2d(at::relu(self->conv1_->forward(images)), {2, 2});
+             },
+             {conv1_.ptr()}},
+            {"conv2",
+             [self](const at::Tensor& x) {
+               return at::max_pool2d(at::relu(self->conv2_->forward(x)), {2, 2});
+             },
+             {conv2_.ptr()}},
+            {"fc1", [self](const at::Tensor& x) { return at::relu(self->fc1_->forward(x.flatten(1))); }, {fc1_.ptr()}},
+            {"fc2", [self](const at::Tensor& x) { return self->fc2_->forward(x); }, {fc2_.ptr()}}};
+  }
+
  private:
   ImageModelOptions options_;
   nn::Conv2d conv1_{nullptr}, conv2_{nullptr};
@@ -104,6 +121,22 @@ class ImageMlpImpl : public ImageClassifierImpl {
   at::Tensor forward(const at::Tensor& images) override {
     checkImages(images, "mlp", options_.inChannels, options_.imageSize);
     return runStages(stages_, options_.checkpointSegments, images.flatten(1));
+  }
+
+  std::vector<PipelineLayer> layers() override {
+    std::vector<PipelineLayer> out;
+    for (size_t i = 0; i < stages_.size(); ++i) {
+      TensorFn fn = stages_[i].fn;
+      if (i == 0) {
+        ImageModelOptions o = options_;
+        fn = [fn, o](const at::Tensor& images) {
+          checkImages(images, "mlp", o.inChannels, o.imageSize);
+          return fn(images.flatten(1));
+        };
+      }
+      out.push_back({"fc" + std::to_string(i + 1), fn, {stages_[i].module}});
+    }
+    return out;
   }
 
  private:
@@ -155,6 +188,35 @@ class AlexNetImpl : public ImageClassifierImpl {
     checkImages(images, type_, options_.inChannels, /*side=*/0);
     at::Tensor x = avgpool_->forward(features_->forward(images));
     return classifier_->forward(x.flatten(1));
+  }
+
+  /// Children [first, end) of `seq`, after `before` (when given).
+  static PipelineLayer run(std::string name, nn::Sequential seq, size_t first, size_t end, TensorFn before = {}) {
+    std::vector<std::shared_ptr<torch::nn::Module>> modules;
+    for (size_t i = first; i < end; ++i) modules.push_back(seq->ptr(i));
+    std::shared_ptr<nn::SequentialImpl> impl = seq.ptr();
+    return {std::move(name),
+            [impl, first, end, before](const at::Tensor& input) {
+              at::Tensor x = before ? before(input) : input;
+              for (size_t i = first; i < end; ++i) x = (impl->begin() + static_cast<std::ptrdiff_t>(i))->forward(x);
+              return x;
+            },
+            std::move(modules)};
+  }
+
+  std::vector<PipelineLayer> layers() override {
+    AlexNetImpl* self = this;
+    auto checked = [self](const at::Tensor& images) {
+      checkImages(images, self->type_, self->options_.inChannels, /*side=*/0);
+      return images;
+    };
+    auto pooled = [self](const at::Tensor& x) { return self->avgpool_->forward(x).flatten(1); };
+    // features: conv relu pool | conv relu pool | conv relu | conv relu | conv relu pool;
+    // classifier: dropout linear relu | dropout linear relu | linear.
+    return {run("features.0", features_, 0, 3, checked), run("features.3", features_, 3, 6),
+            run("features.6", features_, 6, 8),          run("features.8", features_, 8, 10),
+            run("features.10", features_, 10, 13),       run("classifier.1", classifier_, 0, 3, pooled),
+            run("classifier.4", classifier_, 3, 6),      run("classifier.6", classifier_, 6, 7)};
   }
 
  private:
@@ -270,6 +332,31 @@ class ResNetImpl : public ImageClassifierImpl {
   at::Tensor forward(const at::Tensor& images) override {
     checkImages(images, type_, options_.inChannels, /*side=*/0);
     return runStages(stages_, options_.checkpointSegments, images);
+  }
+
+  std::vector<PipelineLayer> layers() override {
+    std::vector<PipelineLayer> out;
+    for (size_t i = 0; i < stages_.size(); ++i) {
+      PipelineLayer layer{"", stages_[i].fn, {}};
+      if (i == 0) {
+        ResNetImpl* self = this;
+        TensorFn stem = stages_[0].fn;
+        layer = {"stem",
+                 [self, stem](const at::Tensor& images) {
+                   checkImages(images, self->type_, self->options_.inChannels, /*side=*/0);
+                   return stem(images);
+                 },
+                 {conv1_.ptr(), bn1_.ptr()}};
+      } else if (i + 1 == stages_.size()) {
+        layer.name = "fc";
+        layer.modules = {fc_.ptr()};
+      } else {
+        layer.name = "block" + std::to_string(i);
+        layer.modules = {stages_[i].module};
+      }
+      out.push_back(std::move(layer));
+    }
+    return out;
   }
   /// The stem, each block, the head.
   static int64_t stageCount(const std::vector<int64_t>& blocks) {

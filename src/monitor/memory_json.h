@@ -9,7 +9,8 @@
 namespace lockstep::detail {
 
 /// [{"rank", "parameter_bytes", "gradient_bytes", "optimizer_bytes",
-///   "comm_buffer_bytes", "step_peak_bytes" (null when not tracked), "peak_rss_bytes"}, ...]
+///   "comm_buffer_bytes", "step_peak_bytes" (null when not tracked), "peak_rss_bytes",
+///   "activation_peak_bytes" (pipeline stages only)}, ...]
 /// Json: nlohmann::json or nlohmann::ordered_json.
 template <typename Json>
 Json rankMemoryJson(const std::vector<RankMemory>& memory) {
@@ -23,6 +24,7 @@ Json rankMemoryJson(const std::vector<RankMemory>& memory) {
     rank["comm_buffer_bytes"] = m.commBufferBytes;
     rank["step_peak_bytes"] = m.stepPeakBytes < 0 ? Json(nullptr) : Json(m.stepPeakBytes);
     rank["peak_rss_bytes"] = m.peakRssBytes;
+    if (m.activationPeakBytes >= 0) rank["activation_peak_bytes"] = m.activationPeakBytes;
     ranks.push_back(std::move(rank));
   }
   return ranks;

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <set>
 
@@ -58,8 +59,8 @@ PipelineStage::PipelineStage(std::vector<PipelineLayer> layers, std::shared_ptr<
     : layers_(std::move(layers)), comm_(std::move(comm)), options_(std::move(options)) {
   LOCKSTEP_CHECK(comm_ != nullptr, "PipelineStage needs a communicator (the pipeline group)");
   if (comm_->size() != options_.stages) {
-    throw ConfigError(fmt::format("parallel.pipeline is {}, but the pipeline group has {} rank(s)", options_.stages,
-                                  comm_->size()));
+    throw ConfigError(
+        fmt::format("parallel.pipeline is {}, but the pipeline group has {} rank(s)", options_.stages, comm_->size()));
   }
   checkPipelineOptions(options_, static_cast<int64_t>(layers_.size()), comm_->size());
   for (size_t l = 0; l < layers_.size(); ++l) {
@@ -72,7 +73,7 @@ PipelineStage::PipelineStage(std::vector<PipelineLayer> layers, std::shared_ptr<
   if (options_.balance.empty()) {
     std::vector<int64_t> elements;
     for (const auto& layer : layers_) elements.push_back(layerElements(layer));
-    balance_ = balanceByParameters(elements, options_.stages);
+    balance_ = balanceByParameters(elements, stages());
   } else {
     balance_ = options_.balance;
   }
@@ -115,20 +116,30 @@ std::vector<at::Tensor> PipelineStage::parameters() const {
   return out;
 }
 
+int64_t PipelineStage::gradientBytes() const {
+  int64_t bytes = 0;
+  for (const auto& p : parameters()) {
+    if (p.grad().defined()) bytes += static_cast<int64_t>(p.grad().nbytes());
+  }
+  return bytes;
+}
+
 at::Tensor PipelineStage::runLayers(const at::Tensor& x) const {
   at::Tensor y = x;
   for (int64_t l = first_; l < end_; ++l) y = layers_[static_cast<size_t>(l)].forward(y);
   return y;
 }
 
-std::vector<Batch> PipelineStage::split(const Batch& batch) const {
-  const int m = microbatches();
+std::vector<Batch> PipelineStage::split(const Batch& batch, bool fewerIfSmall) const {
   LOCKSTEP_CHECK(batch.inputs.defined() && batch.inputs.dim() >= 1, "PipelineStage: the batch has no inputs");
   const int64_t rows = batch.inputs.size(0);
+  const int m =
+      fewerIfSmall ? static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(rows, microbatches()))) : microbatches();
   if (rows < m) {
-    throw Error(fmt::format("a batch of {} row(s) cannot be split into {} micro-batches (parallel.microbatches); "
-                            "raise the batch size or lower parallel.microbatches",
-                            rows, m));
+    throw Error(
+        fmt::format("a batch of {} row(s) cannot be split into {} micro-batches (parallel.microbatches); "
+                    "raise the batch size or lower parallel.microbatches",
+                    rows, m));
   }
   std::vector<at::Tensor> inputs = at::tensor_split(batch.inputs, m);
   std::vector<at::Tensor> targets;
@@ -233,7 +244,7 @@ void PipelineStage::runBackward(std::vector<Micro>& micro, int m, bool lastBackw
 double PipelineStage::trainBatch(const Batch& batch, const OutputLossFn& loss, double scale) {
   LOCKSTEP_CHECK(!isLast() || loss != nullptr, "PipelineStage::trainBatch: the last stage needs a loss function");
   const auto t0 = Clock::now();
-  std::vector<Batch> parts = split(batch);
+  std::vector<Batch> parts = split(batch, /*fewerIfSmall=*/false);
   totalRows_ = batch.inputs.size(0);
   lossSum_ = 0;
   std::vector<Micro> micro(parts.size());
@@ -241,8 +252,7 @@ double PipelineStage::trainBatch(const Batch& batch, const OutputLossFn& loss, d
   const auto ops = pipelineSchedule(options_.schedule, stages(), stage_, static_cast<int>(parts.size()));
   timings_ = PipelineTimings{};
   const bool trackBytes = tensorMemoryTracked();
-  const int64_t liveAtStart = trackBytes ? liveTensorBytes() : 0;
-  if (trackBytes) resetPeakTensorBytes();
+  const int64_t liveAtStart = trackBytes ? liveTensorBytes() - gradientBytes() : 0;
   int live = 0;
   for (size_t i = 0; i < ops.size(); ++i) {
     const PipelineOp& op = ops[i];
@@ -250,6 +260,10 @@ double PipelineStage::trainBatch(const Batch& batch, const OutputLossFn& loss, d
     if (op.kind == PipelineOp::kForward) {
       runForward(micro, parts, op.micro, loss, scale);
       timings_.peakInFlight = std::max(timings_.peakInFlight, ++live);
+      if (trackBytes) {  // what forward left allocated, less the gradients backward made so far
+        timings_.peakStoredBytes =
+            std::max(timings_.peakStoredBytes, liveTensorBytes() - liveAtStart - gradientBytes());
+      }
     } else {
       runBackward(micro, op.micro, /*lastBackward=*/i + 1 == ops.size());
       --live;
@@ -260,7 +274,6 @@ double PipelineStage::trainBatch(const Batch& batch, const OutputLossFn& loss, d
   }
   for (auto& w : pendingSends_) w->wait();
   pendingSends_.clear();
-  if (trackBytes) timings_.peakStoredBytes = peakTensorBytes() - liveAtStart;
   std::vector<at::Tensor> total{at::tensor({lossSum_}, at::kDouble)};
   comm_->broadcast(total, stages() - 1)->wait();
   timings_.seconds = since(t0);
@@ -269,7 +282,7 @@ double PipelineStage::trainBatch(const Batch& batch, const OutputLossFn& loss, d
 
 at::Tensor PipelineStage::forward(const Batch& batch) {
   at::NoGradGuard noGrad;
-  std::vector<Batch> parts = split(batch);
+  std::vector<Batch> parts = split(batch, /*fewerIfSmall=*/true);
   std::vector<at::Tensor> outputs;
   double waited = 0;
   for (size_t m = 0; m < parts.size(); ++m) {

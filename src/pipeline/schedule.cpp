@@ -114,19 +114,20 @@ void checkPipelineOptions(const PipelineOptions& o, int64_t layerCount, int worl
         fmt::format("parallel.microbatches must be at least 1 (0: 4 x parallel.pipeline), got {}", o.microbatches));
   }
   if (o.balance.empty()) return;
-  if (static_cast<int>(o.balance.size()) != o.stages) {
+  if (static_cast<int64_t>(o.balance.size()) != o.stages) {
     throw ConfigError(fmt::format("parallel.balance has {} entries; expected one per pipeline stage ({})",
                                   o.balance.size(), o.stages));
   }
   for (size_t s = 0; s < o.balance.size(); ++s) {
     if (o.balance[s] < 1) {
-      throw ConfigError(fmt::format("parallel.balance[{}] is {}: every pipeline stage needs at least one layer", s,
-                                    o.balance[s]));
+      throw ConfigError(
+          fmt::format("parallel.balance[{}] is {}: every pipeline stage needs at least one layer", s, o.balance[s]));
     }
   }
   const int64_t sum = std::accumulate(o.balance.begin(), o.balance.end(), int64_t{0});
   if (sum != layerCount) {
-    throw ConfigError(fmt::format("parallel.balance sums to {} layers, but the model has {} layer(s)", sum, layerCount));
+    throw ConfigError(
+        fmt::format("parallel.balance sums to {} layers, but the model has {} layer(s)", sum, layerCount));
   }
 }
 

@@ -80,6 +80,10 @@ std::vector<Field> fieldsOf(TrainConfig& c) {
       {"lr_scaling.warmup_steps", &c.trainer.lrScaling.warmupSteps},
       {"strategy.type", choice(&c.trainer.strategy, parseStrategyType)},
       {"precision", choice(&c.trainer.precision, parsePrecision)},
+      {"parallel.pipeline", &c.trainer.pipeline.stages},
+      {"parallel.microbatches", &c.trainer.pipeline.microbatches},
+      {"parallel.schedule", choice(&c.trainer.pipeline.schedule, parsePipelineSchedule)},
+      {"parallel.balance", &c.trainer.pipeline.balance},
       {"ddp.bucket_cap_mb", &c.trainer.ddp.bucketCapMb},
       {"ddp.first_bucket_cap_mb", &c.trainer.ddp.firstBucketCapMb},
       {"ddp.find_unused_parameters", &c.trainer.ddp.findUnusedParameters},
@@ -245,6 +249,11 @@ void validate(const TrainConfig& c) {
   check(c.trainer.maxSteps >= 0, "trainer.max_steps must not be negative");
   check(c.trainer.batchSize > 0, fmt::format("trainer.batch_size must be positive, got {}", c.trainer.batchSize));
   check(c.trainer.accumulation > 0, "trainer.accumulation must be positive");
+  check(c.trainer.pipeline.stages >= 1,
+        fmt::format("parallel.pipeline must be at least 1 (pipeline stages), got {}", c.trainer.pipeline.stages));
+  check(c.trainer.pipeline.microbatches >= 0,
+        fmt::format("parallel.microbatches must be at least 1 (0: 4 x parallel.pipeline), got {}",
+                    c.trainer.pipeline.microbatches));
   check(c.trainer.clipGradNorm >= 0, "trainer.clip_grad_norm must not be negative");
   check(c.trainer.logEvery > 0, "trainer.log_every must be positive");
   check(c.trainer.optimizer.lr > 0, "optimizer.lr must be positive");

@@ -116,6 +116,14 @@ class DdpStrategy final : public Strategy {
 
 }  // namespace
 
+double Strategy::trainBatch(const Batch& /*batch*/, double /*scale*/, bool /*sync*/) {
+  throw Error("this strategy does not run the model itself; call backward() with the loss");
+}
+
+at::Tensor Strategy::evaluate(const Batch& /*batch*/) {
+  throw Error("this strategy does not run the model itself; validate with the loss function");
+}
+
 const char* toString(StrategyType type) { return enumName(kStrategyNames, type); }
 
 StrategyType parseStrategyType(const std::string& text, const std::string& what) {

@@ -8,6 +8,7 @@ namespace lockstep::detail {
 
 void StepTimer::beginStep() {
   phaseUs_.fill(0);
+  pipelineUs_ = pipelineComputeUs_ = 0;
   if (recording_) {
     record_.phases.clear();
     record_.buckets.clear();
@@ -21,6 +22,30 @@ void StepTimer::endPhase(Phase phase) {
   double us = std::chrono::duration<double, std::micro>(now - mark_).count();
   phaseUs_[static_cast<size_t>(phase)] += us;
   if (recording_) record_.phases.push_back(PhaseSpan{phase, sinceOrigin(mark_), us});
+  mark_ = now;
+}
+
+void StepTimer::endPipelineBatch(const PipelineTimings& timings) {
+  const auto now = Clock::now();
+  const double base = sinceOrigin(mark_);
+  const double totalUs = std::chrono::duration<double, std::micro>(now - mark_).count();
+  double chargedUs = 0;
+  auto charge = [&](Phase phase, double startUs, double us) {
+    if (us <= 0) return;
+    phaseUs_[static_cast<size_t>(phase)] += us;
+    chargedUs += us;
+    if (recording_) record_.phases.push_back(PhaseSpan{phase, base + startUs, us});
+  };
+  for (const auto& op : timings.ops) {
+    const double startUs = 1e6 * op.start, waitUs = 1e6 * op.waitSeconds;
+    charge(Phase::kCommWait, startUs, waitUs);
+    charge(op.op.kind == PipelineOp::kForward ? Phase::kForward : Phase::kBackward, startUs + waitUs,
+           1e6 * (op.end - op.start) - waitUs);
+  }
+  const double lastEndUs = timings.ops.empty() ? 0 : 1e6 * timings.ops.back().end;
+  charge(Phase::kCommWait, lastEndUs, totalUs - chargedUs);
+  pipelineUs_ += 1e6 * timings.seconds;
+  pipelineComputeUs_ += 1e6 * timings.computeSeconds;
   mark_ = now;
 }
 
@@ -52,6 +77,8 @@ void StepTimer::endStep(const std::vector<BucketTiming>& timings) {
     for (size_t p = 0; p < phaseUs_.size(); ++p) phaseTotalUs_[p] += phaseUs_[p];
     stepTotalUs_ += stepUs;
     commTotalUs_ += commUs;
+    pipelineTotalUs_ += pipelineUs_;
+    pipelineComputeTotalUs_ += pipelineComputeUs_;
   }
   record_.startUs = sinceOrigin(stepStart_);
   record_.durationUs = stepUs;
@@ -73,14 +100,20 @@ StepBreakdown StepTimer::breakdown(Communicator& comm) const {
     if (comm.size() > 1 && b.commSeconds > 0) {
       b.commHiddenFraction = std::clamp(1.0 - b.commExposedSeconds / b.commSeconds, 0.0, 1.0);
     }
+    if (pipelineTotalUs_ > 0) {
+      b.pipelineIdleFraction = std::clamp(1.0 - pipelineComputeTotalUs_ / pipelineTotalUs_, 0.0, 1.0);
+    }
   }
+  b.pipelineIdleFractionMax = b.pipelineIdleFraction;
   b.stepSecondsMax = b.stepSeconds;
   b.commExposedSecondsMax = b.commExposedSeconds;
   if (comm.size() > 1) {
-    std::vector<at::Tensor> slowest{at::tensor({b.stepSeconds, b.commExposedSeconds}, at::kDouble)};
+    std::vector<at::Tensor> slowest{
+        at::tensor({b.stepSeconds, b.commExposedSeconds, b.pipelineIdleFraction}, at::kDouble)};
     comm.allreduce(slowest, ReduceOp::kMax)->wait();
     b.stepSecondsMax = slowest[0][0].item<double>();
     b.commExposedSecondsMax = slowest[0][1].item<double>();
+    b.pipelineIdleFractionMax = slowest[0][2].item<double>();
   }
   return b;
 }

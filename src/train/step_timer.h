@@ -30,6 +30,10 @@ class StepTimer {
 
   void beginStep();
   void endPhase(Phase phase);
+  /// Charges a pipeline's trainBatch, which ran from the last mark to now: each op's
+  /// receive wait to comm wait, its compute to forward or backward, the rest (sends,
+  /// the loss broadcast) to comm wait; adds the stage's span and compute to the bubble.
+  void endPipelineBatch(const PipelineTimings& timings);
   /// Closes the step: its communication from `timings`, the record's step fields
   /// other than step/epoch/loss/lr (the caller's), and the run's totals.
   void endStep(const std::vector<BucketTiming>& timings);
@@ -54,6 +58,8 @@ class StepTimer {
   std::array<double, kPhaseCount> phaseTotalUs_{};  // timed steps
   double stepTotalUs_ = 0;
   double commTotalUs_ = 0;
+  double pipelineUs_ = 0, pipelineComputeUs_ = 0;            // this step
+  double pipelineTotalUs_ = 0, pipelineComputeTotalUs_ = 0;  // timed steps
   int buckets_ = 0;
   int64_t bucketBytes_ = 0;
   int64_t timedSteps_ = -1;

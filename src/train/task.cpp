@@ -42,7 +42,19 @@ FitResult trainTask(const TaskRegistry& tasks, const TrainConfig& config, Traine
   auto& extras = options.checkpoint.extras;
   extras.insert(extras.end(), parts.checkpointExtras.begin(), parts.checkpointExtras.end());
   Trainer trainer(std::move(comm), std::move(options));
-  FitResult result = trainer.fit(parts.model, parts.loss, *parts.train, parts.validation.get(), parts.correct);
+  FitResult result;
+  if (config.trainer.pipeline.stages > 1) {
+    if (parts.layers.empty() || !parts.outputLoss) {
+      throw ConfigError(fmt::format(
+          "parallel.pipeline {}: model.type {} cannot be split into pipeline stages (it is not offered as a chain of "
+          "layers; the image models are)",
+          config.trainer.pipeline.stages, config.model.type));
+    }
+    LayeredModel layered{parts.model, parts.layers, parts.outputLoss, parts.outputCorrect};
+    result = trainer.fit(layered, *parts.train, parts.validation.get());
+  } else {
+    result = trainer.fit(parts.model, parts.loss, *parts.train, parts.validation.get(), parts.correct);
+  }
   task->afterFit(config, result, rank);
   return result;
 }

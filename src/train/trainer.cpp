@@ -22,119 +22,77 @@
 #include "lockstep/common/tensor_memory.h"
 #include "lockstep/data/sampler.h"
 #include "lockstep/train/strategy.h"
-#include "train/step_timer.h"
-#include "train/training_state.h"
+#include "train/fit_run.h"
 
 namespace lockstep {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-using detail::Position;
-
 constexpr EnumName<NanPolicy> kNanPolicyNames[] = {{NanPolicy::kStop, "stop"}, {NanPolicy::kSkip, "skip"}};
 
-class FitRun {
- public:
-  FitRun(std::shared_ptr<Communicator> comm, const TrainerOptions& options, std::shared_ptr<torch::nn::Module> model,
-         const LossFn& loss, const Dataset& train, const Dataset* validation, const CorrectFn& correct);
-  FitResult run();
-
- private:
-  void announce();
-  void runEpoch();
-  double trainStep();
-  bool agreeLossIsFinite(double stepLoss);
-  void logWindow();
-  void validate(const std::string& when, int64_t ofEpoch);
-  void saveCheckpoint();
-  std::vector<double> gatherLogWindow();
-  void finish();
-  double applyLearningRate();
-  void gatherMemory();
-  template <typename Fn>
-  void notify(Fn&& fn) {
-    for (const auto& c : o_.callbacks) fn(*c);
-  }
-
-  const Clock::time_point origin_ = Clock::now();  // every time the callbacks see is relative to it
-  const double unixTimeAtOrigin_ =
-      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-  std::shared_ptr<Communicator> commPtr_;
-  Communicator& comm_;
-  const TrainerOptions& o_;
-  std::shared_ptr<torch::nn::Module> model_;
-  const LossFn& lossFn_;
-  const Dataset& train_;
-  const Dataset* validation_;
-  const CorrectFn& correct_;
-  const int rank_;
-  const int world_;
-  const bool master_;
-
-  DistributedSampler sampler_;
-  int64_t microPerEpoch_ = 0;
-  int64_t stepsPerEpoch_ = 0;
-  int64_t totalSteps_ = 0;
-  int64_t globalBatch_ = 0;
-  LrScalingOptions scaling_;
-  std::vector<double> baseLrs_;  // per parameter group, as the optimizer was built
-
-  std::unique_ptr<Strategy> strategy_;
-  std::unique_ptr<CheckpointDir> checkpoints_;
-  DataLoader loader_;
-  detail::StepTimer timer_;
-  Position at_;
-  FitResult result_;
-  int64_t savedStep_ = -1;
-  int64_t validatedStep_ = -1;
-  int64_t stepPeakBytes_ = -1;            // max over steps of forward+backward tensor bytes, when tracked
-  detail::RunMetrics::Reported regular_;  // what a checkpoint keeps of the reports (training_state.h)
-  double windowLoss_ = 0;
-  int64_t windowSteps_ = 0;
-  int64_t stepsSinceLog_ = 0;  // in this process (a resumed window's earlier steps were timed by another)
-  Clock::time_point windowStart_;
-};
-
-DistributedSampler makeSampler(const Dataset& train, const Communicator& comm, const TrainerOptions& o) {
+/// Data is sharded over the pipelines: every stage of one gets the same batches.
+DistributedSampler makeSampler(const Dataset& train, int dataRank, int dataWorld, const TrainerOptions& o) {
   LOCKSTEP_CHECK(train.size() > 0, "the training set is empty");
   return DistributedSampler(
-      SamplerOptions{train.size(), comm.rank(), comm.size(), /*shuffle=*/true, o.seed, /*dropLast=*/false});
+      SamplerOptions{train.size(), dataRank, dataWorld, /*shuffle=*/true, o.seed, /*dropLast=*/false});
 }
+
+int stagesOf(const TrainerOptions& o, const LayeredModel* layered) {
+  return layered != nullptr ? static_cast<int>(o.pipeline.stages) : 1;
+}
+
+}  // namespace
+
+namespace detail {
 
 FitRun::FitRun(std::shared_ptr<Communicator> comm, const TrainerOptions& options,
                std::shared_ptr<torch::nn::Module> model, const LossFn& loss, const Dataset& train,
-               const Dataset* validation, const CorrectFn& correct)
+               const Dataset* validation, const CorrectFn& correct, const LayeredModel* layered)
     : commPtr_(std::move(comm)), comm_(*commPtr_), o_(options), model_(std::move(model)), lossFn_(loss), train_(train),
-      validation_(validation), correct_(correct), rank_(comm_.rank()), world_(comm_.size()), master_(rank_ == 0),
-      sampler_(makeSampler(train, comm_, options)), loader_(train, options.loader),
-      timer_(origin_, !options.callbacks.empty()) {
+      validation_(validation), correct_(correct), layered_(layered), rank_(comm_.rank()), world_(comm_.size()),
+      master_(rank_ == 0), dataRank_(rank_ / stagesOf(options, layered)),
+      dataWorld_(world_ / stagesOf(options, layered)), sampler_(makeSampler(train, dataRank_, dataWorld_, options)),
+      loader_(train, options.loader), timer_(origin_, !options.callbacks.empty()) {
   microPerEpoch_ = sampler_.numBatches(o_.batchSize, /*dropLastBatch=*/true);
   stepsPerEpoch_ = microPerEpoch_ / o_.accumulation;
   if (stepsPerEpoch_ == 0) {
     throw ConfigError(
         fmt::format("the training set has {} samples: too few for one step of {} workers x batch {} x "
                     "accumulation {}; lower trainer.batch_size",
-                    train.size(), world_, o_.batchSize, o_.accumulation));
+                    train.size(), dataWorld_, o_.batchSize, o_.accumulation));
   }
   totalSteps_ = o_.maxSteps > 0 ? o_.maxSteps : o_.epochs * stepsPerEpoch_;
-  globalBatch_ = o_.batchSize * world_ * o_.accumulation;
+  globalBatch_ = o_.batchSize * dataWorld_ * o_.accumulation;
   scaling_ = o_.lrScaling;
   if (scaling_.baseBatch == 0) scaling_.baseBatch = o_.batchSize * o_.accumulation;
 
+  strategy_ = buildStrategy();
+  if (!o_.checkpoint.dir.empty())
+    checkpoints_ = std::make_unique<CheckpointDir>(o_.checkpoint.dir, o_.checkpoint.keepLast);
+}
+
+std::unique_ptr<Strategy> FitRun::buildStrategy() {
   auto optimizer = o_.optimizerFactory ? o_.optimizerFactory(model_->parameters())
                                        : makeOptimizer(o_.optimizer, model_->parameters());
   LOCKSTEP_CHECK(optimizer != nullptr, "TrainerOptions::optimizerFactory returned no optimizer");
   for (auto& group : optimizer->param_groups()) baseLrs_.push_back(group.options().get_lr());
   LOCKSTEP_CHECK(!baseLrs_.empty(), "the optimizer has no parameter groups");
-  strategy_ = makeStrategy(o_.strategy, model_, commPtr_, o_.ddp, std::move(optimizer));
-  if (!o_.checkpoint.dir.empty())
-    checkpoints_ = std::make_unique<CheckpointDir>(o_.checkpoint.dir, o_.checkpoint.keepLast);
+  if (layered_ == nullptr) return makeStrategy(o_.strategy, model_, commPtr_, o_.ddp, std::move(optimizer));
+  if (o_.strategy != StrategyType::kDdp) {
+    throw ConfigError(
+        fmt::format("strategy.type {} cannot be combined with parallel.pipeline {}: the pipelines "
+                    "average each stage's gradients with ddp",
+                    toString(o_.strategy), o_.pipeline.stages));
+  }
+  PipelineOptions pipeline = o_.pipeline;
+  pipeline.precision = o_.precision;
+  return makePipelineStrategy(model_, layered_->layers, commPtr_, pipeline, layered_->loss, o_.ddp,
+                              std::move(optimizer));
 }
 
 FitResult FitRun::run() {
   detail::RunMetrics metrics;
-  at_ = detail::resumeTraining(o_, checkpoints_.get(), comm_, *strategy_, metrics);
+  at_ = detail::resumeTraining(o_, checkpoints_.get(), comm_, *strategy_, metrics, dataWorld_);
   result_.resumedFromStep = at_.step;
   // A resumed run reports what its checkpoint reported until it has news, and continues the checkpoint's
   // log window when every rank has its part of it. One with nothing left to do reports how it ended.
@@ -265,6 +223,12 @@ double FitRun::trainStep() {
   for (int64_t m = 0; m < o_.accumulation; ++m) {
     Batch batch = loader_.next();
     timer_.endPhase(Phase::kDataWait);
+    if (strategy_->runsTheModel()) {
+      const double scale = 1.0 / static_cast<double>(o_.accumulation);
+      stepLoss += strategy_->trainBatch(batch, scale, /*sync=*/m + 1 == o_.accumulation) * scale;
+      timer_.endPipelineBatch(*strategy_->pipelineTimings());
+      continue;
+    }
     at::Tensor loss;
     {
       AutocastGuard amp(o_.precision);
@@ -342,149 +306,7 @@ void FitRun::logWindow() {
 }
 
 /// The loss (and accuracy) over every rank's shard of the validation set, in batches of batchSize.
-void FitRun::validate(const std::string& when, int64_t ofEpoch) {
-  {
-    at::NoGradGuard noGrad;
-    model_->eval();
-    std::vector<std::vector<int64_t>> plan;
-    for (int64_t i = rank_; i < validation_->size(); i += world_) {
-      if (plan.empty() || static_cast<int64_t>(plan.back().size()) == o_.batchSize) plan.emplace_back();
-      plan.back().push_back(i);
-    }
-    DataLoader loader(*validation_, o_.loader);
-    const size_t batches = plan.size();
-    loader.start(std::move(plan), 0);
-    double sum = 0, count = 0, right = 0;
-    AutocastGuard amp(o_.precision);  // one scope: the weights' bf16 copies are cast once for every batch
-    for (size_t k = 0; k < batches; ++k) {
-      Batch batch = loader.next();
-      const auto rows = static_cast<double>(batch.inputs.size(0));
-      sum += lossFn_(*model_, batch).item<double>() * rows;
-      if (correct_) right += static_cast<double>(correct_(*model_, batch));
-      count += rows;
-    }
-    model_->train();
-    std::vector<at::Tensor> totals{at::tensor({sum, count, right}, at::kDouble)};
-    comm_.allreduce(totals, ReduceOp::kSum)->wait();
-    const double total = totals[0][1].item<double>();
-    result_.lastValidationLoss = total > 0 ? totals[0][0].item<double>() / total : -1;
-    if (correct_ && total > 0) result_.lastValidationAccuracy = totals[0][2].item<double>() / total;
-  }
-  validatedStep_ = at_.step;
-  ValidationRecord record{at_.step, ofEpoch, result_.lastValidationLoss, result_.lastValidationAccuracy,
-                          timer_.sinceOrigin(Clock::now())};
-  notify([&](TrainerCallback& c) { c.onValidation(record); });
-  if (master_) {
-    std::string accuracy = result_.lastValidationAccuracy >= 0
-                               ? fmt::format(", accuracy {:.2f}%", 100 * result_.lastValidationAccuracy)
-                               : "";
-    log::info(fmt::format("{} validation loss {:.4f}{}", when, result_.lastValidationLoss, accuracy));
-  }
-}
-
-void FitRun::saveCheckpoint() {
-  if (!checkpoints_) return;
-  savedStep_ = at_.step;
-  detail::RunMetrics metrics{regular_, std::nullopt, windowSteps_, gatherLogWindow()};
-  if (at_.step == totalSteps_) {
-    metrics.final = {result_.lastTrainLoss, result_.lastValidationLoss, result_.lastValidationAccuracy};
-  }
-  std::optional<TensorArchive> archive;
-  if (master_) archive.emplace();
-  strategy_->saveState(archive ? &*archive : nullptr);
-  if (master_) {
-    detail::putTrainingMeta(*archive, at_, world_, o_, metrics);
-    result_.lastCheckpoint = checkpoints_->save(at_.step, archive->serialize());
-    log::info(fmt::format("checkpoint {} written (step {})", result_.lastCheckpoint, at_.step));
-  }
-  if (o_.crashAfterStep > 0 && at_.step == o_.crashAfterStep) {
-    // Every rank gets here; the barrier keeps the others alive until rank 0
-    // wrote the file (a rank killed first would make the launcher stop rank 0 mid-write).
-    comm_.barrier()->wait();
-    log::warn(fmt::format("fault injection: killing this worker after step {}", at_.step));
-    ::raise(SIGKILL);
-  }
-}
-
-/// Every rank's loss summed over the current log window, in rank order (collective; exact: a sum of zeros and one
-/// value).
-std::vector<double> FitRun::gatherLogWindow() {
-  at::Tensor all = at::zeros({world_}, at::kDouble);
-  all[rank_] = windowLoss_;
-  if (world_ > 1) {
-    std::vector<at::Tensor> t{all};
-    comm_.allreduce(t, ReduceOp::kSum)->wait();
-  }
-  return std::vector<double>(all.data_ptr<double>(), all.data_ptr<double>() + world_);
-}
-
-/// Every rank's RankMemory into result_.memory (collective).
-void FitRun::gatherMemory() {
-  static constexpr int64_t RankMemory::*kFields[] = {&RankMemory::parameterBytes, &RankMemory::gradientBytes,
-                                                     &RankMemory::optimizerBytes, &RankMemory::commBufferBytes,
-                                                     &RankMemory::stepPeakBytes,  &RankMemory::peakRssBytes};
-  constexpr int64_t n = std::size(kFields);
-  RankMemory mine = strategy_->memory();
-  mine.stepPeakBytes = stepPeakBytes_;
-  mine.peakRssBytes = peakResidentBytes();
-  at::Tensor local = at::empty({n}, at::kLong);
-  at::Tensor all = at::empty({world_ * n}, at::kLong);
-  for (int64_t f = 0; f < n; ++f) local[f] = mine.*kFields[f];
-  comm_.allgather(local, all)->wait();
-  auto a = all.accessor<int64_t, 1>();
-  result_.memory.assign(static_cast<size_t>(world_), RankMemory{});
-  for (int r = 0; r < world_; ++r) {
-    RankMemory& m = result_.memory[static_cast<size_t>(r)];
-    m.rank = r;
-    for (int64_t f = 0; f < n; ++f) m.*kFields[f] = a[r * n + f];
-  }
-  if (master_) {
-    const RankMemory& m = result_.memory[0];
-    log::info(
-        fmt::format("memory (rank 0): model state {:.1f} MB = parameters {:.1f} + gradients {:.1f} + optimizer "
-                    "{:.1f}; communication buffers {:.1f} MB{}; peak RSS {:.0f} MB",
-                    m.modelStateBytes() / 1e6, m.parameterBytes / 1e6, m.gradientBytes / 1e6, m.optimizerBytes / 1e6,
-                    m.commBufferBytes / 1e6,
-                    m.stepPeakBytes >= 0 ? fmt::format("; forward+backward peak {:.1f} MB", m.stepPeakBytes / 1e6) : "",
-                    m.peakRssBytes / 1e6));
-  }
-}
-
-void FitRun::finish() {
-  result_.steps = at_.step;
-  result_.worldSize = world_;
-  result_.globalBatch = globalBatch_;
-  result_.dataWaitSeconds = loader_.waitSeconds();
-  if (timer_.timedSteps() > 0) {
-    // From the end of the first step to the end of the last: the final
-    // validation and checkpoint are not training throughput.
-    result_.samplesPerSecond = static_cast<double>(timer_.timedSteps() * globalBatch_) / timer_.timedSeconds();
-  }
-  result_.breakdown = timer_.breakdown(comm_);
-  gatherMemory();
-  const StepBreakdown& b = result_.breakdown;
-  if (master_) {
-    log::info(
-        fmt::format("done: {} steps in {:.1f} s, {:.0f} samples/s (global, after the first step), {:.1f} s "
-                    "waiting for data",
-                    at_.step, result_.seconds, result_.samplesPerSecond, result_.dataWaitSeconds));
-    if (b.steps > 0) {
-      std::string commText = b.commHiddenFraction >= 0
-                                 ? fmt::format("; allreduce {:.1f} ms per step, {:.0f}% hidden behind backward",
-                                               1e3 * b.commSeconds, 100 * b.commHiddenFraction)
-                                 : "";
-      log::info(
-          fmt::format("per step (rank 0, mean of {}): {:.1f} ms = data wait {:.1f} + forward {:.1f} + backward "
-                      "{:.1f} + comm wait {:.1f} + optimizer {:.1f}{}",
-                      b.steps, 1e3 * b.stepSeconds, 1e3 * b.phase(Phase::kDataWait), 1e3 * b.phase(Phase::kForward),
-                      1e3 * b.phase(Phase::kBackward), 1e3 * b.phase(Phase::kCommWait),
-                      1e3 * b.phase(Phase::kOptimizer), commText));
-    }
-  }
-  notify([&](TrainerCallback& c) { c.onFitEnd(result_); });
-}
-
-}  // namespace
+}  // namespace detail
 
 const char* toString(NanPolicy policy) { return enumName(kNanPolicyNames, policy); }
 NanPolicy parseNanPolicy(const std::string& text, const std::string& what) {
@@ -516,7 +338,38 @@ Trainer::Trainer(std::shared_ptr<Communicator> comm, TrainerOptions options)
 FitResult Trainer::fit(std::shared_ptr<torch::nn::Module> model, const LossFn& loss, const Dataset& train,
                        const Dataset* validation, const CorrectFn& correct) {
   LOCKSTEP_CHECK(model != nullptr, "Trainer::fit needs a model");
-  return FitRun(comm_, options_, std::move(model), loss, train, validation, correct).run();
+  if (options_.pipeline.stages > 1) {
+    throw ConfigError(
+        fmt::format("parallel.pipeline {} needs the model as a chain of layers: call Trainer::fit with "
+                    "a LayeredModel",
+                    options_.pipeline.stages));
+  }
+  return detail::FitRun(comm_, options_, std::move(model), loss, train, validation, correct).run();
+}
+
+FitResult Trainer::fit(const LayeredModel& model, const Dataset& train, const Dataset* validation) {
+  LOCKSTEP_CHECK(model.model != nullptr && model.loss != nullptr, "Trainer::fit needs a model and a loss function");
+  checkPipelineOptions(options_.pipeline, static_cast<int64_t>(model.layers.size()), comm_->size());
+  if (options_.pipeline.stages > 1) {
+    if (options_.batchSize < options_.pipeline.microbatchesOrDefault()) {
+      throw ConfigError(
+          fmt::format("trainer.batch_size {} cannot be split into {} micro-batches (parallel.microbatches; 0 means 4 x "
+                      "parallel.pipeline): raise the batch size or lower parallel.microbatches",
+                      options_.batchSize, options_.pipeline.microbatchesOrDefault()));
+    }
+    return detail::FitRun(comm_, options_, model.model, nullptr, train, validation, nullptr, &model).run();
+  }
+  auto chain = [layers = model.layers](const at::Tensor& x) {
+    at::Tensor y = x;
+    for (const auto& layer : layers) y = layer.forward(y);
+    return y;
+  };
+  LossFn loss = [chain, fn = model.loss](torch::nn::Module&, const Batch& b) { return fn(chain(b.inputs), b); };
+  CorrectFn correct;
+  if (model.correct) {
+    correct = [chain, fn = model.correct](torch::nn::Module&, const Batch& b) { return fn(chain(b.inputs), b); };
+  }
+  return detail::FitRun(comm_, options_, model.model, loss, train, validation, correct).run();
 }
 
 }  // namespace lockstep

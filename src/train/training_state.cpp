@@ -134,9 +134,9 @@ void putTrainingMeta(TensorArchive& archive, const Position& at, int64_t worldSi
 }
 
 Position resumeTraining(const TrainerOptions& o, CheckpointDir* dir, Communicator& comm, Strategy& strategy,
-                        RunMetrics& metrics) {
+                        RunMetrics& metrics, int64_t dataWorld) {
   const bool master = comm.rank() == 0;
-  const int64_t world = comm.size();
+  const int64_t world = dataWorld;
   const std::string& resume = o.checkpoint.resume;
   std::string path;
   std::optional<std::string> verified;  // rank 0's read of the chosen file, parsed without reading it again

@@ -68,8 +68,10 @@ void putTrainingMeta(TensorArchive& archive, const Position& at, int64_t worldSi
 /// resumed. Collective (the broadcast of the choice). Throws CheckpointError,
 /// ObsoleteCheckpointError when rank 0 met a checkpoint of an older format.
 /// `metrics` receives the checkpoint's (left as is when nothing is resumed).
+/// `dataWorld`: the data-parallel replicas sharing the data (workers / pipeline stages),
+/// what meta/world_size records.
 Position resumeTraining(const TrainerOptions& options, CheckpointDir* dir, Communicator& comm, Strategy& strategy,
-                        RunMetrics& metrics);
+                        RunMetrics& metrics, int64_t dataWorld);
 
 }  // namespace detail
 }  // namespace lockstep

@@ -51,6 +51,20 @@ class ImageTask final : public Task {
       auto predicted = static_cast<ImageClassifierImpl&>(m).forward(batch.inputs).argmax(1);
       return predicted.eq(batch.targets).sum().item<int64_t>();
     };
+    if (config.trainer.pipeline.stages > 1) {
+      if (config.model.checkpointSegments > 0) {
+        throw ConfigError(
+            "model.checkpoint_segments cannot be combined with parallel.pipeline (the stages run the "
+            "model's layers themselves)");
+      }
+      parts.layers = static_cast<ImageClassifierImpl&>(*parts.model).layers();
+      parts.outputLoss = [](const at::Tensor& out, const Batch& batch) {
+        return at::cross_entropy_loss(out, batch.targets);
+      };
+      parts.outputCorrect = [](const at::Tensor& out, const Batch& batch) {
+        return out.argmax(1).eq(batch.targets).sum().item<int64_t>();
+      };
+    }
     parts.checkpointExtras = {{"task", "images"},
                               {"model.type", config.model.type},
                               {"data.dataset", config.data.dataset},

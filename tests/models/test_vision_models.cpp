@@ -189,6 +189,43 @@ TEST(VisionModels, OutputShapesResNets) {
   expectLogits("resnet50", opts(3, 64, 10), 2);
 }
 
+/// The chain of layers() is forward(), and every parameter and buffer belongs to exactly one layer.
+void expectLayersComposeTheModel(const std::string& type, const ImageModelOptions& o, size_t count) {
+  SCOPED_TRACE(type);
+  at::manual_seed(3);
+  auto model = makeImageModel(type, o);
+  model->eval();  // dropout off, BatchNorm by running statistics: both paths compute the same
+  auto layers = model->layers();
+  EXPECT_EQ(layers.size(), count);
+  std::set<const void*> owned;
+  size_t tensors = 0;
+  for (const auto& layer : layers) {
+    for (const auto& m : layer.modules) {
+      for (const auto& p : m->parameters()) EXPECT_TRUE(owned.insert(p.unsafeGetTensorImpl()).second) << layer.name;
+      for (const auto& b : m->buffers()) EXPECT_TRUE(owned.insert(b.unsafeGetTensorImpl()).second) << layer.name;
+    }
+  }
+  for (const auto& p : model->parameters()) tensors += owned.count(p.unsafeGetTensorImpl());
+  for (const auto& b : model->buffers()) tensors += owned.count(b.unsafeGetTensorImpl());
+  EXPECT_EQ(tensors, owned.size());
+  EXPECT_EQ(owned.size(), model->parameters().size() + model->buffers().size());
+  at::NoGradGuard noGrad;
+  at::Tensor x = at::randn({2, o.inChannels, o.imageSize, o.imageSize});
+  at::Tensor y = x;
+  for (const auto& layer : layers) y = layer.forward(y);
+  EXPECT_TRUE(at::equal(y, model->forward(x)));
+  EXPECT_THROW(layers[0].forward(at::randn({2, o.inChannels + 1, o.imageSize, o.imageSize})), Error);
+}
+
+TEST(VisionModels, LayersComposeTheModel) {
+  expectLayersComposeTheModel("convnet", opts(1, 28, 10), 4);
+  auto mlp = opts(1, 28, 10);
+  mlp.hiddenSizes = {64, 32, 16};
+  expectLayersComposeTheModel("mlp", mlp, 4);
+  expectLayersComposeTheModel("alexnet-cifar", opts(3, 32, 10), 8);
+  expectLayersComposeTheModel("resnet18", opts(3, 32, 10), 10);
+}
+
 TEST(VisionModels, ConvNetBackwardReachesEveryParameter) {
   at::manual_seed(2);
   auto model = makeImageModel("convnet", opts(1, 28, 10));

@@ -292,14 +292,14 @@ TEST(PipelineStage, RefusesWhatItCannotRun) {
   std::vector<Chain> chains{makeChain(false), makeChain(false)};
   std::vector<std::string> errors(2);
   runRanks(2, [&](int rank, Communicator& comm) {
-    EXPECT_HAS(errorOf([&] { PipelineStage(chains[rank].layers, borrow(comm), {3, 2}); }),
+    EXPECT_HAS(errorOf([&] {
+                 PipelineStage(chains[rank].layers, borrow(comm), {3, 2});
+               }),
                "parallel.pipeline is 3, but the pipeline group has 2 rank(s)");
     PipelineStage stage(chains[rank].layers, borrow(comm), {2, 8});
     errors[rank] = errorOf([&] { stage.trainBatch(batchAt(0, 5), crossEntropy); });
   });
-  for (const auto& e : errors) {
-    EXPECT_HAS(e, "a batch of 5 row(s) cannot be split into 8 micro-batches");
-  }
+  for (const auto& e : errors) { EXPECT_HAS(e, "a batch of 5 row(s) cannot be split into 8 micro-batches"); }
 }
 
 }  // namespace

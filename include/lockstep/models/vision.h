@@ -29,12 +29,19 @@
 #include <string>
 #include <vector>
 
+#include "lockstep/pipeline/layer.h"
+
 namespace lockstep {
 
 /// Every image classifier: [B, C, H, W] float -> logits [B, numClasses].
 class ImageClassifierImpl : public torch::nn::Module {
  public:
   virtual at::Tensor forward(const at::Tensor& images) = 0;
+  /// The model as a chain of layers whose composition is forward() (what pipeline stages split,
+  /// pipeline/pipeline.h): convnet 4 (each conv with its ReLU and pooling, fc1, fc2), mlp one per
+  /// Linear, alexnet 8 (5 conv blocks, 3 classifier Linears), resnet the stem, each residual block
+  /// and the head. No layer modifies its input in place.
+  virtual std::vector<PipelineLayer> layers() = 0;
 };
 
 struct ImageModelOptions {

@@ -40,6 +40,7 @@
 #include "lockstep/comm/communicator.h"
 #include "lockstep/data/dataset.h"
 #include "lockstep/nn/precision.h"
+#include "lockstep/pipeline/layer.h"
 
 namespace at {
 class Tensor;
@@ -51,14 +52,6 @@ class Module;
 namespace lockstep {
 
 class DistributedDataParallel;
-
-/// One link of a model written as a chain of layers.
-struct PipelineLayer {
-  std::string name;                                       ///< for messages ("fc1", "layer2.0")
-  std::function<at::Tensor(const at::Tensor&)> forward;  ///< the layer's computation
-  /// The modules whose parameters and buffers the layer uses (may be empty: a layer without state).
-  std::vector<std::shared_ptr<torch::nn::Module>> modules;
-};
 
 enum class PipelineSchedule { kGpipe, k1f1b };
 const char* toString(PipelineSchedule schedule);
@@ -81,12 +74,13 @@ int peakMicrobatchesInFlight(const std::vector<PipelineOp>& ops);
 std::vector<int64_t> balanceByParameters(const std::vector<int64_t>& layerElements, int stages);
 
 struct PipelineOptions {
-  int stages = 1;        ///< P (config parallel.pipeline)
-  int microbatches = 0;  ///< M per batch (parallel.microbatches); 0: 4 x stages
+  int64_t stages = 1;        ///< P (config parallel.pipeline)
+  int64_t microbatches = 0;  ///< M per batch (parallel.microbatches); 0: 4 x stages
   PipelineSchedule schedule = PipelineSchedule::k1f1b;
   std::vector<int64_t> balance;  ///< layers per stage (parallel.balance); empty: balanceByParameters
-  Precision precision = Precision::kFp32;  ///< forward (and the loss) under this autocast
-  int microbatchesOrDefault() const { return microbatches > 0 ? microbatches : 4 * stages; }
+  /// Forward (and the loss) under this autocast; the Trainer sets it from TrainerOptions::precision.
+  Precision precision = Precision::kFp32;
+  int microbatchesOrDefault() const { return static_cast<int>(microbatches > 0 ? microbatches : 4 * stages); }
 };
 
 /// Throws ConfigError naming the parallel.* key when `options` cannot split `layerCount` layers over
@@ -108,8 +102,9 @@ struct PipelineTimings {
   double seconds = 0;         ///< first op's start to the end of the step (sends completed)
   double computeSeconds = 0;  ///< sum over ops of span minus wait
   int peakInFlight = 0;       ///< micro-batches stored for backward at once
-  /// Tensor bytes allocated above the step's start at its peak (activations kept for backward, gradients),
-  /// measured by the counting allocator (common/tensor_memory.h); -1 unless tracking is on.
+  /// The most tensor bytes forward left allocated for backward (activations of the micro-batches in
+  /// flight), sampled after each forward by the counting allocator (common/tensor_memory.h) less the
+  /// gradients' bytes; -1 unless tracking is on.
   int64_t peakStoredBytes = -1;
   /// 1 - compute / seconds: the share of the step this stage was idle (-1 before any step).
   double idleFraction() const { return seconds > 0 ? 1.0 - computeSeconds / seconds : -1; }
@@ -125,9 +120,9 @@ class PipelineStage {
   PipelineStage& operator=(const PipelineStage&) = delete;
 
   int stage() const { return stage_; }
-  int stages() const { return options_.stages; }
+  int stages() const { return static_cast<int>(options_.stages); }
   bool isFirst() const { return stage_ == 0; }
-  bool isLast() const { return stage_ + 1 == options_.stages; }
+  bool isLast() const { return stage_ + 1 == stages(); }
   int microbatches() const { return options_.microbatchesOrDefault(); }
   /// The layers of this stage: [first, end) of the model's.
   int64_t firstLayer() const { return first_; }
@@ -145,8 +140,9 @@ class PipelineStage {
   /// `scale` x the batch's mean loss. Returns the batch's mean loss (unscaled) on every stage.
   /// Collective over the pipeline group.
   double trainBatch(const Batch& batch, const OutputLossFn& loss, double scale = 1.0);
-  /// Forward only, without autograd, micro-batch by micro-batch: the model's output on the last
-  /// stage, an undefined tensor on the others. Collective over the pipeline group.
+  /// Forward only, without autograd, micro-batch by micro-batch (fewer for a batch of fewer rows than
+  /// microbatches()): the model's output on the last stage, an undefined tensor on the others.
+  /// Collective over the pipeline group.
   at::Tensor forward(const Batch& batch);
 
   const PipelineTimings& lastTimings() const { return timings_; }
@@ -154,12 +150,14 @@ class PipelineStage {
  private:
   struct Micro;
   at::Tensor runLayers(const at::Tensor& x) const;
+  int64_t gradientBytes() const;
   at::Tensor receiveActivation(const std::vector<int64_t>& key, double* waited);
   void sendActivation(const std::vector<int64_t>& key, const at::Tensor& y);
   void runForward(std::vector<Micro>& micro, const std::vector<Batch>& parts, int m, const OutputLossFn& loss,
                   double scale);
   void runBackward(std::vector<Micro>& micro, int m, bool lastBackward);
-  std::vector<Batch> split(const Batch& batch) const;
+  /// `batch` in microbatches() parts (fewerIfSmall: at most one per row).
+  std::vector<Batch> split(const Batch& batch, bool fewerIfSmall) const;
 
   std::vector<PipelineLayer> layers_;
   std::shared_ptr<Communicator> comm_;

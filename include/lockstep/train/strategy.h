@@ -24,6 +24,7 @@
 
 #include "lockstep/comm/communicator.h"
 #include "lockstep/ddp/distributed_data_parallel.h"
+#include "lockstep/pipeline/pipeline.h"
 
 namespace at {
 class Tensor;
@@ -51,6 +52,9 @@ struct RankMemory {
   /// gradients); -1 unless common/tensor_memory.h tracking is on.
   int64_t stepPeakBytes = -1;
   int64_t peakRssBytes = 0;  ///< the process's peak resident set (VmHWM) at the end; 0 unknown
+  /// Pipeline stages: the most activation bytes stored for backward at once over the run's steps
+  /// (PipelineTimings::peakStoredBytes); -1 otherwise or untracked.
+  int64_t activationPeakBytes = -1;
   int64_t modelStateBytes() const { return parameterBytes + gradientBytes + optimizerBytes; }
 };
 
@@ -83,6 +87,19 @@ class Strategy {
   /// This rank's parameter, gradient, optimizer and buffer bytes now, counted
   /// from the tensors (the other RankMemory fields are the Trainer's).
   virtual RankMemory memory() const = 0;
+
+  /// Strategies that run the model themselves (pipeline stages) return true:
+  /// the Trainer then hands each micro-batch to trainBatch() instead of calling
+  /// its loss function and backward(), and validates through evaluate().
+  virtual bool runsTheModel() const { return false; }
+  /// Forward and backward of `batch`; gradients as for `scale` x its mean loss;
+  /// `sync` as for backward(). Returns the batch's loss, the same on the ranks of a pipeline.
+  virtual double trainBatch(const Batch& batch, double scale, bool sync);
+  /// The model's output for `batch` without autograd on the ranks that hold it
+  /// (a pipeline's last stage), an undefined tensor on the others.
+  virtual at::Tensor evaluate(const Batch& batch);
+  /// The pipeline's timings of the last trainBatch(); null for strategies without stages.
+  virtual const PipelineTimings* pipelineTimings() const { return nullptr; }
 };
 
 /// The strategies the Trainer builds by name (config `strategy.type`):
@@ -97,6 +114,16 @@ enum class StrategyType { kDdp, kZero1, kZero2 };
 const char* toString(StrategyType type);
 /// "ddp", "zero1" or "zero2" (any case); ConfigError naming `what` and both otherwise.
 StrategyType parseStrategyType(const std::string& text, const std::string& what);
+
+/// Pipeline stages (config parallel.pipeline > 1): the world is pipelines x
+/// stages, rank r is stage r % P of pipeline r / P; each stage's gradients are
+/// averaged over the pipelines with DistributedDataParallel (2-D parallelism).
+/// `optimizer` is over all of `model`'s parameters and steps those of this
+/// rank's stage; `loss` is computed on the last stage. Collective (it splits `comm` into groups).
+std::unique_ptr<Strategy> makePipelineStrategy(std::shared_ptr<torch::nn::Module> model,
+                                               std::vector<PipelineLayer> layers, std::shared_ptr<Communicator> comm,
+                                               PipelineOptions pipeline, OutputLossFn loss, DdpOptions options,
+                                               std::unique_ptr<torch::optim::Optimizer> optimizer);
 
 /// The strategy `type` over `model`; `optimizer` is over all of `model`'s
 /// parameters. All average gradients in buckets overlapped with backward

@@ -35,6 +35,11 @@ struct TaskParts {
   std::shared_ptr<const Dataset> validation;  ///< null: no validation
   LossFn loss;
   CorrectFn correct;  ///< null: no accuracy
+  /// The model as a chain of layers, with the loss and accuracy of its output: what pipeline
+  /// stages (parallel.pipeline > 1) split. Empty: the model cannot be split.
+  std::vector<PipelineLayer> layers;
+  OutputLossFn outputLoss;
+  OutputCorrectFn outputCorrect;
   /// Stored in every checkpoint (what a reader needs to rebuild the model).
   std::vector<std::pair<std::string, std::string>> checkpointExtras;
 };

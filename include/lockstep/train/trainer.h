@@ -36,6 +36,7 @@
 #include "lockstep/nn/precision.h"
 #include "lockstep/optim/lr_scaling.h"
 #include "lockstep/optim/optimizer.h"
+#include "lockstep/pipeline/pipeline.h"
 #include "lockstep/train/callbacks.h"
 #include "lockstep/train/checkpoint.h"
 #include "lockstep/train/strategy.h"
@@ -50,6 +51,19 @@ namespace lockstep {
 using LossFn = std::function<at::Tensor(torch::nn::Module& model, const Batch& batch)>;
 /// Returns how many samples of the batch the model gets right (validation accuracy).
 using CorrectFn = std::function<int64_t(torch::nn::Module& model, const Batch& batch)>;
+
+/// Returns how many samples of the batch a model's `output` gets right (LayeredModel).
+using OutputCorrectFn = std::function<int64_t(const at::Tensor& output, const Batch& batch)>;
+
+/// A model given as a chain of layers with its loss (and accuracy) on the chain's output: what
+/// pipeline stages split (TrainerOptions::pipeline). Without a pipeline it trains as fit(model, ...)
+/// with the loss of the chain's output.
+struct LayeredModel {
+  std::shared_ptr<torch::nn::Module> model;  ///< owns every layer's modules; names the checkpoint's tensors
+  std::vector<PipelineLayer> layers;
+  OutputLossFn loss;
+  OutputCorrectFn correct;  ///< null: no accuracy
+};
 
 /// Where and how often the Trainer writes checkpoints, and which it resumes from.
 struct CheckpointOptions {
@@ -103,6 +117,10 @@ struct TrainerOptions {
   /// optimizer state stay float32 (nn/precision.h).
   Precision precision = Precision::kFp32;
   DdpOptions ddp;
+  /// parallel.*: stages > 1 splits a LayeredModel into pipeline stages on consecutive ranks
+  /// (the world is pipelines x stages; pipeline/pipeline.h); trainer.batch_size is then per
+  /// pipeline, split into micro-batches. Needs fit(LayeredModel) and strategy ddp.
+  PipelineOptions pipeline;
   CheckpointOptions checkpoint;
 
   /// Fault injection for tests: SIGKILL this process right after the
@@ -131,8 +149,12 @@ struct StepBreakdown {
   /// 1 - exposed / total, clamped to [0, 1]: the share of communication
   /// overlapped with backward. -1 without communication (one worker).
   double commHiddenFraction = -1;
-  int buckets = 0;          ///< gradient buckets per step (0 with one worker)
-  int64_t bucketBytes = 0;  ///< float32 gradient bytes allreduced per step
+  /// Pipeline stages: the share of the pipeline's span this rank's stage was idle (the bubble;
+  /// theory with equal stages: (P-1)/(M+P-1)), over the timed steps; -1 without a pipeline.
+  double pipelineIdleFraction = -1;
+  double pipelineIdleFractionMax = -1;  ///< max over ranks
+  int buckets = 0;                      ///< gradient buckets per step (0 with one worker)
+  int64_t bucketBytes = 0;              ///< float32 gradient bytes allreduced per step
 
   double phase(Phase p) const { return phaseSeconds[static_cast<size_t>(p)]; }
 };
@@ -165,6 +187,9 @@ class Trainer {
   /// `train` and `validation` must outlive the call; `correct` (optional) adds accuracy to validation.
   FitResult fit(std::shared_ptr<torch::nn::Module> model, const LossFn& loss, const Dataset& train,
                 const Dataset* validation = nullptr, const CorrectFn& correct = nullptr);
+  /// The same for a model given as layers; the only form pipeline stages (options().pipeline) take.
+  /// Throws ConfigError (naming parallel.*) when the layers cannot be split as asked.
+  FitResult fit(const LayeredModel& model, const Dataset& train, const Dataset* validation = nullptr);
   const TrainerOptions& options() const { return options_; }
 
  private:

@@ -1,0 +1,179 @@
+// What a fit() run reports and keeps: validation, the log window, checkpoints,
+// each rank's memory, the closing summary (the loop is trainer.cpp).
+#include <ATen/ATen.h>
+#include <signal.h>
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+
+#include <fmt/format.h>
+
+#include <iterator>
+#include <optional>
+
+#include "lockstep/common/logging.h"
+#include "lockstep/common/tensor_memory.h"
+#include "train/fit_run.h"
+
+namespace lockstep::detail {
+
+void FitRun::validate(const std::string& when, int64_t ofEpoch) {
+  {
+    at::NoGradGuard noGrad;
+    model_->eval();
+    std::vector<std::vector<int64_t>> plan;
+    for (int64_t i = dataRank_; i < validation_->size(); i += dataWorld_) {
+      if (plan.empty() || static_cast<int64_t>(plan.back().size()) == o_.batchSize) plan.emplace_back();
+      plan.back().push_back(i);
+    }
+    DataLoader loader(*validation_, o_.loader);
+    const size_t batches = plan.size();
+    loader.start(std::move(plan), 0);
+    double sum = 0, count = 0, right = 0;
+    AutocastGuard amp(o_.precision);  // one scope: the weights' bf16 copies are cast once for every batch
+    for (size_t k = 0; k < batches; ++k) validateBatch(loader.next(), sum, count, right);
+    model_->train();
+    std::vector<at::Tensor> totals{at::tensor({sum, count, right}, at::kDouble)};
+    comm_.allreduce(totals, ReduceOp::kSum)->wait();
+    const double total = totals[0][1].item<double>();
+    result_.lastValidationLoss = total > 0 ? totals[0][0].item<double>() / total : -1;
+    if ((layered_ ? layered_->correct != nullptr : correct_ != nullptr) && total > 0)
+      result_.lastValidationAccuracy = totals[0][2].item<double>() / total;
+  }
+  validatedStep_ = at_.step;
+  ValidationRecord record{at_.step, ofEpoch, result_.lastValidationLoss, result_.lastValidationAccuracy,
+                          timer_.sinceOrigin(Clock::now())};
+  notify([&](TrainerCallback& c) { c.onValidation(record); });
+  if (master_) {
+    std::string accuracy = result_.lastValidationAccuracy >= 0
+                               ? fmt::format(", accuracy {:.2f}%", 100 * result_.lastValidationAccuracy)
+                               : "";
+    log::info(fmt::format("{} validation loss {:.4f}{}", when, result_.lastValidationLoss, accuracy));
+  }
+}
+
+/// Adds one batch's loss sum, rows and right answers (pipeline stages: on the last stage only).
+void FitRun::validateBatch(const Batch& batch, double& sum, double& count, double& right) {
+  const auto rows = static_cast<double>(batch.inputs.size(0));
+  if (strategy_->runsTheModel()) {
+    at::Tensor out = strategy_->evaluate(batch);
+    if (!out.defined()) return;
+    sum += layered_->loss(out, batch).item<double>() * rows;
+    if (layered_->correct) right += static_cast<double>(layered_->correct(out, batch));
+  } else {
+    sum += lossFn_(*model_, batch).item<double>() * rows;
+    if (correct_) right += static_cast<double>(correct_(*model_, batch));
+  }
+  count += rows;
+}
+
+void FitRun::saveCheckpoint() {
+  if (!checkpoints_) return;
+  savedStep_ = at_.step;
+  detail::RunMetrics metrics{regular_, std::nullopt, windowSteps_, gatherLogWindow()};
+  if (at_.step == totalSteps_) {
+    metrics.final = {result_.lastTrainLoss, result_.lastValidationLoss, result_.lastValidationAccuracy};
+  }
+  std::optional<TensorArchive> archive;
+  if (master_) archive.emplace();
+  strategy_->saveState(archive ? &*archive : nullptr);
+  if (master_) {
+    detail::putTrainingMeta(*archive, at_, dataWorld_, o_, metrics);
+    result_.lastCheckpoint = checkpoints_->save(at_.step, archive->serialize());
+    log::info(fmt::format("checkpoint {} written (step {})", result_.lastCheckpoint, at_.step));
+  }
+  if (o_.crashAfterStep > 0 && at_.step == o_.crashAfterStep) {
+    // Every rank gets here; the barrier keeps the others alive until rank 0
+    // wrote the file (a rank killed first would make the launcher stop rank 0 mid-write).
+    comm_.barrier()->wait();
+    log::warn(fmt::format("fault injection: killing this worker after step {}", at_.step));
+    ::raise(SIGKILL);
+  }
+}
+
+/// Every rank's loss summed over the current log window, in rank order (collective; exact: a sum of zeros and one
+/// value).
+std::vector<double> FitRun::gatherLogWindow() {
+  at::Tensor all = at::zeros({world_}, at::kDouble);
+  all[rank_] = windowLoss_;
+  if (world_ > 1) {
+    std::vector<at::Tensor> t{all};
+    comm_.allreduce(t, ReduceOp::kSum)->wait();
+  }
+  return std::vector<double>(all.data_ptr<double>(), all.data_ptr<double>() + world_);
+}
+
+/// Every rank's RankMemory into result_.memory (collective).
+void FitRun::gatherMemory() {
+  static constexpr int64_t RankMemory::*kFields[] = {&RankMemory::parameterBytes, &RankMemory::gradientBytes,
+                                                     &RankMemory::optimizerBytes, &RankMemory::commBufferBytes,
+                                                     &RankMemory::stepPeakBytes,  &RankMemory::peakRssBytes,
+                                                     &RankMemory::activationPeakBytes};
+  constexpr int64_t n = std::size(kFields);
+  RankMemory mine = strategy_->memory();
+  mine.stepPeakBytes = stepPeakBytes_;
+  mine.peakRssBytes = peakResidentBytes();
+  at::Tensor local = at::empty({n}, at::kLong);
+  at::Tensor all = at::empty({world_ * n}, at::kLong);
+  for (int64_t f = 0; f < n; ++f) local[f] = mine.*kFields[f];
+  comm_.allgather(local, all)->wait();
+  auto a = all.accessor<int64_t, 1>();
+  result_.memory.assign(static_cast<size_t>(world_), RankMemory{});
+  for (int r = 0; r < world_; ++r) {
+    RankMemory& m = result_.memory[static_cast<size_t>(r)];
+    m.rank = r;
+    for (int64_t f = 0; f < n; ++f) m.*kFields[f] = a[r * n + f];
+  }
+  if (master_) {
+    const RankMemory& m = result_.memory[0];
+    log::info(
+        fmt::format("memory (rank 0): model state {:.1f} MB = parameters {:.1f} + gradients {:.1f} + optimizer "
+                    "{:.1f}; communication buffers {:.1f} MB{}; peak RSS {:.0f} MB",
+                    m.modelStateBytes() / 1e6, m.parameterBytes / 1e6, m.gradientBytes / 1e6, m.optimizerBytes / 1e6,
+                    m.commBufferBytes / 1e6,
+                    m.stepPeakBytes >= 0 ? fmt::format("; forward+backward peak {:.1f} MB", m.stepPeakBytes / 1e6) : "",
+                    m.peakRssBytes / 1e6));
+  }
+}
+
+void FitRun::finish() {
+  result_.steps = at_.step;
+  result_.worldSize = world_;
+  result_.globalBatch = globalBatch_;
+  result_.dataWaitSeconds = loader_.waitSeconds();
+  if (timer_.timedSteps() > 0) {
+    // From the end of the first step to the end of the last: the final
+    // validation and checkpoint are not training throughput.
+    result_.samplesPerSecond = static_cast<double>(timer_.timedSteps() * globalBatch_) / timer_.timedSeconds();
+  }
+  result_.breakdown = timer_.breakdown(comm_);
+  gatherMemory();
+  const StepBreakdown& b = result_.breakdown;
+  if (master_) {
+    log::info(
+        fmt::format("done: {} steps in {:.1f} s, {:.0f} samples/s (global, after the first step), {:.1f} s "
+                    "waiting for data",
+                    at_.step, result_.seconds, result_.samplesPerSecond, result_.dataWaitSeconds));
+    if (b.steps > 0) {
+      std::string commText = b.commHiddenFraction >= 0
+                                 ? fmt::format("; allreduce {:.1f} ms per step, {:.0f}% hidden behind backward",
+                                               1e3 * b.commSeconds, 100 * b.commHiddenFraction)
+                                 : "";
+      log::info(
+          fmt::format("per step (rank 0, mean of {}): {:.1f} ms = data wait {:.1f} + forward {:.1f} + backward "
+                      "{:.1f} + comm wait {:.1f} + optimizer {:.1f}{}",
+                      b.steps, 1e3 * b.stepSeconds, 1e3 * b.phase(Phase::kDataWait), 1e3 * b.phase(Phase::kForward),
+                      1e3 * b.phase(Phase::kBackward), 1e3 * b.phase(Phase::kCommWait),
+                      1e3 * b.phase(Phase::kOptimizer), commText));
+    }
+    if (b.pipelineIdleFraction >= 0) {
+      const double p = static_cast<double>(o_.pipeline.stages);
+      const double m = static_cast<double>(o_.pipeline.microbatchesOrDefault());
+      log::info(fmt::format("pipeline bubble: rank 0's stage idle {:.1f}% of its pipeline time, the most idle rank "
+                            "{:.1f}% (equal stages in theory: (P-1)/(M+P-1) = {:.1f}%)",
+                            100 * b.pipelineIdleFraction, 100 * b.pipelineIdleFractionMax, 100 * (p - 1) / (m + p - 1)));
+    }
+  }
+  notify([&](TrainerCallback& c) { c.onFitEnd(result_); });
+}
+
+}  // namespace lockstep::detail

@@ -1,0 +1,88 @@
+// fit_run.h — one Trainer::fit() call at work: the loop (trainer.cpp) and what it reports
+// (fit_reports.cpp: validation, log windows, checkpoints, memory, the end). Private to train/.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lockstep/data/sampler.h"
+#include "lockstep/train/strategy.h"
+#include "lockstep/train/trainer.h"
+#include "train/step_timer.h"
+#include "train/training_state.h"
+
+namespace lockstep::detail {
+
+using Clock = std::chrono::steady_clock;
+
+class FitRun {
+ public:
+  FitRun(std::shared_ptr<Communicator> comm, const TrainerOptions& options, std::shared_ptr<torch::nn::Module> model,
+         const LossFn& loss, const Dataset& train, const Dataset* validation, const CorrectFn& correct,
+         const LayeredModel* layered = nullptr);
+  FitResult run();
+
+ private:
+  void announce();
+  void runEpoch();
+  double trainStep();
+  bool agreeLossIsFinite(double stepLoss);
+  void logWindow();
+  void validate(const std::string& when, int64_t ofEpoch);
+  void validateBatch(const Batch& batch, double& sum, double& count, double& right);
+  std::unique_ptr<Strategy> buildStrategy();
+  void saveCheckpoint();
+  std::vector<double> gatherLogWindow();
+  void finish();
+  double applyLearningRate();
+  void gatherMemory();
+  template <typename Fn>
+  void notify(Fn&& fn) {
+    for (const auto& c : o_.callbacks) fn(*c);
+  }
+
+  const Clock::time_point origin_ = Clock::now();  // every time the callbacks see is relative to it
+  const double unixTimeAtOrigin_ =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  std::shared_ptr<Communicator> commPtr_;
+  Communicator& comm_;
+  const TrainerOptions& o_;
+  std::shared_ptr<torch::nn::Module> model_;
+  const LossFn& lossFn_;
+  const Dataset& train_;
+  const Dataset* validation_;
+  const CorrectFn& correct_;
+  const LayeredModel* layered_;  // set for pipeline stages
+  const int rank_;
+  const int world_;
+  const bool master_;
+  const int dataRank_;   // this rank's pipeline (rank / stages); the rank without pipeline stages
+  const int dataWorld_;  // pipelines (world / stages)
+
+  DistributedSampler sampler_;
+  int64_t microPerEpoch_ = 0;
+  int64_t stepsPerEpoch_ = 0;
+  int64_t totalSteps_ = 0;
+  int64_t globalBatch_ = 0;
+  LrScalingOptions scaling_;
+  std::vector<double> baseLrs_;  // per parameter group, as the optimizer was built
+
+  std::unique_ptr<Strategy> strategy_;
+  std::unique_ptr<CheckpointDir> checkpoints_;
+  DataLoader loader_;
+  detail::StepTimer timer_;
+  Position at_;
+  FitResult result_;
+  int64_t savedStep_ = -1;
+  int64_t validatedStep_ = -1;
+  int64_t stepPeakBytes_ = -1;            // max over steps of forward+backward tensor bytes, when tracked
+  detail::RunMetrics::Reported regular_;  // what a checkpoint keeps of the reports (training_state.h)
+  double windowLoss_ = 0;
+  int64_t windowSteps_ = 0;
+  int64_t stepsSinceLog_ = 0;  // in this process (a resumed window's earlier steps were timed by another)
+  Clock::time_point windowStart_;
+};
+
+}  // namespace lockstep::detail
