@@ -57,6 +57,7 @@ nlohmann::json toJson(const FitResult& r, int rank, int threads) {
           {"phases_seconds", phases},
           {"comm", comm},
           {"pipeline_idle_fraction", b.pipelineIdleFraction >= 0 ? nlohmann::json(b.pipelineIdleFraction) : nullptr},
+          {"pipeline_bubble", b.pipelineBubble >= 0 ? nlohmann::json(b.pipelineBubble) : nullptr},
           {"pipeline_idle_fraction_max",
            b.pipelineIdleFractionMax >= 0 ? nlohmann::json(b.pipelineIdleFractionMax) : nullptr},
           {"memory", {{"ranks", ranks}}}};

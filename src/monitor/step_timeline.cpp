@@ -57,7 +57,7 @@ std::string chromeTraceJson(const std::vector<StepRecord>& steps, int rank, doub
   // slice starts no earlier than the previous one on its thread ended.
   int64_t computeEnd = INT64_MIN, commEnd = INT64_MIN;
   struct Span {
-    const char* name;
+    std::string name;
     int64_t begin, end;
   };
   std::vector<Span> phases;
@@ -66,7 +66,9 @@ std::string chromeTraceJson(const std::vector<StepRecord>& steps, int rank, doub
     for (const auto& p : s.phases) {
       int64_t begin = std::max(tick(p.startUs), computeEnd);
       int64_t end = std::max(begin, tick(p.startUs + p.durationUs));
-      phases.push_back(Span{toString(p.phase), begin, end});
+      // Pipeline stages name the micro-batch: "forward 3", "backward 3", "comm_wait 3".
+      phases.push_back(
+          Span{p.micro >= 0 ? fmt::format("{} {}", toString(p.phase), p.micro) : toString(p.phase), begin, end});
       computeEnd = end;
     }
     // The step slice encloses its phases exactly, so viewers nest them under it.

@@ -104,9 +104,9 @@ std::vector<double> FitRun::gatherLogWindow() {
 
 /// Every rank's RankMemory into result_.memory (collective).
 void FitRun::gatherMemory() {
-  static constexpr int64_t RankMemory::*kFields[] = {&RankMemory::parameterBytes, &RankMemory::gradientBytes,
-                                                     &RankMemory::optimizerBytes, &RankMemory::commBufferBytes,
-                                                     &RankMemory::stepPeakBytes,  &RankMemory::peakRssBytes,
+  static constexpr int64_t RankMemory::*kFields[] = {&RankMemory::parameterBytes,     &RankMemory::gradientBytes,
+                                                     &RankMemory::optimizerBytes,     &RankMemory::commBufferBytes,
+                                                     &RankMemory::stepPeakBytes,      &RankMemory::peakRssBytes,
                                                      &RankMemory::activationPeakBytes};
   constexpr int64_t n = std::size(kFields);
   RankMemory mine = strategy_->memory();
@@ -168,9 +168,11 @@ void FitRun::finish() {
     if (b.pipelineIdleFraction >= 0) {
       const double p = static_cast<double>(o_.pipeline.stages);
       const double m = static_cast<double>(o_.pipeline.microbatchesOrDefault());
-      log::info(fmt::format("pipeline bubble: rank 0's stage idle {:.1f}% of its pipeline time, the most idle rank "
-                            "{:.1f}% (equal stages in theory: (P-1)/(M+P-1) = {:.1f}%)",
-                            100 * b.pipelineIdleFraction, 100 * b.pipelineIdleFractionMax, 100 * (p - 1) / (m + p - 1)));
+      log::info(
+          fmt::format("pipeline bubble: the busiest stage idle {:.1f}% of its pipeline time (equal stages in theory: "
+                      "(P-1)/(M+P-1) = {:.1f}%); rank 0's stage {:.1f}%, the most idle rank's {:.1f}%",
+                      100 * b.pipelineBubble, 100 * (p - 1) / (m + p - 1), 100 * b.pipelineIdleFraction,
+                      100 * b.pipelineIdleFractionMax));
     }
   }
   notify([&](TrainerCallback& c) { c.onFitEnd(result_); });

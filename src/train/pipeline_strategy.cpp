@@ -28,8 +28,8 @@ using Impl = const void*;
 class PipelineStrategy final : public Strategy {
  public:
   PipelineStrategy(std::shared_ptr<torch::nn::Module> model, std::vector<PipelineLayer> layers,
-                   std::shared_ptr<Communicator> comm, PipelineOptions pipeline, OutputLossFn loss,
-                   DdpOptions options, std::unique_ptr<torch::optim::Optimizer> optimizer)
+                   std::shared_ptr<Communicator> comm, PipelineOptions pipeline, OutputLossFn loss, DdpOptions options,
+                   std::unique_ptr<torch::optim::Optimizer> optimizer)
       : model_(std::move(model)), world_(std::move(comm)), options_(std::move(options)), pipeline_(pipeline),
         optimizer_(std::move(optimizer)), loss_(std::move(loss)) {
     LOCKSTEP_CHECK(model_ != nullptr && world_ != nullptr && optimizer_ != nullptr,
@@ -115,9 +115,8 @@ class PipelineStrategy final : public Strategy {
     std::string text = fmt::format(
         "pipeline of {} stages x {} micro-batches ({}), balance [{}]; this rank: stage {} of pipeline {}, layers "
         "{}..{}, {} parameters",
-        stage_->stages(), stage_->microbatches(), toString(pipeline_.schedule),
-        fmt::join(stage_->balance(), ", "), stage_->stage(), world_->rank() / stage_->stages(),
-        stage_->firstLayer(), stage_->endLayer() - 1, elements);
+        stage_->stages(), stage_->microbatches(), toString(pipeline_.schedule), fmt::join(stage_->balance(), ", "),
+        stage_->stage(), world_->rank() / stage_->stages(), stage_->firstLayer(), stage_->endLayer() - 1, elements);
     if (ddp_) {
       text += fmt::format("; {} pipelines, each stage's gradients averaged by DDP ({} bucket(s), {} compression)",
                           pipelines_, ddp_->numBuckets(), toString(options_.compression));
@@ -228,9 +227,8 @@ std::unique_ptr<Strategy> makePipelineStrategy(std::shared_ptr<torch::nn::Module
                                                std::vector<PipelineLayer> layers, std::shared_ptr<Communicator> comm,
                                                PipelineOptions pipeline, OutputLossFn loss, DdpOptions options,
                                                std::unique_ptr<torch::optim::Optimizer> optimizer) {
-  return std::make_unique<PipelineStrategy>(std::move(model), std::move(layers), std::move(comm),
-                                            std::move(pipeline), std::move(loss), std::move(options),
-                                            std::move(optimizer));
+  return std::make_unique<PipelineStrategy>(std::move(model), std::move(layers), std::move(comm), std::move(pipeline),
+                                            std::move(loss), std::move(options), std::move(optimizer));
 }
 
 }  // namespace lockstep

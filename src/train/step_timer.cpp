@@ -30,20 +30,20 @@ void StepTimer::endPipelineBatch(const PipelineTimings& timings) {
   const double base = sinceOrigin(mark_);
   const double totalUs = std::chrono::duration<double, std::micro>(now - mark_).count();
   double chargedUs = 0;
-  auto charge = [&](Phase phase, double startUs, double us) {
+  auto charge = [&](Phase phase, double startUs, double us, int micro) {
     if (us <= 0) return;
     phaseUs_[static_cast<size_t>(phase)] += us;
     chargedUs += us;
-    if (recording_) record_.phases.push_back(PhaseSpan{phase, base + startUs, us});
+    if (recording_) record_.phases.push_back(PhaseSpan{phase, base + startUs, us, micro});
   };
   for (const auto& op : timings.ops) {
     const double startUs = 1e6 * op.start, waitUs = 1e6 * op.waitSeconds;
-    charge(Phase::kCommWait, startUs, waitUs);
+    charge(Phase::kCommWait, startUs, waitUs, op.op.micro);
     charge(op.op.kind == PipelineOp::kForward ? Phase::kForward : Phase::kBackward, startUs + waitUs,
-           1e6 * (op.end - op.start) - waitUs);
+           1e6 * (op.end - op.start) - waitUs, op.op.micro);
   }
   const double lastEndUs = timings.ops.empty() ? 0 : 1e6 * timings.ops.back().end;
-  charge(Phase::kCommWait, lastEndUs, totalUs - chargedUs);
+  charge(Phase::kCommWait, lastEndUs, totalUs - chargedUs, -1);
   pipelineUs_ += 1e6 * timings.seconds;
   pipelineComputeUs_ += 1e6 * timings.computeSeconds;
   mark_ = now;
@@ -105,15 +105,17 @@ StepBreakdown StepTimer::breakdown(Communicator& comm) const {
     }
   }
   b.pipelineIdleFractionMax = b.pipelineIdleFraction;
+  b.pipelineBubble = b.pipelineIdleFraction;
   b.stepSecondsMax = b.stepSeconds;
   b.commExposedSecondsMax = b.commExposedSeconds;
   if (comm.size() > 1) {
-    std::vector<at::Tensor> slowest{
-        at::tensor({b.stepSeconds, b.commExposedSeconds, b.pipelineIdleFraction}, at::kDouble)};
+    std::vector<at::Tensor> slowest{at::tensor(
+        {b.stepSeconds, b.commExposedSeconds, b.pipelineIdleFraction, -b.pipelineIdleFraction}, at::kDouble)};
     comm.allreduce(slowest, ReduceOp::kMax)->wait();
     b.stepSecondsMax = slowest[0][0].item<double>();
     b.commExposedSecondsMax = slowest[0][1].item<double>();
     b.pipelineIdleFractionMax = slowest[0][2].item<double>();
+    b.pipelineBubble = -slowest[0][3].item<double>();
   }
   return b;
 }

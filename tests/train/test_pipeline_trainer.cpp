@@ -214,7 +214,8 @@ TEST(PipelineTrainer, BadSettingsFailBeforeTrainingNamingTheKey) {
         if (asLayers) {
           trainer.fit(layered(nets[rank]), *data.train);
         } else {
-          trainer.fit(nets[rank], [](torch::nn::Module&, const Batch& b) { return b.inputs.sum(); }, *data.train);
+          trainer.fit(
+              nets[rank], [](torch::nn::Module&, const Batch& b) { return b.inputs.sum(); }, *data.train);
         }
       });
     });

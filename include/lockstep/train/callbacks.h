@@ -33,6 +33,7 @@ struct PhaseSpan {
   Phase phase = Phase::kForward;
   double startUs = 0;
   double durationUs = 0;
+  int micro = -1;  ///< pipeline stages: the micro-batch a forward, backward or its receive wait belongs to
 };
 
 /// One gradient bucket's allreduce in one step.

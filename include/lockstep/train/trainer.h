@@ -153,8 +153,11 @@ struct StepBreakdown {
   /// theory with equal stages: (P-1)/(M+P-1)), over the timed steps; -1 without a pipeline.
   double pipelineIdleFraction = -1;
   double pipelineIdleFractionMax = -1;  ///< max over ranks
-  int buckets = 0;                      ///< gradient buckets per step (0 with one worker)
-  int64_t bucketBytes = 0;              ///< float32 gradient bytes allreduced per step
+  /// Min over ranks: the busiest stage's idle share, the bubble that limits the pipeline's throughput
+  /// (less loaded stages idle more, waiting for it).
+  double pipelineBubble = -1;
+  int buckets = 0;          ///< gradient buckets per step (0 with one worker)
+  int64_t bucketBytes = 0;  ///< float32 gradient bytes allreduced per step
 
   double phase(Phase p) const { return phaseSeconds[static_cast<size_t>(p)]; }
 };
