@@ -16,7 +16,8 @@
 # per-round ratio of 1F1B's stored activations to GPipe's (theory P/M).
 #
 # Environment: LOCKSTEP_BUILD_DIR (default build), ROUNDS, SCHEDULES, P (default 2), M
-# (default 8), KEEP_LOGS=1 to keep the run logs. Nothing is built here.
+# (default 8), BACKEND (gloo or mpi; default: lockstep run's own choice), KEEP_LOGS=1 to keep
+# the run logs. Nothing is built here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -ge 1 ] || { echo "usage: bench/pipeline_bubble.sh CONFIG.yaml [STEPS] [key=value ...]" >&2; exit 2; }
@@ -28,6 +29,8 @@ BIN="${LOCKSTEP_BUILD_DIR:-build}/lockstep"
 ROUNDS="${ROUNDS:-5}"
 read -r -a SCHEDS <<<"${SCHEDULES:-gpipe 1f1b}"
 P="${P:-2}"
+BACKEND_ARGS=()
+if [ -n "${BACKEND:-}" ]; then BACKEND_ARGS=(--backend "$BACKEND"); fi
 M="${M:-8}"
 [ -x "$BIN" ] || { echo "pipeline_bubble.sh: $BIN not found; build lockstep first (scripts/build.sh)" >&2; exit 1; }
 [ -f "$CONFIG" ] || { echo "pipeline_bubble.sh: config '$CONFIG' not found" >&2; exit 2; }
@@ -39,7 +42,7 @@ field() {  # FILE KEY -> the first number after "KEY": in the result JSON (rank 
 }
 
 THEORY="$(awk -v p="$P" -v m="$M" 'BEGIN { printf "%.4f", (p - 1) / (m + p - 1) }')"
-echo "$CONFIG $*, P=$P stages, M=$M micro-batches, $STEPS steps, $ROUNDS interleaved rounds; theory bubble $THEORY"
+echo "$CONFIG $*${BACKEND:+, backend $BACKEND}, P=$P stages, M=$M micro-batches, $STEPS steps, $ROUNDS interleaved rounds; theory bubble $THEORY"
 for ((round = 0; round < ROUNDS; round++)); do
   order=("${SCHEDS[@]}")
   if ((round % 2 == 1)); then
@@ -48,7 +51,7 @@ for ((round = 0; round < ROUNDS; round++)); do
   fi
   for s in "${order[@]}"; do
     json="$OUT/r$round-$s.json"
-    if ! "$BIN" run -np "$P" -- "$BIN" train "$CONFIG" "parallel.pipeline=$P" "parallel.microbatches=$M" \
+    if ! "$BIN" run -np "$P" "${BACKEND_ARGS[@]}" -- "$BIN" train "$CONFIG" "parallel.pipeline=$P" "parallel.microbatches=$M" \
       "parallel.schedule=$s" "trainer.max_steps=$STEPS" trainer.validate=false checkpoint.dir=off \
       checkpoint.resume=none monitor.dir=off "$@" --result-json "$json" >"$OUT/r$round-$s.log" 2>&1; then
       echo "pipeline_bubble.sh: the $s run of round $round failed; its last lines:" >&2

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <set>
+#include <utility>
 
 #include "lockstep/common/error.h"
 #include "lockstep/common/tensor_memory.h"
@@ -52,6 +53,10 @@ struct PipelineStage::Micro {
   std::vector<int64_t> key;  // the micro-batch's input shape: names the activation shapes of every stage
   at::Tensor input;          // received activation (stages after the first), requires grad
   at::Tensor output;         // this stage's output, or on the last stage the weighted loss
+  // The activation's receive, posted one forward ahead so its bytes move while this stage computes.
+  // (Only one ahead: a communicator completes point-to-point operations in the order they were
+  // posted, so a receive posted long before it is needed would hold up the ones behind it.)
+  WorkHandle inputRecv;
 };
 
 PipelineStage::PipelineStage(std::vector<PipelineLayer> layers, std::shared_ptr<Communicator> comm,
@@ -167,22 +172,32 @@ void PipelineStage::sendActivation(const std::vector<int64_t>& key, const at::Te
   pendingSends_.push_back(comm_->send(y.contiguous(), next, kActivationTag));
 }
 
-at::Tensor PipelineStage::receiveActivation(const std::vector<int64_t>& key, double* waited) {
-  const int prev = stage_ - 1;
-  const auto t0 = Clock::now();
-  auto it = received_.find(key);
-  if (it == received_.end()) {
-    at::Tensor header = at::zeros({kHeaderSize}, at::kLong);
-    comm_->recv(header, prev, kHeaderTag)->wait();
-    std::vector<int64_t> shape(header.data_ptr<int64_t>(), header.data_ptr<int64_t>() + kHeaderSize);
-    it = received_.emplace(key, std::move(shape)).first;
-  }
+/// Posts micro-batch `mb`'s activation receive when its shape is known (its header came earlier).
+void PipelineStage::postActivationReceive(Micro& mb) {
+  if (isFirst() || mb.inputRecv) return;
+  auto it = received_.find(mb.key);
+  if (it == received_.end()) return;
   const auto& h = it->second;
   std::vector<int64_t> sizes(h.begin() + 2, h.begin() + 2 + h[1]);
-  at::Tensor x = at::empty(sizes, at::TensorOptions().dtype(static_cast<at::ScalarType>(h[0])));
-  comm_->recv(x, prev, kActivationTag)->wait();
+  mb.input = at::empty(sizes, at::TensorOptions().dtype(static_cast<at::ScalarType>(h[0])));
+  mb.inputRecv = comm_->recv(mb.input, stage_ - 1, kActivationTag);
+}
+
+at::Tensor PipelineStage::receiveActivation(Micro& mb, double* waited) {
+  const auto t0 = Clock::now();
+  if (!mb.inputRecv) {
+    if (received_.find(mb.key) == received_.end()) {
+      at::Tensor header = at::zeros({kHeaderSize}, at::kLong);
+      comm_->recv(header, stage_ - 1, kHeaderTag)->wait();
+      received_.emplace(mb.key,
+                        std::vector<int64_t>(header.data_ptr<int64_t>(), header.data_ptr<int64_t>() + kHeaderSize));
+    }
+    postActivationReceive(mb);
+  }
+  mb.inputRecv->wait();
+  mb.inputRecv.reset();
   *waited += since(t0);
-  return x;
+  return std::exchange(mb.input, at::Tensor());
 }
 
 void PipelineStage::runForward(std::vector<Micro>& micro, const std::vector<Batch>& parts, int m,
@@ -192,9 +207,10 @@ void PipelineStage::runForward(std::vector<Micro>& micro, const std::vector<Batc
   PipelineTimings::Op& rec = timings_.ops.back();
   at::Tensor x = part.inputs;
   if (!isFirst()) {
-    x = receiveActivation(mb.key, &rec.waitSeconds);
+    x = receiveActivation(mb, &rec.waitSeconds);
     x.requires_grad_(true);
     mb.input = x;
+    if (static_cast<size_t>(m) + 1 < micro.size()) postActivationReceive(micro[static_cast<size_t>(m) + 1]);
   }
   AutocastGuard amp(options_.precision);
   at::Tensor y = runLayers(x);
@@ -286,14 +302,15 @@ at::Tensor PipelineStage::forward(const Batch& batch) {
   std::vector<at::Tensor> outputs;
   double waited = 0;
   for (size_t m = 0; m < parts.size(); ++m) {
-    const auto key = shapeKey(parts[m].inputs);
-    at::Tensor x = isFirst() ? parts[m].inputs : receiveActivation(key, &waited);
+    Micro mb;
+    mb.key = shapeKey(parts[m].inputs);
+    at::Tensor x = isFirst() ? parts[m].inputs : receiveActivation(mb, &waited);
     AutocastGuard amp(options_.precision);
     at::Tensor y = runLayers(x);
     if (isLast()) {
       outputs.push_back(y);
     } else {
-      sendActivation(key, y);
+      sendActivation(mb.key, y);
     }
   }
   for (auto& w : pendingSends_) w->wait();

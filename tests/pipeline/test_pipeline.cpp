@@ -233,7 +233,7 @@ std::vector<at::Tensor> trainPipelined(bool batchNorm, int steps, int64_t rows, 
 
 TEST(PipelineStage, TrainsLikeTheUnsplitModel) {
   const auto reference = trainUnsplit(false, 20, 24, 0);
-  for (int p : {2, 3}) {
+  for (int p : {2, 3, 4}) {
     for (int m : {1, 4, 8}) {
       for (auto schedule : {PipelineSchedule::kGpipe, PipelineSchedule::k1f1b}) {
         SCOPED_TRACE(fmt::format("P={} M={} {}", p, m, toString(schedule)));

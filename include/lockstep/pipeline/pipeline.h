@@ -151,7 +151,8 @@ class PipelineStage {
   struct Micro;
   at::Tensor runLayers(const at::Tensor& x) const;
   int64_t gradientBytes() const;
-  at::Tensor receiveActivation(const std::vector<int64_t>& key, double* waited);
+  void postActivationReceive(Micro& mb);
+  at::Tensor receiveActivation(Micro& mb, double* waited);
   void sendActivation(const std::vector<int64_t>& key, const at::Tensor& y);
   void runForward(std::vector<Micro>& micro, const std::vector<Batch>& parts, int m, const OutputLossFn& loss,
                   double scale);
