@@ -18,12 +18,9 @@
 namespace lockstep {
 namespace {
 
+using test::borrow;
 using test::errorOf;
 using test::runRanks;
-
-std::shared_ptr<Communicator> borrow(Communicator& comm) {
-  return std::shared_ptr<Communicator>(&comm, [](Communicator*) {});
-}
 
 // ---- schedules ----------------------------------------------------------------------------------
 

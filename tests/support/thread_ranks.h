@@ -12,6 +12,11 @@
 
 namespace lockstep::test {
 
+/// A shared_ptr to `comm` that does not own it (for APIs that keep a communicator, in runRanks).
+inline std::shared_ptr<Communicator> borrow(Communicator& comm) {
+  return std::shared_ptr<Communicator>(&comm, [](Communicator*) {});
+}
+
 /// Connects `world` Gloo communicators and calls fn(rank, comm) on a thread per rank.
 /// Rethrows the first exception any rank threw, after all threads joined.
 inline void runRanks(int world, const std::function<void(int, Communicator&)>& fn,

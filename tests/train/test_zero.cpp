@@ -31,9 +31,7 @@
 namespace lockstep {
 namespace {
 
-std::shared_ptr<Communicator> borrow(Communicator& comm) {
-  return std::shared_ptr<Communicator>(&comm, [](Communicator*) {});
-}
+using test::borrow;
 
 std::string readFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

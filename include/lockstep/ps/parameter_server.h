@@ -1,0 +1,133 @@
+// lockstep/ps/parameter_server.h — asynchronous data parallelism through
+// parameter servers, with a bound on the staleness of every update.
+//
+// The world's last S ranks are servers, the others workers. The model's
+// parameters, flattened and concatenated, are cut into S equal ranges; server
+// j holds range j and an optimizer over it. Each worker, at its own pace:
+//
+//   worker.pull();                        // once: the servers' weights (rank 0's model at start)
+//   for each batch: forward, backward; worker.push();   // gradients out, fresh weights back
+//   worker.finish();                      // waits for the others; leaves the final weights
+//
+// A push is one optimizer step on every server, applied when it arrives and
+// not averaged with the others: the optimizer's learning rate is that of one
+// worker's batch.
+//
+// Staleness. The staleness of an update is the number of updates applied
+// between the moment its worker read the weights and its own application
+// that were computed on other weights (updates computed on the same weights
+// are siblings: synchronous SGD sums exactly those). The servers never apply
+// an update staler than s: a worker gets new weights only when every gradient
+// still being computed stays within s counting the pushes still to come, and
+// otherwise waits. With s = 0 a worker waits for the round's other pushes and
+// all start the next round from the same weights: with plain SGD the run
+// equals synchronous SGD with the summed gradients. With s >= the number of
+// updates the fast workers make while a slow one computes one, nobody waits:
+// a straggler slows only itself. Unlike a bound on the workers' step counts
+// (stale-synchronous parallel), a worker that is slow for the whole run does
+// not pull the others down to its pace.
+//
+// The servers record every applied update's staleness (at most s) and lag
+// (all updates applied between its read and its application, siblings
+// included) — PsStats.
+//
+// Messages go over one two-rank group per (worker, server) pair, each with its
+// own connection and queue, so the servers serve every worker at once; a
+// server or worker that fails is named in the error of its peers.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "lockstep/comm/communicator.h"
+#include "lockstep/optim/optimizer.h"
+
+namespace lockstep {
+
+struct PsOptions {
+  int servers = 1;    ///< S: the last S ranks hold the parameters (config ps.servers)
+  int staleness = 0;  ///< s: the most staleness an applied update may have (config ps.staleness)
+};
+
+/// ConfigError naming ps.servers or ps.staleness unless 1 <= servers < worldSize and staleness >= 0.
+void checkPsOptions(const PsOptions& options, int worldSize);
+
+/// What a rank does: workers are ranks 0..workers-1, servers the ranks after them.
+struct PsRole {
+  bool server = false;
+  int index = 0;  ///< the worker's or server's number
+  int workers = 0;
+  int servers = 0;
+};
+PsRole psRole(int rank, int worldSize, const PsOptions& options);
+
+/// The elements [first, second) of the flattened parameters that server `server` of `servers` holds.
+std::pair<int64_t, int64_t> psShardRange(int64_t numel, int servers, int server);
+
+/// What a server applied: histograms indexed by staleness and by lag (counts of updates).
+struct PsStats {
+  int64_t updates = 0;
+  std::vector<int64_t> staleness;  ///< staleness[g]: updates applied with staleness g
+  std::vector<int64_t> lag;        ///< lag[l]: updates applied after l others since their weights were read
+  int64_t maxStaleness() const;    ///< -1 when no update was applied
+  void record(int64_t stalenessValue, int64_t lagValue);
+};
+
+/// A server rank. Collective with every rank's PsWorker/ParameterServer construction: it
+/// connects to each worker and takes rank 0's `parameters` (float32; every rank passes the
+/// same shapes in the same order). `factory` builds this server's optimizer over its shard.
+class ParameterServer {
+ public:
+  ParameterServer(std::shared_ptr<Communicator> comm, PsOptions options, const std::vector<at::Tensor>& parameters,
+                  const OptimizerFactory& factory);
+  ~ParameterServer();
+  ParameterServer(const ParameterServer&) = delete;
+  ParameterServer& operator=(const ParameterServer&) = delete;
+
+  /// Serves every worker, one thread each, until all of them finished. Throws
+  /// Error naming the worker whose connection failed.
+  void serve();
+  const PsStats& stats() const;
+  /// This server's flat shard of the parameters (the final weights after serve()).
+  const at::Tensor& shard() const;
+  torch::optim::Optimizer& optimizer();
+  int64_t updates() const;  ///< optimizer steps applied
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+/// A worker rank; see the file comment. Collective construction (with the servers').
+class PsWorker {
+ public:
+  /// `parameters`: this rank's model parameters (float32), written by pull(), push() and finish().
+  PsWorker(std::shared_ptr<Communicator> comm, PsOptions options, std::vector<at::Tensor> parameters);
+  ~PsWorker();
+  PsWorker(const PsWorker&) = delete;
+  PsWorker& operator=(const PsWorker&) = delete;
+
+  /// Fetches the servers' weights into the parameters (once, before the first push).
+  void pull();
+  /// Sends the parameters' gradients (undefined ones as zeros) to the servers and copies the
+  /// weights they send back into the parameters; blocks while new weights would let a gradient
+  /// in progress exceed the staleness bound. Throws Error naming the server whose connection failed.
+  void push();
+  /// Tells the servers this worker is done and waits for every other worker; leaves the
+  /// servers' final weights in the parameters.
+  void finish();
+  int64_t pushes() const;
+  /// Seconds spent in pull/push/finish waiting for the servers (messages and the bound).
+  double waitSeconds() const;
+  /// The largest staleness of this worker's updates, as the servers applied them.
+  int64_t maxStaleness() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace lockstep

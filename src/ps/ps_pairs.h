@@ -1,0 +1,44 @@
+// ps_pairs.h — the parameter servers' wiring (internal): one two-rank group
+// per (worker, server) pair, the message layout, and flat parameter copies.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lockstep/ps/parameter_server.h"
+
+namespace lockstep::detail {
+
+// A worker's message: header {kind, its pushes so far (this one included), the version of the
+// weights the gradient was computed on, 0}, then for kPush the gradient's slice.
+// A server's reply: header {version of the weights, staleness of the worker's last applied update,
+// 0, 0}, then the weights' slice.
+enum PsKind : int64_t { kPsPull = 1, kPsPush = 2, kPsDone = 3 };
+constexpr int kPsHeaderTag = 81;
+constexpr int kPsPayloadTag = 82;
+constexpr int64_t kPsHeaderSize = 4;
+
+struct PsPairs {
+  PsRole role;
+  /// A worker's: one group per server; a server's: one group per worker. In each, the worker
+  /// is group rank 0 and the server group rank 1.
+  std::vector<std::shared_ptr<Communicator>> peers;
+  std::vector<int> peerRanks;  ///< the peer's rank in the world communicator
+  int rank = 0;                ///< this rank in the world communicator
+};
+
+/// Collective over `comm`: checks the options and splits it into the pairs.
+std::unique_ptr<PsPairs> connectPsPairs(const std::shared_ptr<Communicator>& comm, const PsOptions& options);
+
+/// Float32 parameters (throws Error naming the first that is not) flattened into one tensor,
+/// broadcast from rank 0 over `comm` (collective): every rank starts from rank 0's weights.
+at::Tensor broadcastFlatParameters(Communicator& comm, const std::vector<at::Tensor>& parameters);
+int64_t totalElements(const std::vector<at::Tensor>& parameters);
+
+/// "parameter server 1 (rank 4)" / "worker 0 (rank 0)".
+std::string psPeerName(const PsPairs& pairs, size_t peer);
+
+}  // namespace lockstep::detail

@@ -1,0 +1,226 @@
+// A parameter server at work: one thread per worker receives that worker's gradients and
+// applies them to this server's shard under one lock; new weights are granted to the waiting
+// workers whenever that keeps every gradient in progress within the staleness bound.
+//
+// The bound. A worker that received weights at version v is "out" until its next push. The
+// staleness of an update is the number of updates applied between its worker's read and its
+// own application that were computed on other weights (updates computed on the same version
+// are siblings: synchronous SGD sums them). Every out worker c keeps
+//     staleness so far (c) + the out workers d that read another version than c  <=  s,
+// since each of those will push exactly once more. A push keeps the sum (one more update, one
+// fewer out worker), so pushes are applied at once; a grant adds one out worker, so it waits
+// until the sum allows it. No deadlock: a grant can only wait on out workers, which are
+// computing. With s = 0 a grant waits for every other worker's push of the round, and all
+// waiting workers are granted the same version: bulk-synchronous SGD.
+#include <ATen/ATen.h>
+#include <torch/optim/optimizer.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <exception>
+#include <mutex>
+#include <thread>
+
+#include "lockstep/common/error.h"
+#include "ps/ps_pairs.h"
+
+namespace lockstep {
+
+using detail::kPsDone;
+using detail::kPsHeaderSize;
+using detail::kPsHeaderTag;
+using detail::kPsPayloadTag;
+using detail::kPsPull;
+using detail::kPsPush;
+
+namespace {
+
+struct WorkerSlot {
+  bool pulled = false, out = false, waiting = false, done = false;
+  int64_t readVersion = 0;    // the version of the weights it computes on (while out)
+  int64_t staleness = 0;      // updates on other weights applied since its read (while out)
+  int64_t lastStaleness = 0;  // of its last applied update
+  at::Tensor granted;         // weights granted and not yet sent
+  int64_t grantedVersion = 0;
+};
+
+}  // namespace
+
+struct ParameterServer::State {
+  std::unique_ptr<detail::PsPairs> pairs;
+  PsOptions options;
+  at::Tensor shard;  // this server's elements of the flattened parameters; its .grad is the pushed gradient
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+  PsStats stats;
+
+  std::mutex mutex;
+  std::condition_variable changed;
+  int64_t version = 0;  // updates applied
+  std::vector<WorkerSlot> slots;
+  bool failed = false;
+
+  int64_t outOnOtherWeights(int64_t readVersion, size_t except) const {
+    int64_t n = 0;
+    for (size_t d = 0; d < slots.size(); ++d) n += d != except && slots[d].out && slots[d].readVersion != readVersion;
+    return n;
+  }
+  bool mayGrant(size_t w) const;
+  void grantWaiting();
+  void apply(size_t w, const at::Tensor& gradient, int64_t workerReadVersion);
+  void serveWorker(size_t w);
+  bool reply(size_t w, Communicator& peer, std::unique_lock<std::mutex>& lock);
+};
+
+ParameterServer::ParameterServer(std::shared_ptr<Communicator> comm, PsOptions options,
+                                 const std::vector<at::Tensor>& parameters, const OptimizerFactory& factory)
+    : state_(std::make_unique<State>()) {
+  auto& s = *state_;
+  s.options = options;
+  s.pairs = detail::connectPsPairs(comm, options);
+  if (!s.pairs->role.server)
+    throw Error(fmt::format("ParameterServer on rank {}: that rank is a worker", comm->rank()));
+  at::Tensor flat = detail::broadcastFlatParameters(*comm, parameters);
+  const auto range = psShardRange(flat.numel(), options.servers, s.pairs->role.index);
+  s.shard = flat.narrow(0, range.first, range.second - range.first).clone();
+  s.shard.mutable_grad() = at::zeros_like(s.shard);
+  s.optimizer = factory({s.shard});
+  s.slots.resize(static_cast<size_t>(s.pairs->role.workers));
+}
+
+ParameterServer::~ParameterServer() = default;
+
+const PsStats& ParameterServer::stats() const { return state_->stats; }
+const at::Tensor& ParameterServer::shard() const { return state_->shard; }
+torch::optim::Optimizer& ParameterServer::optimizer() { return *state_->optimizer; }
+int64_t ParameterServer::updates() const { return state_->version; }
+
+void ParameterServer::serve() {
+  auto& s = *state_;
+  std::vector<std::exception_ptr> errors(s.pairs->peers.size());
+  std::vector<std::thread> threads;
+  for (size_t w = 0; w < s.pairs->peers.size(); ++w) {
+    threads.emplace_back([&, w] {
+      try {
+        s.serveWorker(w);
+      } catch (const std::exception& e) {
+        errors[w] = std::make_exception_ptr(
+            Error(fmt::format("parameter server {} (rank {}): {} failed: {}", s.pairs->role.index, s.pairs->rank,
+                              detail::psPeerName(*s.pairs, w), e.what())));
+        std::lock_guard<std::mutex> lock(s.mutex);
+        s.failed = true;
+        s.changed.notify_all();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+}
+
+// Whether worker w may read the current version now (see the file comment).
+bool ParameterServer::State::mayGrant(size_t w) const {
+  const int64_t bound = options.staleness;
+  if (outOnOtherWeights(version, w) > bound) return false;
+  for (size_t c = 0; c < slots.size(); ++c) {
+    const auto& slot = slots[c];
+    if (c == w || !slot.out || slot.readVersion == version) continue;
+    if (slot.staleness + outOnOtherWeights(slot.readVersion, c) + 1 > bound) return false;
+  }
+  return true;
+}
+
+// Grants the current weights to every waiting worker the bound allows, all from one copy.
+// Nobody starts before every worker pulled (the first round computes on the same weights).
+void ParameterServer::State::grantWaiting() {
+  if (!std::all_of(slots.begin(), slots.end(), [](const WorkerSlot& s) { return s.pulled; })) return;
+  at::Tensor snapshot;
+  for (size_t w = 0; w < slots.size(); ++w) {
+    auto& slot = slots[w];
+    if (!slot.waiting || !mayGrant(w)) continue;
+    if (!snapshot.defined()) snapshot = shard.detach().clone();
+    slot.waiting = false;
+    slot.out = true;
+    slot.readVersion = version;
+    slot.staleness = 0;
+    slot.granted = snapshot;
+    slot.grantedVersion = version;
+  }
+  changed.notify_all();
+}
+
+void ParameterServer::State::apply(size_t w, const at::Tensor& gradient, int64_t workerReadVersion) {
+  auto& slot = slots[w];
+  if (!slot.out || workerReadVersion != slot.readVersion) {
+    throw Error(fmt::format("pushed a gradient on version {} while it holds version {}", workerReadVersion,
+                            slot.out ? slot.readVersion : -1));
+  }
+  stats.record(slot.staleness, version - slot.readVersion);
+  slot.lastStaleness = slot.staleness;
+  shard.mutable_grad().copy_(gradient);
+  optimizer->step();
+  ++version;
+  slot.out = false;
+  for (size_t c = 0; c < slots.size(); ++c) {
+    if (slots[c].out && slots[c].readVersion != slot.readVersion) ++slots[c].staleness;
+  }
+}
+
+void ParameterServer::State::serveWorker(size_t w) {
+  Communicator& peer = *pairs->peers[w];
+  const int other = 1 - peer.rank();
+  at::Tensor header = at::zeros({kPsHeaderSize}, at::kLong);
+  at::Tensor gradient = at::empty_like(shard);
+  while (true) {
+    peer.recv(header, other, kPsHeaderTag)->wait();
+    const int64_t kind = header.data_ptr<int64_t>()[0], readVersion = header.data_ptr<int64_t>()[2];
+    if (kind == kPsPush) peer.recv(gradient, other, kPsPayloadTag)->wait();
+    std::unique_lock<std::mutex> lock(mutex);
+    if (failed) return;
+    auto& slot = slots[w];
+    if (kind == kPsPush) {
+      apply(w, gradient, readVersion);
+      slot.waiting = true;
+    } else if (kind == kPsPull) {
+      slot.pulled = slot.waiting = true;
+    } else if (kind == kPsDone) {
+      slot.out = false;
+      slot.done = true;
+      grantWaiting();  // one fewer worker out may let others go on
+      changed.wait(lock, [&] {
+        return failed || std::all_of(slots.begin(), slots.end(), [](const WorkerSlot& s) { return s.done; });
+      });
+      if (failed) return;
+      slot.granted = shard.detach().clone();  // the final weights
+      slot.grantedVersion = version;
+    } else {
+      throw Error(fmt::format("unexpected message kind {}", kind));
+    }
+    grantWaiting();
+    if (!reply(w, peer, lock) || kind == kPsDone) return;
+  }
+}
+
+// Waits for worker w's grant and sends it (the lock is released while the weights travel).
+// False when another worker's connection failed (serve() reports that one).
+bool ParameterServer::State::reply(size_t w, Communicator& peer, std::unique_lock<std::mutex>& lock) {
+  auto& slot = slots[w];
+  changed.wait(lock, [&] { return failed || slot.granted.defined(); });
+  if (failed) return false;
+  at::Tensor weights = std::move(slot.granted);
+  slot.granted = at::Tensor();
+  at::Tensor header = at::zeros({kPsHeaderSize}, at::kLong);
+  header.data_ptr<int64_t>()[0] = slot.grantedVersion;
+  header.data_ptr<int64_t>()[1] = slot.lastStaleness;
+  lock.unlock();
+  const int other = 1 - peer.rank();
+  auto sentHeader = peer.send(header, other, kPsHeaderTag);
+  auto sentWeights = peer.send(weights, other, kPsPayloadTag);
+  sentHeader->wait();
+  sentWeights->wait();
+  return true;
+}
+
+}  // namespace lockstep

@@ -1,0 +1,237 @@
+// Parameter servers (ps/parameter_server.h) on threads-as-ranks over Gloo: the layout, s = 0
+// equal to synchronous SGD, the staleness bound held against a straggler, asynchronous training
+// that learns, and a failed server or worker named by its peers.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+#include <torch/optim/sgd.h>
+
+#include <chrono>
+#include <mutex>
+#include <thread>
+
+#include "lockstep/common/error.h"
+#include "lockstep/ps/parameter_server.h"
+#include "support/expect.h"
+#include "support/thread_ranks.h"
+
+namespace lockstep {
+namespace {
+
+using test::borrow;
+using test::errorOf;
+using test::runRanks;
+
+OptimizerFactory sgd(double lr) {
+  return [lr](const std::vector<at::Tensor>& params) {
+    return std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(lr));
+  };
+}
+
+// A linear model y = x W^T + b fitted to a fixed target map; worker w's k-th batch is a
+// function of (w, k) alone.
+struct Problem {
+  static at::Tensor inputs(int w, int64_t k) {
+    return at::sin(at::arange(8 * 5, at::kFloat).view({8, 5}) * 0.37 + 1.3 * w + 0.71 * static_cast<double>(k));
+  }
+  static at::Tensor targets(const at::Tensor& x) {
+    const auto truth = at::linspace(-1, 1, 15, at::kFloat).view({3, 5});
+    return at::matmul(x, truth.t()) + 0.5;
+  }
+  static std::vector<at::Tensor> initial() {
+    return {at::full({3, 5}, 0.1, at::kFloat).requires_grad_(), at::zeros({3}, at::kFloat).requires_grad_()};
+  }
+  static at::Tensor loss(const std::vector<at::Tensor>& p, int w, int64_t k) {
+    const auto x = inputs(w, k);
+    return (at::matmul(x, p[0].t()) + p[1] - targets(x)).pow(2).mean();
+  }
+};
+
+void computeGradients(std::vector<at::Tensor>& params, int w, int64_t k) {
+  for (auto& p : params) p.mutable_grad() = at::Tensor();
+  Problem::loss(params, w, k).backward();
+}
+
+double maxRelativeDiff(const at::Tensor& a, const at::Tensor& b) {
+  return ((a - b).abs().max() / b.abs().max().clamp_min(1e-12)).item<double>();
+}
+
+TEST(PsLayout, RolesShardsAndOptionErrors) {
+  const PsOptions two{2, 0};
+  EXPECT_FALSE(psRole(0, 5, two).server);
+  EXPECT_EQ(psRole(2, 5, two).index, 2);
+  EXPECT_TRUE(psRole(3, 5, two).server);
+  EXPECT_EQ(psRole(4, 5, two).index, 1);
+  EXPECT_EQ(psRole(4, 5, two).workers, 3);
+  int64_t next = 0;
+  for (int j = 0; j < 3; ++j) {
+    const auto range = psShardRange(10, 3, j);
+    EXPECT_EQ(range.first, next);
+    EXPECT_GE(range.second - range.first, 3);
+    next = range.second;
+  }
+  EXPECT_EQ(next, 10);
+  EXPECT_HAS(errorOf([] { checkPsOptions({2, 0}, 2); }), "ps.servers 2");
+  EXPECT_HAS(errorOf([] { checkPsOptions({0, 0}, 4); }), "ps.servers 0");
+  EXPECT_HAS(errorOf([] { checkPsOptions({1, -1}, 4); }), "ps.staleness -1");
+  PsStats stats;
+  EXPECT_EQ(stats.maxStaleness(), -1);
+  stats.record(2, 5);
+  stats.record(0, 0);
+  EXPECT_EQ(stats.maxStaleness(), 2);
+  EXPECT_EQ(stats.lag.size(), 6u);
+  EXPECT_EQ(stats.updates, 2);
+}
+
+struct RunResult {
+  std::mutex mutex;
+  std::vector<std::vector<at::Tensor>> workerParams;  // by worker, after finish()
+  std::vector<PsStats> serverStats;
+  std::vector<int64_t> workerMaxStaleness;
+};
+
+/// `workers` workers and `servers` servers, each worker pushing `steps` SGD gradients of the
+/// Problem; worker `slow` sleeps `slowMs` before each push.
+void runPs(int workers, int servers, int staleness, int64_t steps, double lr, int slow, int slowMs, RunResult& out) {
+  out.workerParams.assign(static_cast<size_t>(workers), {});
+  out.workerMaxStaleness.assign(static_cast<size_t>(workers), 0);
+  out.serverStats.assign(static_cast<size_t>(servers), {});
+  runRanks(workers + servers, [&](int rank, Communicator& comm) {
+    auto params = Problem::initial();
+    const PsOptions options{servers, staleness};
+    if (rank >= workers) {
+      ParameterServer server(borrow(comm), options, params, sgd(lr));
+      server.serve();
+      std::lock_guard<std::mutex> lock(out.mutex);
+      out.serverStats[static_cast<size_t>(rank - workers)] = server.stats();
+      return;
+    }
+    PsWorker worker(borrow(comm), options, params);
+    if (rank == slow) std::this_thread::sleep_for(std::chrono::milliseconds(slowMs));  // late from the start
+    worker.pull();
+    for (int64_t k = 0; k < steps; ++k) {
+      if (rank == slow) std::this_thread::sleep_for(std::chrono::milliseconds(slowMs));
+      computeGradients(params, rank, k);
+      worker.push();
+    }
+    worker.finish();
+    std::lock_guard<std::mutex> lock(out.mutex);
+    out.workerParams[static_cast<size_t>(rank)] = {params[0].detach().clone(), params[1].detach().clone()};
+    out.workerMaxStaleness[static_cast<size_t>(rank)] = worker.maxStaleness();
+  });
+}
+
+TEST(ParameterServer, ZeroStalenessEqualsSynchronousSgd) {
+  const int workers = 3, servers = 2;
+  const int64_t steps = 8;
+  const double lr = 0.05;
+  // Synchronous SGD: every worker's k-th gradient on the same weights, their sum applied at once.
+  auto reference = Problem::initial();
+  for (int64_t k = 0; k < steps; ++k) {
+    std::vector<at::Tensor> sum{at::zeros({3, 5}), at::zeros({3})};
+    for (int w = 0; w < workers; ++w) {
+      computeGradients(reference, w, k);
+      sum[0] += reference[0].grad();
+      sum[1] += reference[1].grad();
+    }
+    at::NoGradGuard noGrad;
+    reference[0] -= lr * sum[0];
+    reference[1] -= lr * sum[1];
+  }
+  RunResult run;
+  // Worker 0 is slow: without the bound the others would compute on weights it has not seen.
+  runPs(workers, servers, /*staleness=*/0, steps, lr, /*slow=*/0, /*slowMs=*/15, run);
+  for (int w = 0; w < workers; ++w) {
+    SCOPED_TRACE(w);
+    EXPECT_LE(maxRelativeDiff(run.workerParams[w][0], reference[0].detach()), 1e-6);
+    EXPECT_LE(maxRelativeDiff(run.workerParams[w][1], reference[1].detach()), 1e-6);
+    EXPECT_EQ(run.workerMaxStaleness[w], 0);
+  }
+  for (const auto& stats : run.serverStats) {
+    EXPECT_EQ(stats.updates, workers * steps);
+    EXPECT_EQ(stats.maxStaleness(), 0);
+    EXPECT_LE(stats.lag.size(), static_cast<size_t>(workers));  // only the same round's others
+  }
+}
+
+TEST(ParameterServer, StragglerHoldsNoWorkerBeyondTheBound) {
+  const int workers = 3, staleness = 2;
+  const int64_t steps = 12;
+  RunResult run;
+  runPs(workers, /*servers=*/1, staleness, steps, /*lr=*/0.02, /*slow=*/2, /*slowMs=*/25, run);
+  const PsStats& stats = run.serverStats[0];
+  EXPECT_EQ(stats.updates, workers * steps);
+  // The fast workers pushed while the straggler computed, up to the bound and never beyond it.
+  EXPECT_EQ(stats.maxStaleness(), staleness);
+  for (int w = 0; w < workers; ++w) EXPECT_LE(run.workerMaxStaleness[w], staleness);
+  EXPECT_EQ(run.workerMaxStaleness[2], staleness);
+  EXPECT_GE(stats.lag.size(), 3u);  // the straggler computed on weights two updates old
+  // Every worker ends with the servers' final weights.
+  EXPECT_TRUE(at::equal(run.workerParams[0][0], run.workerParams[2][0]));
+}
+
+TEST(ParameterServer, AsynchronousTrainingLearns) {
+  const int workers = 3;
+  const int64_t steps = 60;
+  RunResult run;
+  runPs(workers, /*servers=*/2, /*staleness=*/4, steps, /*lr=*/0.03, /*slow=*/1, /*slowMs=*/3, run);
+  auto initial = Problem::initial();
+  std::vector<at::Tensor> final = run.workerParams[0];
+  double before = 0, after = 0;
+  for (int w = 0; w < workers; ++w) {
+    before += Problem::loss(initial, w, 1000).item<double>();
+    after += Problem::loss(final, w, 1000).item<double>();
+  }
+  EXPECT_LT(after, 0.1 * before) << "loss before " << before << ", after " << after;
+  EXPECT_LE(run.serverStats[0].maxStaleness(), 4);
+}
+
+TEST(ParameterServer, FailedServerIsNamedByItsWorkers) {
+  std::mutex mutex;
+  std::vector<std::string> errors;
+  runRanks(
+      3,
+      [&](int rank, Communicator& comm) {
+        auto params = Problem::initial();
+        if (rank == 2) {
+          ParameterServer server(borrow(comm), {1, 0}, params, sgd(0.1));
+          return;  // gone without serving
+        }
+        PsWorker worker(borrow(comm), {1, 0}, params);
+        const std::string e = errorOf([&] { worker.pull(); });
+        std::lock_guard<std::mutex> lock(mutex);
+        errors.push_back(e);
+      },
+      std::chrono::seconds(5));
+  ASSERT_EQ(errors.size(), 2u);
+  for (const auto& e : errors) EXPECT_HAS(e, "parameter server 0 (rank 2) failed");
+}
+
+TEST(ParameterServer, FailedWorkerIsNamedByTheServer) {
+  std::string serverError;
+  runRanks(
+      3,
+      [&](int rank, Communicator& comm) {
+        auto params = Problem::initial();
+        if (rank == 2) {
+          ParameterServer server(borrow(comm), {1, 0}, params, sgd(0.1));
+          serverError = errorOf([&] { server.serve(); });
+          return;
+        }
+        PsWorker worker(borrow(comm), {1, 0}, params);
+        worker.pull();
+        if (rank == 1) return;  // gone after its first pull
+        try {
+          for (int k = 0; k < 3; ++k) {
+            computeGradients(params, rank, k);
+            worker.push();
+          }
+          worker.finish();
+        } catch (const Error&) {  // the server stopped serving: expected
+        }
+      },
+      std::chrono::seconds(5));
+  EXPECT_HAS(serverError, "parameter server 0 (rank 2): worker 1 (rank 1) failed");
+}
+
+}  // namespace
+}  // namespace lockstep
