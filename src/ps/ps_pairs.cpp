@@ -25,8 +25,8 @@ void checkPsOptions(const PsOptions& options, int worldSize) {
 PsRole psRole(int rank, int worldSize, const PsOptions& options) {
   checkPsOptions(options, worldSize);
   PsRole role;
-  role.servers = options.servers;
-  role.workers = worldSize - options.servers;
+  role.servers = static_cast<int>(options.servers);
+  role.workers = worldSize - role.servers;
   role.server = rank >= role.workers;
   role.index = role.server ? rank - role.workers : rank;
   return role;

@@ -15,7 +15,7 @@ namespace lockstep::detail {
 // A worker's message: header {kind, its pushes so far (this one included), the version of the
 // weights the gradient was computed on, 0}, then for kPush the gradient's slice.
 // A server's reply: header {version of the weights, staleness of the worker's last applied update,
-// 0, 0}, then the weights' slice.
+// the grant's ticket, 0}, then the weights' slice.
 enum PsKind : int64_t { kPsPull = 1, kPsPush = 2, kPsDone = 3 };
 constexpr int kPsHeaderTag = 81;
 constexpr int kPsPayloadTag = 82;

@@ -44,6 +44,7 @@ struct WorkerSlot {
   int64_t lastStaleness = 0;  // of its last applied update
   at::Tensor granted;         // weights granted and not yet sent
   int64_t grantedVersion = 0;
+  int64_t ticket = 0;
 };
 
 }  // namespace
@@ -58,6 +59,7 @@ struct ParameterServer::State {
   std::mutex mutex;
   std::condition_variable changed;
   int64_t version = 0;  // updates applied
+  int64_t tickets = 0;  // grants made: a global sequence for handing out work (PsWorker::ticket)
   std::vector<WorkerSlot> slots;
   bool failed = false;
 
@@ -82,7 +84,7 @@ ParameterServer::ParameterServer(std::shared_ptr<Communicator> comm, PsOptions o
   if (!s.pairs->role.server)
     throw Error(fmt::format("ParameterServer on rank {}: that rank is a worker", comm->rank()));
   at::Tensor flat = detail::broadcastFlatParameters(*comm, parameters);
-  const auto range = psShardRange(flat.numel(), options.servers, s.pairs->role.index);
+  const auto range = psShardRange(flat.numel(), s.pairs->role.servers, s.pairs->role.index);
   s.shard = flat.narrow(0, range.first, range.second - range.first).clone();
   s.shard.mutable_grad() = at::zeros_like(s.shard);
   s.optimizer = factory({s.shard});
@@ -147,6 +149,7 @@ void ParameterServer::State::grantWaiting() {
     slot.staleness = 0;
     slot.granted = snapshot;
     slot.grantedVersion = version;
+    slot.ticket = tickets++;
   }
   changed.notify_all();
 }
@@ -195,6 +198,7 @@ void ParameterServer::State::serveWorker(size_t w) {
       if (failed) return;
       slot.granted = shard.detach().clone();  // the final weights
       slot.grantedVersion = version;
+      slot.ticket = -1;
     } else {
       throw Error(fmt::format("unexpected message kind {}", kind));
     }
@@ -214,6 +218,7 @@ bool ParameterServer::State::reply(size_t w, Communicator& peer, std::unique_loc
   at::Tensor header = at::zeros({kPsHeaderSize}, at::kLong);
   header.data_ptr<int64_t>()[0] = slot.grantedVersion;
   header.data_ptr<int64_t>()[1] = slot.lastStaleness;
+  header.data_ptr<int64_t>()[2] = slot.ticket;
   lock.unlock();
   const int other = 1 - peer.rank();
   auto sentHeader = peer.send(header, other, kPsHeaderTag);

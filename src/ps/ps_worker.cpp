@@ -27,6 +27,7 @@ struct PsWorker::State {
   int64_t pushes = 0;
   double waitSeconds = 0;
   int64_t maxStaleness = 0;
+  int64_t ticket = -1;
   bool pulled = false, finished = false;
 
   void exchange(int64_t kind);
@@ -47,7 +48,8 @@ PsWorker::PsWorker(std::shared_ptr<Communicator> comm, PsOptions options, std::v
     throw Error(fmt::format("parameter server: {} parameter elements cannot be spread over {} servers", numel,
                             options.servers));
   }
-  for (int j = 0; j < options.servers; ++j) s.ranges.push_back(psShardRange(numel, options.servers, j));
+  const int servers = s.pairs->role.servers;
+  for (int j = 0; j < servers; ++j) s.ranges.push_back(psShardRange(numel, servers, j));
   s.gradients = at::zeros({numel}, at::kFloat);
   s.weights = at::zeros({numel}, at::kFloat);
   s.versions.assign(static_cast<size_t>(options.servers), 0);
@@ -58,6 +60,7 @@ PsWorker::~PsWorker() = default;
 int64_t PsWorker::pushes() const { return state_->pushes; }
 double PsWorker::waitSeconds() const { return state_->waitSeconds; }
 int64_t PsWorker::maxStaleness() const { return state_->maxStaleness; }
+int64_t PsWorker::ticket() const { return state_->ticket; }
 
 void PsWorker::pull() {
   if (state_->pulled) throw Error("PsWorker::pull: already pulled (push() brings the weights from then on)");
@@ -132,6 +135,7 @@ void PsWorker::State::exchange(int64_t kind) {
     versions[j] = replies[j].data_ptr<int64_t>()[0];
     maxStaleness = std::max(maxStaleness, replies[j].data_ptr<int64_t>()[1]);
   }
+  ticket = replies[0].data_ptr<int64_t>()[2];
   at::NoGradGuard noGrad;
   int64_t offset = 0;
   for (auto& p : parameters) {

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "lockstep/common/error.h"
@@ -87,6 +88,7 @@ struct RunResult {
   std::vector<std::vector<at::Tensor>> workerParams;  // by worker, after finish()
   std::vector<PsStats> serverStats;
   std::vector<int64_t> workerMaxStaleness;
+  std::vector<std::vector<int64_t>> tickets;  // by worker: after the pull, then after each push
 };
 
 /// `workers` workers and `servers` servers, each worker pushing `steps` SGD gradients of the
@@ -94,6 +96,7 @@ struct RunResult {
 void runPs(int workers, int servers, int staleness, int64_t steps, double lr, int slow, int slowMs, RunResult& out) {
   out.workerParams.assign(static_cast<size_t>(workers), {});
   out.workerMaxStaleness.assign(static_cast<size_t>(workers), 0);
+  out.tickets.assign(static_cast<size_t>(workers), {});
   out.serverStats.assign(static_cast<size_t>(servers), {});
   runRanks(workers + servers, [&](int rank, Communicator& comm) {
     auto params = Problem::initial();
@@ -108,15 +111,18 @@ void runPs(int workers, int servers, int staleness, int64_t steps, double lr, in
     PsWorker worker(borrow(comm), options, params);
     if (rank == slow) std::this_thread::sleep_for(std::chrono::milliseconds(slowMs));  // late from the start
     worker.pull();
+    std::vector<int64_t> tickets{worker.ticket()};
     for (int64_t k = 0; k < steps; ++k) {
       if (rank == slow) std::this_thread::sleep_for(std::chrono::milliseconds(slowMs));
       computeGradients(params, rank, k);
       worker.push();
+      tickets.push_back(worker.ticket());
     }
     worker.finish();
     std::lock_guard<std::mutex> lock(out.mutex);
     out.workerParams[static_cast<size_t>(rank)] = {params[0].detach().clone(), params[1].detach().clone()};
     out.workerMaxStaleness[static_cast<size_t>(rank)] = worker.maxStaleness();
+    out.tickets[static_cast<size_t>(rank)] = tickets;
   });
 }
 
@@ -145,6 +151,8 @@ TEST(ParameterServer, ZeroStalenessEqualsSynchronousSgd) {
     EXPECT_LE(maxRelativeDiff(run.workerParams[w][0], reference[0].detach()), 1e-6);
     EXPECT_LE(maxRelativeDiff(run.workerParams[w][1], reference[1].detach()), 1e-6);
     EXPECT_EQ(run.workerMaxStaleness[w], 0);
+    // Round k's grants are numbered k*W .. k*W+W-1: work handed out by ticket follows the rounds.
+    for (size_t k = 0; k < run.tickets[w].size(); ++k) EXPECT_EQ(run.tickets[w][k] / workers, int64_t(k));
   }
   for (const auto& stats : run.serverStats) {
     EXPECT_EQ(stats.updates, workers * steps);
@@ -165,6 +173,10 @@ TEST(ParameterServer, StragglerHoldsNoWorkerBeyondTheBound) {
   for (int w = 0; w < workers; ++w) EXPECT_LE(run.workerMaxStaleness[w], staleness);
   EXPECT_EQ(run.workerMaxStaleness[2], staleness);
   EXPECT_GE(stats.lag.size(), 3u);  // the straggler computed on weights two updates old
+  // Every grant has its own ticket.
+  std::set<int64_t> tickets;
+  for (const auto& t : run.tickets) tickets.insert(t.begin(), t.end());
+  EXPECT_EQ(tickets.size(), static_cast<size_t>(workers * (steps + 1)));
   // Every worker ends with the servers' final weights.
   EXPECT_TRUE(at::equal(run.workerParams[0][0], run.workerParams[2][0]));
 }

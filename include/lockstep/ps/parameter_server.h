@@ -48,8 +48,8 @@
 namespace lockstep {
 
 struct PsOptions {
-  int servers = 1;    ///< S: the last S ranks hold the parameters (config ps.servers)
-  int staleness = 0;  ///< s: the most staleness an applied update may have (config ps.staleness)
+  int64_t servers = 1;    ///< S: the last S ranks hold the parameters (config ps.servers)
+  int64_t staleness = 0;  ///< s: the most staleness an applied update may have (config ps.staleness)
 };
 
 /// ConfigError naming ps.servers or ps.staleness unless 1 <= servers < worldSize and staleness >= 0.
@@ -124,6 +124,10 @@ class PsWorker {
   double waitSeconds() const;
   /// The largest staleness of this worker's updates, as the servers applied them.
   int64_t maxStaleness() const;
+  /// Server 0 numbers its grants of weights 0, 1, 2, ... over all workers: the number of the weights
+  /// this worker received last (-1 after finish()). Hand out work by it: each number goes to exactly
+  /// one worker, in the order the workers got their weights (with s = 0, round k gets k*W .. k*W+W-1).
+  int64_t ticket() const;
 
  private:
   struct State;
