@@ -60,7 +60,9 @@ nlohmann::json toJson(const FitResult& r, int rank, int threads) {
           {"pipeline_bubble", b.pipelineBubble >= 0 ? nlohmann::json(b.pipelineBubble) : nullptr},
           {"pipeline_idle_fraction_max",
            b.pipelineIdleFractionMax >= 0 ? nlohmann::json(b.pipelineIdleFractionMax) : nullptr},
-          {"memory", {{"ranks", ranks}}}};
+          {"memory", {{"ranks", ranks}}},
+          {"ps_staleness", r.staleness.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.staleness)},
+          {"ps_wait_seconds", r.psWaitSeconds.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.psWaitSeconds)}};
 }
 
 class ResultJsonWriter : public TrainerCallback {

@@ -84,6 +84,10 @@ std::vector<Field> fieldsOf(TrainConfig& c) {
       {"parallel.microbatches", &c.trainer.pipeline.microbatches},
       {"parallel.schedule", choice(&c.trainer.pipeline.schedule, parsePipelineSchedule)},
       {"parallel.balance", &c.trainer.pipeline.balance},
+      {"ps.servers", &c.trainer.ps.servers},
+      {"ps.staleness", &c.trainer.ps.staleness},
+      {"trainer.test_slow_rank", &c.trainer.testSlowRank},
+      {"trainer.test_slow_factor", &c.trainer.testSlowFactor},
       {"ddp.bucket_cap_mb", &c.trainer.ddp.bucketCapMb},
       {"ddp.first_bucket_cap_mb", &c.trainer.ddp.firstBucketCapMb},
       {"ddp.find_unused_parameters", &c.trainer.ddp.findUnusedParameters},
@@ -254,6 +258,11 @@ void validate(const TrainConfig& c) {
   check(c.trainer.pipeline.microbatches >= 0,
         fmt::format("parallel.microbatches must be at least 1 (0: 4 x parallel.pipeline), got {}",
                     c.trainer.pipeline.microbatches));
+  check(c.trainer.ps.servers >= 1, fmt::format("ps.servers must be at least 1, got {}", c.trainer.ps.servers));
+  check(c.trainer.ps.staleness >= 0,
+        fmt::format("ps.staleness must be 0 (synchronous) or more, got {}", c.trainer.ps.staleness));
+  check(c.trainer.testSlowFactor >= 1,
+        fmt::format("trainer.test_slow_factor must be at least 1, got {}", c.trainer.testSlowFactor));
   check(c.trainer.clipGradNorm >= 0, "trainer.clip_grad_norm must not be negative");
   check(c.trainer.logEvery > 0, "trainer.log_every must be positive");
   check(c.trainer.optimizer.lr > 0, "optimizer.lr must be positive");

@@ -20,8 +20,10 @@ namespace lockstep {
 
 namespace {
 
-constexpr EnumName<StrategyType> kStrategyNames[] = {
-    {StrategyType::kDdp, "ddp"}, {StrategyType::kZero1, "zero1"}, {StrategyType::kZero2, "zero2"}};
+constexpr EnumName<StrategyType> kStrategyNames[] = {{StrategyType::kDdp, "ddp"},
+                                                     {StrategyType::kZero1, "zero1"},
+                                                     {StrategyType::kZero2, "zero2"},
+                                                     {StrategyType::kAsyncPs, "async_ps"}};
 
 class DdpStrategy final : public Strategy {
  public:
@@ -133,6 +135,9 @@ StrategyType parseStrategyType(const std::string& text, const std::string& what)
 std::unique_ptr<Strategy> makeStrategy(StrategyType type, std::shared_ptr<torch::nn::Module> model,
                                        std::shared_ptr<Communicator> comm, DdpOptions options,
                                        std::unique_ptr<torch::optim::Optimizer> optimizer) {
+  if (type == StrategyType::kAsyncPs) {
+    throw InternalError("makeStrategy: async_ps has no synchronous strategy (Trainer::fit runs it on its own)");
+  }
   if (type == StrategyType::kZero2) {
     return detail::makeZero2Strategy(std::move(model), std::move(comm), std::move(options), std::move(optimizer));
   }

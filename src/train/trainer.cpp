@@ -22,7 +22,9 @@
 #include "lockstep/common/tensor_memory.h"
 #include "lockstep/data/sampler.h"
 #include "lockstep/train/strategy.h"
+#include "train/async_ps_run.h"
 #include "train/fit_run.h"
+#include "train/test_slowdown.h"
 
 namespace lockstep {
 
@@ -220,6 +222,7 @@ double FitRun::trainStep() {
   const int64_t liveAtStart = trackPeak ? liveTensorBytes() : 0;
   if (trackPeak) resetPeakTensorBytes();
   timer_.beginStep();
+  const auto computeStart = Clock::now();
   for (int64_t m = 0; m < o_.accumulation; ++m) {
     Batch batch = loader_.next();
     timer_.endPhase(Phase::kDataWait);
@@ -238,6 +241,7 @@ double FitRun::trainStep() {
     stepLoss += loss.item<double>();
     timer_.endPhase(Phase::kForward);
     strategy_->backward(loss, /*sync=*/m + 1 == o_.accumulation);
+    if (m + 1 == o_.accumulation) applyTestSlowdown(o_, rank_, computeStart);  // a straggler: counted as backward
     timer_.endPhase(Phase::kBackward);
   }
   if (trackPeak) stepPeakBytes_ = std::max(stepPeakBytes_, peakTensorBytes() - liveAtStart);
@@ -344,6 +348,9 @@ FitResult Trainer::fit(std::shared_ptr<torch::nn::Module> model, const LossFn& l
                     "a LayeredModel",
                     options_.pipeline.stages));
   }
+  if (options_.strategy == StrategyType::kAsyncPs) {
+    return detail::AsyncPsRun(comm_, options_, std::move(model), loss, train, validation, correct).run();
+  }
   return detail::FitRun(comm_, options_, std::move(model), loss, train, validation, correct).run();
 }
 
@@ -369,7 +376,7 @@ FitResult Trainer::fit(const LayeredModel& model, const Dataset& train, const Da
   if (model.correct) {
     correct = [chain, fn = model.correct](torch::nn::Module&, const Batch& b) { return fn(chain(b.inputs), b); };
   }
-  return detail::FitRun(comm_, options_, model.model, loss, train, validation, correct).run();
+  return fit(model.model, loss, train, validation, correct);
 }
 
 }  // namespace lockstep

@@ -74,6 +74,7 @@ TEST(PsLayout, RolesShardsAndOptionErrors) {
   EXPECT_HAS(errorOf([] { checkPsOptions({2, 0}, 2); }), "ps.servers 2");
   EXPECT_HAS(errorOf([] { checkPsOptions({0, 0}, 4); }), "ps.servers 0");
   EXPECT_HAS(errorOf([] { checkPsOptions({1, -1}, 4); }), "ps.staleness -1");
+  EXPECT_HAS(errorOf([] { checkPsOptions({2, 1}, 5); }), "ps.servers 2 with ps.staleness 1");
   PsStats stats;
   EXPECT_EQ(stats.maxStaleness(), -1);
   stats.record(2, 5);
@@ -185,7 +186,7 @@ TEST(ParameterServer, AsynchronousTrainingLearns) {
   const int workers = 3;
   const int64_t steps = 60;
   RunResult run;
-  runPs(workers, /*servers=*/2, /*staleness=*/4, steps, /*lr=*/0.03, /*slow=*/1, /*slowMs=*/3, run);
+  runPs(workers, /*servers=*/1, /*staleness=*/4, steps, /*lr=*/0.03, /*slow=*/1, /*slowMs=*/3, run);
   auto initial = Problem::initial();
   std::vector<at::Tensor> final = run.workerParams[0];
   double before = 0, after = 0;

@@ -109,10 +109,13 @@ class Strategy {
 ///         optim/sharded_optimizer.h): parameters equal ddp's bit for bit;
 /// zero2 — also the gradients: buckets are reduce-scattered and each rank
 ///         keeps and updates only its part of them, then the parameters are
-///         all-gathered (ZeRO stage 2, ddp/sharded_data_parallel.h).
-enum class StrategyType { kDdp, kZero1, kZero2 };
+///         all-gathered (ZeRO stage 2, ddp/sharded_data_parallel.h);
+/// async_ps — asynchronous: the last ps.servers ranks hold the parameters and the optimizer, the
+///         other ranks push gradients and get weights back at their own pace, within a staleness
+///         bound (ps/parameter_server.h). Not a Strategy object: Trainer::fit runs its own loop.
+enum class StrategyType { kDdp, kZero1, kZero2, kAsyncPs };
 const char* toString(StrategyType type);
-/// "ddp", "zero1" or "zero2" (any case); ConfigError naming `what` and both otherwise.
+/// "ddp", "zero1", "zero2" or "async_ps" (any case); ConfigError naming `what` and them otherwise.
 StrategyType parseStrategyType(const std::string& text, const std::string& what);
 
 /// Pipeline stages (config parallel.pipeline > 1): the world is pipelines x

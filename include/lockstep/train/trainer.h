@@ -37,6 +37,7 @@
 #include "lockstep/optim/lr_scaling.h"
 #include "lockstep/optim/optimizer.h"
 #include "lockstep/pipeline/pipeline.h"
+#include "lockstep/ps/parameter_server.h"
 #include "lockstep/train/callbacks.h"
 #include "lockstep/train/checkpoint.h"
 #include "lockstep/train/strategy.h"
@@ -121,11 +122,19 @@ struct TrainerOptions {
   /// (the world is pipelines x stages; pipeline/pipeline.h); trainer.batch_size is then per
   /// pipeline, split into micro-batches. Needs fit(LayeredModel) and strategy ddp.
   PipelineOptions pipeline;
+  /// ps.*: the servers and staleness bound of strategy async_ps (ps/parameter_server.h).
+  PsOptions ps;
   CheckpointOptions checkpoint;
 
   /// Fault injection for tests: SIGKILL this process right after the
   /// checkpoint of this optimizer step was written (0: never).
   int64_t crashAfterStep = 0;
+  /// A straggler for tests and benchmarks: the rank testSlowRank (-1: none) sleeps after each
+  /// step's backward for (testSlowFactor - 1) x the time the step took so far (data, forward,
+  /// backward), so it computes testSlowFactor times slower (config trainer.test_slow_rank,
+  /// trainer.test_slow_factor).
+  int64_t testSlowRank = -1;
+  double testSlowFactor = 2;
 
   /// Called in order, on every rank, from the training thread (callbacks.h).
   std::vector<std::shared_ptr<TrainerCallback>> callbacks;
@@ -182,6 +191,10 @@ struct FitResult {
   /// Every rank's memory at the end of the run, in rank order (gathered: the
   /// same on every rank). stepPeakBytes needs common/tensor_memory.h tracking.
   std::vector<RankMemory> memory;
+  /// strategy async_ps: the updates applied by staleness (index: staleness; PsStats), and each
+  /// worker's seconds waiting for the servers (its pushes and the bound), in worker order.
+  std::vector<int64_t> staleness;
+  std::vector<double> psWaitSeconds;
 };
 
 class Trainer {

@@ -1,0 +1,309 @@
+// Trainer::fit with strategy async_ps: servers serve, workers train by ticket (async_ps_run.h).
+#include "train/async_ps_run.h"
+
+#include <ATen/ATen.h>
+#include <torch/nn/module.h>
+#include <torch/nn/utils/clip_grad.h>
+#include <torch/optim/optimizer.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "lockstep/common/error.h"
+#include "lockstep/common/logging.h"
+#include "lockstep/train/checkpoint.h"
+#include "train/test_slowdown.h"
+
+namespace lockstep::detail {
+
+AsyncPsRun::AsyncPsRun(std::shared_ptr<Communicator> comm, const TrainerOptions& options,
+                       std::shared_ptr<torch::nn::Module> model, const LossFn& loss, const Dataset& train,
+                       const Dataset* validation, const CorrectFn& correct)
+    : comm_(std::move(comm)), o_(options), model_(std::move(model)), lossFn_(loss), train_(train),
+      validation_(validation), correct_(correct), rank_(comm_->rank()),
+      role_(psRole(comm_->rank(), comm_->size(), options.ps)),
+      sampler_(SamplerOptions{std::max<int64_t>(train.size(), 1), 0, 1, /*shuffle=*/true, options.seed,
+                              /*dropLast=*/false}),
+      timer_(origin_, !options.callbacks.empty()) {
+  checkOptions();
+  batchesPerEpoch_ = sampler_.numBatches(o_.batchSize, /*dropLastBatch=*/true);
+  if (batchesPerEpoch_ == 0) {
+    throw ConfigError(fmt::format("the training set has {} samples: too few for one batch of {}; lower trainer.batch_size",
+                                  train.size(), o_.batchSize));
+  }
+  // trainer.max_steps keeps the samples of a synchronous run of that many steps: W updates each.
+  totalBatches_ = o_.maxSteps > 0 ? o_.maxSteps * role_.workers : o_.epochs * batchesPerEpoch_;
+  LrScalingOptions scaling = o_.lrScaling;
+  if (scaling.baseBatch == 0) scaling.baseBatch = o_.batchSize;
+  lr_ = scaledLearningRate(o_.optimizer.lr, o_.batchSize, scaling);  // an update is one worker's batch
+}
+
+void AsyncPsRun::checkOptions() const {
+  LOCKSTEP_CHECK(train_.size() > 0, "the training set is empty");
+  const std::string why = "strategy.type async_ps";
+  if (o_.accumulation > 1) {
+    throw ConfigError(fmt::format("trainer.accumulation {}: {} pushes every batch (use a larger trainer.batch_size)",
+                                  o_.accumulation, why));
+  }
+  if (o_.pipeline.stages > 1) {
+    throw ConfigError(fmt::format("parallel.pipeline {} cannot be combined with {}", o_.pipeline.stages, why));
+  }
+  if (o_.lrScaling.warmupSteps > 0) {
+    throw ConfigError(fmt::format("lr_scaling.warmup_steps {}: {} keeps one learning rate on the servers (no warmup yet)",
+                                  o_.lrScaling.warmupSteps, why));
+  }
+  if (o_.optimizerFactory) {
+    throw ConfigError(why + " builds the servers' optimizers from optimizer.* (TrainerOptions::optimizerFactory is set)");
+  }
+  if (!o_.checkpoint.dir.empty() && o_.checkpoint.resume != "none") {
+    const bool explicitPath = o_.checkpoint.resume != "auto";
+    const size_t found = explicitPath ? 1 : CheckpointDir(o_.checkpoint.dir, 1).list().size();
+    if (found > 0) {
+      throw ConfigError(fmt::format(
+          "{} does not resume from checkpoints yet: {} {}; set checkpoint.resume=none to start afresh, or another "
+          "checkpoint.dir",
+          why, explicitPath ? "checkpoint.resume names" : o_.checkpoint.dir + " holds",
+          explicitPath ? o_.checkpoint.resume : fmt::format("{} checkpoint(s)", found)));
+    }
+  }
+}
+
+FitResult AsyncPsRun::run() {
+  announce();
+  if (role_.server) {
+    serve();
+  } else {
+    work();
+  }
+  result_.seconds = std::chrono::duration<double>(trainEnd_ - trainStart_).count();
+  model_->train();
+  if (o_.validate && validation_) validate();
+  gather();
+  finish();
+  return result_;
+}
+
+void AsyncPsRun::announce() {
+  if (rank_ == 0) {
+    log::info(fmt::format(
+        "training asynchronously: {} worker(s) and {} parameter server(s) (ranks {}..{}), staleness bound {}; {} "
+        "samples, batch {} per update, lr {} per update; {} updates ({} per epoch); no checkpoints are written "
+        "(async_ps, docs/parameter-server.md)",
+        role_.workers, role_.servers, role_.workers, role_.workers + role_.servers - 1, o_.ps.staleness, train_.size(),
+        o_.batchSize, lr_, totalBatches_, batchesPerEpoch_));
+  }
+  FitInfo info;
+  info.rank = rank_;
+  info.worldSize = comm_->size();
+  info.totalSteps = totalBatches_;
+  info.stepsPerEpoch = batchesPerEpoch_;
+  info.epochs = (totalBatches_ + batchesPerEpoch_ - 1) / batchesPerEpoch_;
+  info.globalBatch = o_.batchSize;
+  info.origin = origin_;
+  info.unixTimeAtOrigin = unixTimeAtOrigin_;
+  notify([&](TrainerCallback& c) { c.onFitStart(info); });
+}
+
+void AsyncPsRun::serve() {
+  OptimizerOptions optimizer = o_.optimizer;
+  optimizer.lr = lr_;
+  ParameterServer server(comm_, o_.ps, model_->parameters(),
+                         [&](const std::vector<at::Tensor>& params) { return makeOptimizer(optimizer, params); });
+  trainStart_ = Clock::now();
+  server.serve();
+  trainEnd_ = Clock::now();
+  stats_ = server.stats();
+  result_.steps = server.updates();
+}
+
+void AsyncPsRun::work() {
+  PsWorker worker(comm_, o_.ps, model_->parameters());
+  model_->train();
+  trainStart_ = windowStart_ = Clock::now();
+  worker.pull();
+  int64_t ticket = worker.ticket();
+  while (ticket < totalBatches_) {
+    const double loss = trainBatch(ticket);
+    worker.push();
+    ++pushes_;
+    timer_.endPhase(Phase::kCommWait);
+    timer_.endPhase(Phase::kOptimizer);
+    timer_.endStep({});
+    if (!o_.callbacks.empty()) {
+      StepRecord& record = timer_.record();
+      record.step = ticket + 1;
+      record.epoch = ticket / batchesPerEpoch_;
+      record.loss = loss;
+      record.lr = lr_;
+      notify([&](TrainerCallback& c) { c.onStepEnd(record); });
+    }
+    windowLoss_ += loss;
+    ++windowSteps_;
+    if (pushes_ % o_.logEvery == 0) logWindow(ticket, lr_);
+    ticket = worker.ticket();
+  }
+  worker.finish();
+  trainEnd_ = Clock::now();
+  if (windowSteps_ > 0) logWindow(totalBatches_ - 1, lr_);
+  waitSeconds_ = worker.waitSeconds();
+}
+
+/// Forward and backward of batch `ticket` (the gradients are left for the push); returns its loss.
+double AsyncPsRun::trainBatch(int64_t ticket) {
+  const int64_t epoch = ticket / batchesPerEpoch_;
+  if (epoch != samplerEpoch_) {
+    sampler_.setEpoch(epoch);
+    samplerEpoch_ = epoch;
+  }
+  timer_.beginStep();
+  const auto computeStart = Clock::now();
+  Batch batch = train_.batch(sampler_.batch(ticket % batchesPerEpoch_, o_.batchSize), epoch);
+  timer_.endPhase(Phase::kDataWait);
+  for (auto& p : model_->parameters()) p.mutable_grad() = at::Tensor();
+  at::Tensor loss;
+  {
+    AutocastGuard amp(o_.precision);
+    loss = lossFn_(*model_, batch);
+  }
+  loss = loss.to(at::kFloat);
+  const double value = loss.item<double>();
+  if (!std::isfinite(value)) {
+    throw Error(fmt::format("the loss of batch {} is not finite on rank {} (worker {}): {}; stopping (async_ps has no "
+                            "skipping yet)",
+                            ticket + 1, rank_, role_.index, value));
+  }
+  timer_.endPhase(Phase::kForward);
+  loss.backward();
+  if (o_.clipGradNorm > 0) torch::nn::utils::clip_grad_norm_(model_->parameters(), o_.clipGradNorm);
+  applyTestSlowdown(o_, rank_, computeStart);
+  timer_.endPhase(Phase::kBackward);
+  return value;
+}
+
+/// This worker's loss over its window (no collective: the workers do not wait for each other).
+void AsyncPsRun::logWindow(int64_t ticket, double lr) {
+  const auto now = Clock::now();
+  const double seconds = std::chrono::duration<double>(now - windowStart_).count();
+  result_.lastTrainLoss = windowLoss_ / static_cast<double>(windowSteps_);
+  const double samplesPerSecond = static_cast<double>(windowSteps_ * o_.batchSize) / seconds;
+  if (rank_ == 0) {
+    log::info(fmt::format("update {}/{} epoch {} loss {:.4f} (worker 0) lr {:.3g} {:.0f} samples/s (worker 0)",
+                          ticket + 1, totalBatches_, ticket / batchesPerEpoch_ + 1, result_.lastTrainLoss, lr,
+                          samplesPerSecond));
+  }
+  LogRecord record{ticket + 1,
+                   totalBatches_,
+                   ticket / batchesPerEpoch_,
+                   result_.lastTrainLoss,
+                   lr,
+                   samplesPerSecond,
+                   seconds / static_cast<double>(windowSteps_),
+                   timer_.sinceOrigin(now)};
+  notify([&](TrainerCallback& c) { c.onLog(record); });
+  windowLoss_ = 0;
+  windowSteps_ = 0;
+  windowStart_ = Clock::now();
+}
+
+/// The final weights' loss (and accuracy) over the validation set, shared by the workers (collective;
+/// the servers take no part of it).
+void AsyncPsRun::validate() {
+  double sum = 0, count = 0, right = 0;
+  if (!role_.server) {
+    at::NoGradGuard noGrad;
+    model_->eval();
+    AutocastGuard amp(o_.precision);
+    std::vector<int64_t> indices;
+    auto flush = [&] {
+      if (indices.empty()) return;
+      Batch batch = validation_->batch(indices, 0);
+      const auto rows = static_cast<double>(batch.inputs.size(0));
+      sum += lossFn_(*model_, batch).item<double>() * rows;
+      if (correct_) right += static_cast<double>(correct_(*model_, batch));
+      count += rows;
+      indices.clear();
+    };
+    for (int64_t i = role_.index; i < validation_->size(); i += role_.workers) {
+      indices.push_back(i);
+      if (static_cast<int64_t>(indices.size()) == o_.batchSize) flush();
+    }
+    flush();
+    model_->train();
+  }
+  std::vector<at::Tensor> totals{at::tensor({sum, count, right}, at::kDouble)};
+  comm_->allreduce(totals, ReduceOp::kSum)->wait();
+  const double total = totals[0][1].item<double>();
+  result_.lastValidationLoss = total > 0 ? totals[0][0].item<double>() / total : -1;
+  if (correct_ && total > 0) result_.lastValidationAccuracy = totals[0][2].item<double>() / total;
+  ValidationRecord record{totalBatches_, (totalBatches_ - 1) / batchesPerEpoch_, result_.lastValidationLoss,
+                          result_.lastValidationAccuracy, timer_.sinceOrigin(Clock::now())};
+  notify([&](TrainerCallback& c) { c.onValidation(record); });
+  if (rank_ == 0) {
+    std::string accuracy = result_.lastValidationAccuracy >= 0
+                               ? fmt::format(", accuracy {:.2f}%", 100 * result_.lastValidationAccuracy)
+                               : "";
+    log::info(fmt::format("final validation loss {:.4f}{}", result_.lastValidationLoss, accuracy));
+  }
+}
+
+/// Collective: server 0's staleness histogram, every worker's pushes, wait and train loss, to every rank.
+void AsyncPsRun::gather() {
+  const int64_t bins = o_.ps.staleness + 1, workers = role_.workers;
+  // [staleness histogram | updates | pushes per worker | wait per worker | window loss per worker]
+  at::Tensor all = at::zeros({bins + 1 + 3 * workers}, at::kDouble);
+  auto* a = all.data_ptr<double>();
+  if (role_.server && role_.index == 0) {
+    for (size_t g = 0; g < stats_.staleness.size(); ++g) {
+      if (stats_.staleness[g] == 0) continue;
+      LOCKSTEP_ASSERT(static_cast<int64_t>(g) < bins, "an update of staleness ", g, " passed the bound ", bins - 1);
+      a[g] = static_cast<double>(stats_.staleness[g]);
+    }
+    a[bins] = static_cast<double>(result_.steps);
+  }
+  if (!role_.server) {
+    a[bins + 1 + role_.index] = static_cast<double>(pushes_);
+    a[bins + 1 + workers + role_.index] = waitSeconds_;
+    a[bins + 1 + 2 * workers + role_.index] = result_.lastTrainLoss;
+  }
+  std::vector<at::Tensor> t{all};
+  comm_->allreduce(t, ReduceOp::kSum)->wait();
+  result_.staleness.assign(a, a + bins);
+  result_.steps = static_cast<int64_t>(a[bins]);
+  result_.psWaitSeconds.assign(a + bins + 1 + workers, a + bins + 1 + 2 * workers);
+  double loss = 0;
+  for (int64_t w = 0; w < workers; ++w) loss += a[bins + 1 + 2 * workers + w];
+  result_.lastTrainLoss = loss / static_cast<double>(workers);
+  std::vector<double> seconds{result_.seconds};
+  at::Tensor longest = at::tensor(seconds, at::kDouble);
+  std::vector<at::Tensor> l{longest};
+  comm_->allreduce(l, ReduceOp::kMax)->wait();
+  result_.seconds = longest.item<double>();
+}
+
+void AsyncPsRun::finish() {
+  result_.worldSize = comm_->size();
+  result_.globalBatch = o_.batchSize;
+  if (result_.seconds > 0) {
+    result_.samplesPerSecond = static_cast<double>(result_.steps * o_.batchSize) / result_.seconds;
+  }
+  result_.breakdown = timer_.breakdown(*comm_);
+  if (rank_ == 0) {
+    std::string histogram;
+    for (size_t g = 0; g < result_.staleness.size(); ++g) {
+      histogram += fmt::format("{}{}: {}", g == 0 ? "" : ", ", g, result_.staleness[g]);
+    }
+    std::string waits;
+    for (size_t w = 0; w < result_.psWaitSeconds.size(); ++w) {
+      waits += fmt::format("{}{:.1f}", w == 0 ? "" : " / ", result_.psWaitSeconds[w]);
+    }
+    log::info(fmt::format("done: {} updates in {:.1f} s, {:.0f} samples/s; staleness of the updates (bound {}): {}; "
+                          "seconds each worker waited for the servers: {}",
+                          result_.steps, result_.seconds, result_.samplesPerSecond, o_.ps.staleness, histogram,
+                          waits));
+  }
+  notify([&](TrainerCallback& c) { c.onFitEnd(result_); });
+}
+
+}  // namespace lockstep::detail

@@ -1,0 +1,74 @@
+// async_ps_run.h — one Trainer::fit() call with strategy async_ps (ps/parameter_server.h): the last
+// ps.servers ranks serve the weights, the others train at their own pace. Private to train/.
+//
+// Work is handed out by the servers' tickets: batch t of the run is batch t % B of epoch t / B of
+// the whole training set (shuffled with the seed and the epoch, B batches per epoch), trained by
+// whichever worker received ticket t. Every batch is trained once, by one worker, and fast workers
+// train more of them. With s = 0 a round of W updates covers the same samples as one synchronous
+// step of W workers. There is no collective between workers until the end: each worker logs its
+// own loss; the servers count staleness; validation and the result are gathered at the end.
+#pragma once
+
+#include <chrono>
+#include <memory>
+
+#include "lockstep/data/sampler.h"
+#include "lockstep/train/trainer.h"
+#include "train/step_timer.h"
+
+namespace lockstep::detail {
+
+class AsyncPsRun {
+ public:
+  AsyncPsRun(std::shared_ptr<Communicator> comm, const TrainerOptions& options,
+             std::shared_ptr<torch::nn::Module> model, const LossFn& loss, const Dataset& train,
+             const Dataset* validation, const CorrectFn& correct);
+  FitResult run();
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  void checkOptions() const;
+  void announce();
+  void serve();
+  void work();
+  double trainBatch(int64_t ticket);
+  void logWindow(int64_t ticket, double lr);
+  void validate();
+  void gather();
+  void finish();
+  template <typename Fn>
+  void notify(Fn&& fn) {
+    for (const auto& c : o_.callbacks) fn(*c);
+  }
+
+  const Clock::time_point origin_ = Clock::now();
+  const double unixTimeAtOrigin_ =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  std::shared_ptr<Communicator> comm_;
+  const TrainerOptions& o_;
+  std::shared_ptr<torch::nn::Module> model_;
+  const LossFn& lossFn_;
+  const Dataset& train_;
+  const Dataset* validation_;
+  const CorrectFn& correct_;
+  const int rank_;
+  const PsRole role_;
+
+  DistributedSampler sampler_;  // the whole training set: batch t % B of epoch t / B
+  int64_t samplerEpoch_ = -1;
+  int64_t batchesPerEpoch_ = 0;
+  int64_t totalBatches_ = 0;
+  double lr_ = 0;  // the servers' learning rate: for one worker's batch
+
+  detail::StepTimer timer_;
+  FitResult result_;
+  PsStats stats_;              // server 0's
+  int64_t pushes_ = 0;         // this worker's
+  double waitSeconds_ = 0;     // this worker's, for the servers
+  double windowLoss_ = 0;
+  int64_t windowSteps_ = 0;
+  Clock::time_point windowStart_;
+  Clock::time_point trainStart_, trainEnd_;
+};
+
+}  // namespace lockstep::detail

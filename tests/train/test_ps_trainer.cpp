@@ -1,0 +1,131 @@
+// The Trainer with strategy async_ps: with staleness bound 0 it trains exactly like DDP on the same
+// samples; with a straggler (the test knob) no update passes the bound and every batch is trained
+// once; the errors name the keys. Threads as ranks over Gloo.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/activation.h>
+
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <mutex>
+#include <numeric>
+
+#include "lockstep/common/error.h"
+#include "lockstep/train/trainer.h"
+#include "support/expect.h"
+#include "support/thread_ranks.h"
+
+namespace lockstep {
+namespace {
+
+torch::nn::Sequential makeNet() {
+  at::manual_seed(1);  // the same initial model on every rank, as a Task builds it
+  return torch::nn::Sequential(torch::nn::Linear(12, 24), torch::nn::Tanh(), torch::nn::Linear(24, 5));
+}
+
+struct Data {
+  std::shared_ptr<TensorDataset> train, validation;
+};
+
+Data makeData() {
+  at::Generator g = at::detail::createCPUGenerator(5);
+  return {std::make_shared<TensorDataset>(at::randn({192, 12}, g), at::randn({192, 5}, g)),
+          std::make_shared<TensorDataset>(at::randn({40, 12}, g), at::randn({40, 5}, g))};
+}
+
+TrainerOptions baseOptions() {
+  TrainerOptions o;
+  o.maxSteps = 6;
+  o.batchSize = 8;
+  o.optimizer.type = OptimizerType::kSgd;
+  o.optimizer.lr = 0.05;
+  o.logEvery = 3;
+  o.seed = 3;
+  return o;
+}
+
+struct Outcome {
+  FitResult result;                 // rank 0's
+  std::vector<at::Tensor> weights;  // rank 0's model after fit
+};
+
+Outcome train(int world, const TrainerOptions& options) {
+  Data data = makeData();
+  std::vector<torch::nn::Sequential> nets;
+  for (int r = 0; r < world; ++r) nets.push_back(makeNet());
+  Outcome out;
+  test::runRanks(world, [&](int rank, Communicator& comm) {
+    Trainer trainer(test::borrow(comm), options);
+    auto loss = [](torch::nn::Module& m, const Batch& b) {
+      return at::mse_loss(dynamic_cast<torch::nn::SequentialImpl&>(m).forward(b.inputs), b.targets);
+    };
+    FitResult r = trainer.fit(std::static_pointer_cast<torch::nn::Module>(nets[rank].ptr()), LossFn(loss),
+                              *data.train, data.validation.get());
+    if (rank == 0) out.result = r;
+  });
+  for (const auto& p : nets[0]->parameters()) out.weights.push_back(p.detach().clone());
+  return out;
+}
+
+double maxRelativeDiff(const at::Tensor& a, const at::Tensor& b) {
+  return ((a - b).abs().max() / b.abs().max().clamp_min(1e-12)).item<double>();
+}
+
+TEST(PsTrainer, ZeroStalenessTrainsLikeDdpOnTheSameSamples) {
+  // DDP: 3 workers, 6 steps of 3 x 8 samples at lr 0.05 x 3 (linear scaling). async_ps: 3 workers and
+  // a server, 18 updates of 8 samples at lr 0.05 each; each round of 3 covers one DDP step's samples.
+  Outcome ddp = train(3, baseOptions());
+  TrainerOptions o = baseOptions();
+  o.strategy = StrategyType::kAsyncPs;
+  o.ps = {2, 0};  // two servers: the parameters in two slices
+  Outcome ps = train(5, o);
+  ASSERT_EQ(ddp.weights.size(), ps.weights.size());
+  for (size_t i = 0; i < ddp.weights.size(); ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_LE(maxRelativeDiff(ps.weights[i], ddp.weights[i]), 1e-6);
+  }
+  EXPECT_EQ(ps.result.steps, 18);
+  EXPECT_EQ(ps.result.staleness, (std::vector<int64_t>{18}));
+  EXPECT_NEAR(ps.result.lastValidationLoss, ddp.result.lastValidationLoss, 1e-5);
+  EXPECT_EQ(ps.result.psWaitSeconds.size(), 3u);
+}
+
+TEST(PsTrainer, StragglerStaysWithinTheBoundAndEveryBatchIsTrainedOnce) {
+  TrainerOptions o = baseOptions();
+  o.strategy = StrategyType::kAsyncPs;
+  o.ps = {1, 2};
+  o.maxSteps = 10;
+  o.testSlowRank = 2;
+  o.testSlowFactor = 4;
+  Outcome ps = train(4, o);  // 3 workers, 1 server
+  EXPECT_EQ(ps.result.steps, 30);
+  ASSERT_EQ(ps.result.staleness.size(), 3u);  // bins 0..2: nothing staler can be counted
+  EXPECT_EQ(std::accumulate(ps.result.staleness.begin(), ps.result.staleness.end(), int64_t(0)), 30);
+  EXPECT_GT(ps.result.lastValidationLoss, 0);
+}
+
+TEST(PsTrainer, ErrorsNameTheKeys) {
+  TrainerOptions o = baseOptions();
+  o.strategy = StrategyType::kAsyncPs;
+  o.ps = {2, 0};
+  EXPECT_HAS(test::errorOf([&] { train(2, o); }), "ps.servers 2");
+  o.ps = {1, 0};
+  o.accumulation = 2;
+  EXPECT_HAS(test::errorOf([&] { train(2, o); }), "trainer.accumulation 2");
+  o.accumulation = 1;
+  o.checkpoint.dir = (std::filesystem::temp_directory_path() / fmt::format("lockstep-ps-{}", ::getpid())).string();
+  std::filesystem::remove_all(o.checkpoint.dir);
+  TrainerOptions ddp = baseOptions();
+  ddp.checkpoint.dir = o.checkpoint.dir;
+  train(2, ddp);  // leaves a checkpoint
+  EXPECT_HAS(test::errorOf([&] { train(2, o); }), "does not resume from checkpoints yet");
+  o.checkpoint.resume = "none";
+  EXPECT_EQ(train(2, o).result.steps, 6 * 1);
+  std::filesystem::remove_all(o.checkpoint.dir);
+}
+
+}  // namespace
+}  // namespace lockstep
