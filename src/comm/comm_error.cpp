@@ -1,8 +1,10 @@
 #include "lockstep/comm/comm_error.h"
 
-#include "comm/failure.h"
+#include <signal.h>
 
 #include <fmt/format.h>
+
+#include "comm/failure.h"
 
 namespace lockstep {
 
@@ -46,6 +48,11 @@ CommError::CommError(CommErrorInfo info) : Error(formatMessage(info)), info_(std
 }  // namespace lockstep
 
 namespace lockstep::detail {
+
+void ignoreBrokenPipeSignal() {
+  struct sigaction current {};
+  if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) ::signal(SIGPIPE, SIG_IGN);
+}
 
 CommError timeoutError(CommErrorInfo info, const std::string& extra) {
   info.kind = CommErrorKind::kTimeout;

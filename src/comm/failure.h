@@ -13,4 +13,9 @@ CommError timeoutError(CommErrorInfo info, const std::string& extra = "");
 /// The kAborted error of operation `info` on a communicator poisoned by `first`.
 std::exception_ptr abortedError(CommErrorInfo info, const CommErrorInfo& first);
 
+/// Makes a write to a connection a dead peer closed fail with EPIPE instead of killing the process
+/// with SIGPIPE (some transports write without MSG_NOSIGNAL), so the error names the peer. Changes
+/// the process's SIGPIPE disposition only while it is the default; called by every backend's factory.
+void ignoreBrokenPipeSignal();
+
 }  // namespace lockstep::detail

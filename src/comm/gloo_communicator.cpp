@@ -16,6 +16,7 @@
 #include <map>
 
 #include "comm/collective_args.h"
+#include "comm/failure.h"
 #include "comm/op_queue.h"
 #include "comm/split_plan.h"
 #include "comm/store_impl.h"
@@ -322,6 +323,7 @@ std::shared_ptr<Communicator> makeGlooCommunicator(const Store& store, const Glo
   LOCKSTEP_CHECK(o.rank >= 0 && o.rank < o.worldSize, "rank ", o.rank, " must be in 0..", o.worldSize - 1,
                  " (world size ", o.worldSize, ")");
   LOCKSTEP_CHECK(o.timeout.count() > 0, "the communicator timeout must be positive");
+  detail::ignoreBrokenPipeSignal();  // a dead peer: an error naming it, not a SIGPIPE
   auto options = ProcessGroupGloo::Options::create(o.timeout);
   options->threads = 1;  // lockstep runs one operation at a time (op_queue.h)
   CommErrorInfo info;

@@ -446,6 +446,7 @@ std::shared_ptr<Communicator> makeMpiCommunicator(const MpiOptions& input) {
   auto env = Environment::fromProcess();
   if (auto us = env.getInt("LOCKSTEP_MPI_PROGRESS_US", 0, 1000000)) options.progressIntervalUs = static_cast<int>(*us);
   if (auto b = env.getInt("LOCKSTEP_MPI_BLOCKING_BYTES", -1, int64_t(1) << 40)) options.blockingBytes = *b;
+  detail::ignoreBrokenPipeSignal();  // a dead peer: an error naming it, not a SIGPIPE
   auto engine = std::make_shared<Engine>();
   int rank = 0;
   int world = 1;

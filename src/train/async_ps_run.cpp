@@ -30,8 +30,9 @@ AsyncPsRun::AsyncPsRun(std::shared_ptr<Communicator> comm, const TrainerOptions&
   checkOptions();
   batchesPerEpoch_ = sampler_.numBatches(o_.batchSize, /*dropLastBatch=*/true);
   if (batchesPerEpoch_ == 0) {
-    throw ConfigError(fmt::format("the training set has {} samples: too few for one batch of {}; lower trainer.batch_size",
-                                  train.size(), o_.batchSize));
+    throw ConfigError(
+        fmt::format("the training set has {} samples: too few for one batch of {}; lower trainer.batch_size",
+                    train.size(), o_.batchSize));
   }
   // trainer.max_steps keeps the samples of a synchronous run of that many steps: W updates each.
   totalBatches_ = o_.maxSteps > 0 ? o_.maxSteps * role_.workers : o_.epochs * batchesPerEpoch_;
@@ -51,11 +52,13 @@ void AsyncPsRun::checkOptions() const {
     throw ConfigError(fmt::format("parallel.pipeline {} cannot be combined with {}", o_.pipeline.stages, why));
   }
   if (o_.lrScaling.warmupSteps > 0) {
-    throw ConfigError(fmt::format("lr_scaling.warmup_steps {}: {} keeps one learning rate on the servers (no warmup yet)",
-                                  o_.lrScaling.warmupSteps, why));
+    throw ConfigError(
+        fmt::format("lr_scaling.warmup_steps {}: {} keeps one learning rate on the servers (no warmup yet)",
+                    o_.lrScaling.warmupSteps, why));
   }
   if (o_.optimizerFactory) {
-    throw ConfigError(why + " builds the servers' optimizers from optimizer.* (TrainerOptions::optimizerFactory is set)");
+    throw ConfigError(why +
+                      " builds the servers' optimizers from optimizer.* (TrainerOptions::optimizerFactory is set)");
   }
   if (!o_.checkpoint.dir.empty() && o_.checkpoint.resume != "none") {
     const bool explicitPath = o_.checkpoint.resume != "auto";
@@ -170,9 +173,10 @@ double AsyncPsRun::trainBatch(int64_t ticket) {
   loss = loss.to(at::kFloat);
   const double value = loss.item<double>();
   if (!std::isfinite(value)) {
-    throw Error(fmt::format("the loss of batch {} is not finite on rank {} (worker {}): {}; stopping (async_ps has no "
-                            "skipping yet)",
-                            ticket + 1, rank_, role_.index, value));
+    throw Error(
+        fmt::format("the loss of batch {} is not finite on rank {} (worker {}): {}; stopping (async_ps has no "
+                    "skipping yet)",
+                    ticket + 1, rank_, role_.index, value));
   }
   timer_.endPhase(Phase::kForward);
   loss.backward();
@@ -298,10 +302,10 @@ void AsyncPsRun::finish() {
     for (size_t w = 0; w < result_.psWaitSeconds.size(); ++w) {
       waits += fmt::format("{}{:.1f}", w == 0 ? "" : " / ", result_.psWaitSeconds[w]);
     }
-    log::info(fmt::format("done: {} updates in {:.1f} s, {:.0f} samples/s; staleness of the updates (bound {}): {}; "
-                          "seconds each worker waited for the servers: {}",
-                          result_.steps, result_.seconds, result_.samplesPerSecond, o_.ps.staleness, histogram,
-                          waits));
+    log::info(
+        fmt::format("done: {} updates in {:.1f} s, {:.0f} samples/s; staleness of the updates (bound {}): {}; "
+                    "seconds each worker waited for the servers: {}",
+                    result_.steps, result_.seconds, result_.samplesPerSecond, o_.ps.staleness, histogram, waits));
   }
   notify([&](TrainerCallback& c) { c.onFitEnd(result_); });
 }

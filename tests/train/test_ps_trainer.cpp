@@ -3,9 +3,9 @@
 // once; the errors name the keys. Threads as ranks over Gloo.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
+#include <torch/nn/modules/activation.h>
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/modules/linear.h>
-#include <torch/nn/modules/activation.h>
 
 #include <fmt/format.h>
 
@@ -62,8 +62,8 @@ Outcome train(int world, const TrainerOptions& options) {
     auto loss = [](torch::nn::Module& m, const Batch& b) {
       return at::mse_loss(dynamic_cast<torch::nn::SequentialImpl&>(m).forward(b.inputs), b.targets);
     };
-    FitResult r = trainer.fit(std::static_pointer_cast<torch::nn::Module>(nets[rank].ptr()), LossFn(loss),
-                              *data.train, data.validation.get());
+    FitResult r = trainer.fit(std::static_pointer_cast<torch::nn::Module>(nets[rank].ptr()), LossFn(loss), *data.train,
+                              data.validation.get());
     if (rank == 0) out.result = r;
   });
   for (const auto& p : nets[0]->parameters()) out.weights.push_back(p.detach().clone());

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# A straggler against synchronous DDP and the asynchronous parameter server (docs/parameter-server.md).
+#
+#   bench/ps_straggler.sh [CONFIG.yaml] [STEPS] [key=value ...]
+#   bench/ps_straggler.sh configs/fashion_convnet.yaml 40 optimizer.lr=0.003
+#
+# For ROUNDS rounds (default 5; the order flips every other round) trains the same samples twice:
+#   ddp:      lockstep run -np W -- lockstep train CONFIG trainer.max_steps=STEPS
+#   async_ps: lockstep run -np W+1 -- lockstep train CONFIG strategy.type=async_ps ps.staleness=S
+#             trainer.max_steps=STEPS            (STEPS x W updates of one worker's batch)
+# with worker SLOW_RANK (default 2) slowed by the documented test knob trainer.test_slow_rank /
+# trainer.test_slow_factor (default 2: it computes at half speed). Reads rank 0's --result-json:
+# samples/s and the final validation accuracy. Prints each round, then per side the median / min /
+# max samples/s and accuracy over rounds, and the per-round ratio async_ps / ddp of samples/s.
+#
+# The statistic: ddp's samples_per_second (its timed steps: after the first, to the end of the last);
+# async_ps's (every update, the first included: from the first pull to the last worker's finish).
+# Both exclude the final validation.
+#
+# Environment: LOCKSTEP_BUILD_DIR (default build), ROUNDS, W (workers, default 3), S (staleness,
+# default 4), SLOW_RANK, SLOW_FACTOR, KEEP_LOGS=1 to keep the run logs. Nothing is built here.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+CONFIG="configs/fashion_convnet.yaml"
+if [ $# -ge 1 ] && [[ "$1" == *.yaml ]]; then CONFIG="$1"; shift; fi
+STEPS=40
+if [ $# -ge 1 ] && [[ "$1" =~ ^[0-9]+$ ]]; then STEPS="$1"; shift; fi
+BIN="${LOCKSTEP_BUILD_DIR:-build}/lockstep"
+ROUNDS="${ROUNDS:-5}"
+W="${W:-3}"
+S="${S:-4}"
+SLOW_RANK="${SLOW_RANK:-2}"
+SLOW_FACTOR="${SLOW_FACTOR:-2}"
+[ -x "$BIN" ] || { echo "ps_straggler.sh: $BIN not found; build lockstep first (scripts/build.sh)" >&2; exit 1; }
+[ -f "$CONFIG" ] || { echo "ps_straggler.sh: config '$CONFIG' not found" >&2; exit 2; }
+OUT="$(mktemp -d)"
+if [ "${KEEP_LOGS:-0}" = 1 ]; then echo "logs: $OUT"; else trap 'rm -rf "$OUT"' EXIT; fi
+
+field() {  # FILE KEY -> the first number after "KEY": in the result JSON
+  sed -n "s/.*\"$2\": *\([-0-9.eE+]*\).*/\1/p" "$1" | head -1
+}
+
+run() {  # SIDE ROUND -> trains, leaves $OUT/rROUND-SIDE.json
+  local side="$1" round="$2" np="$W" extra=()
+  if [ "$side" = async_ps ]; then
+    np=$((W + 1))
+    extra=(strategy.type=async_ps "ps.staleness=$S")
+  fi
+  local json="$OUT/r$round-$side.json"
+  if ! "$BIN" run -np "$np" -- "$BIN" train "$CONFIG" "trainer.max_steps=$STEPS" "trainer.test_slow_rank=$SLOW_RANK" \
+    "trainer.test_slow_factor=$SLOW_FACTOR" checkpoint.dir=off checkpoint.resume=none monitor.dir=off "${extra[@]}" "$@" \
+    --result-json "$json" >"$OUT/r$round-$side.log" 2>&1; then
+    echo "ps_straggler.sh: the $side run of round $round failed; its last lines:" >&2
+    tail -20 "$OUT/r$round-$side.log" >&2
+    exit 1
+  fi
+  printf '  round %d %-8s %8.1f samples/s, validation accuracy %.4f\n' "$round" "$side" \
+    "$(field "$json" samples_per_second)" "$(field "$json" last_validation_accuracy)"
+}
+
+echo "$CONFIG $*, $W workers (rank $SLOW_RANK at 1/$SLOW_FACTOR speed), $STEPS synchronous steps = $((STEPS * W)) updates," \
+  "staleness bound $S, $ROUNDS interleaved rounds"
+for ((round = 0; round < ROUNDS; round++)); do
+  if ((round % 2 == 0)); then sides=(ddp async_ps); else sides=(async_ps ddp); fi
+  for side in "${sides[@]}"; do run "$side" "$round" "$@"; done
+done
+
+stats() {  # numbers on stdin -> "median / min / max"
+  sort -g | awk '{ v[NR] = $1 } END { printf "%.4f / %.4f / %.4f", v[int((NR + 1) / 2)], v[1], v[NR] }'
+}
+for side in ddp async_ps; do
+  rates="" accs=""
+  for ((round = 0; round < ROUNDS; round++)); do
+    rates+="$(field "$OUT/r$round-$side.json" samples_per_second)"$'\n'
+    accs+="$(field "$OUT/r$round-$side.json" last_validation_accuracy)"$'\n'
+  done
+  echo "$side: samples/s median / min / max $(echo -n "$rates" | stats); accuracy $(echo -n "$accs" | stats)"
+done
+ratios=""
+for ((round = 0; round < ROUNDS; round++)); do
+  ratios+="$(awk -v a="$(field "$OUT/r$round-async_ps.json" samples_per_second)" \
+    -v b="$(field "$OUT/r$round-ddp.json" samples_per_second)" 'BEGIN { printf "%.4f", a / b }')"$'\n'
+done
+echo "async_ps / ddp samples/s, per round: median / min / max $(echo -n "$ratios" | stats)"

@@ -1,0 +1,71 @@
+// strategy.type async_ps as a user runs it: `lockstep run -np 4 -- lockstep train cfg
+// strategy.type=async_ps` (3 workers and a server on the real Fashion-MNIST, one worker slowed by the
+// test knob) learns within the staleness bound; a server killed mid-run ends the run with an error
+// naming it.
+#include <gtest/gtest.h>
+
+#include <regex>
+
+#include "support/expect.h"
+#include "support/subprocess.h"
+
+namespace lockstep {
+namespace {
+
+std::string quote(const std::string& s) { return "'" + s + "'"; }
+
+/// `lockstep run -np 4 -- lockstep train fashion_convnet.yaml strategy.type=async_ps ... ARGS` (run in the test's dir).
+std::string command(const std::string& args) {
+  const std::string bin = test::lockstepBin();
+  const std::string config = std::string(LOCKSTEP_SOURCE_DIR) + "/configs/fashion_convnet.yaml";
+  return quote(bin) + " run -np 4 --comm-timeout 60 -- " + quote(bin) + " train " + quote(config) +
+         " strategy.type=async_ps checkpoint.dir=off monitor.dir=off optimizer.lr=0.003 " + args;
+}
+
+TEST(PsMultiprocess, ThreeWorkersAndAServerLearnFashionMnistWithAStraggler) {
+  const std::string dir = test::makeTempDir();
+  test::ProcessOptions o;
+  o.timeout = std::chrono::seconds(280);
+  auto r = test::runProcess(
+      {"sh", "-c",
+       "cd " + quote(dir) + " && exec " +
+           command("ps.staleness=3 trainer.max_steps=40 trainer.log_every=20 trainer.test_slow_rank=2 "
+                   "trainer.test_slow_factor=2")},
+      o);
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  EXPECT_HAS(r.err, "3 worker(s) and 1 parameter server(s) (ranks 3..3), staleness bound 3");
+  EXPECT_HAS(r.err, "done: 120 updates");
+  // The histogram has bins 0..3 only: no update passed the bound.
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.err, m, std::regex(R"(staleness of the updates \(bound 3\): ([^;]*);)"))) << r.err;
+  EXPECT_TRUE(std::regex_match(m[1].str(), std::regex(R"(0: \d+, 1: \d+, 2: \d+, 3: \d+)"))) << m[1];
+  auto pos = r.out.find("validation accuracy ");
+  ASSERT_NE(pos, std::string::npos) << r.out;
+  EXPECT_GT(std::stod(r.out.substr(pos + 20)), 50.0) << r.out;
+}
+
+TEST(PsMultiprocess, AKilledServerEndsTheRunNamingIt) {
+  const std::string dir = test::makeTempDir();
+  // Start the run, wait for worker 0's first progress line, SIGKILL rank 3 (the server) by the pid
+  // the launcher's first line gives; the launcher stops the workers and names rank 3.
+  const std::string script = "cd " + quote(dir) + "\n" +
+                             command("ps.staleness=2 trainer.max_steps=100000 trainer.log_every=5") +
+                             " > log 2>&1 &\nrun=$!\n"
+                             "for i in $(seq 1 600); do grep -q 'update ' log && break; sleep 0.2; done\n"
+                             "pid=$(sed -n 's/.*rank 3 pid \\([0-9]*\\).*/\\1/p' log | head -1)\n"
+                             "if [ -z \"$pid\" ]; then kill $run; cat log; exit 99; fi\n"
+                             "kill -9 \"$pid\"\n"
+                             "wait $run; code=$?\n"
+                             "cat log; exit $code\n";
+  test::ProcessOptions o;
+  o.timeout = std::chrono::seconds(280);
+  auto r = test::runProcess({"sh", "-c", script}, o);
+  EXPECT_FALSE(r.timedOut);
+  EXPECT_NE(r.exitCode, 0) << r.out;
+  EXPECT_NE(r.exitCode, 99) << "no progress line, or no pid of rank 3:\n" << r.out;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(rank 3 \(pid \d+\) was killed by SIGKILL.*first worker to fail)")))
+      << r.out;
+}
+
+}  // namespace
+}  // namespace lockstep
