@@ -40,8 +40,9 @@ field() {  # FILE KEY -> the first number after "KEY": in the result JSON
   sed -n "s/.*\"$2\": *\([-0-9.eE+]*\).*/\1/p" "$1" | head -1
 }
 
-run() {  # SIDE ROUND -> trains, leaves $OUT/rROUND-SIDE.json
+run() {  # SIDE ROUND [key=value ...] -> trains, leaves $OUT/rROUND-SIDE.json
   local side="$1" round="$2" np="$W" extra=()
+  shift 2
   if [ "$side" = async_ps ]; then
     np=$((W + 1))
     extra=(strategy.type=async_ps "ps.staleness=$S")
