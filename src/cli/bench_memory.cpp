@@ -85,7 +85,13 @@ std::optional<int> parseMemoryArgs(const std::vector<std::string>& args, MemoryO
     while (true) {
       size_t comma = strategies.find(',', start);
       std::string s = strategies.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-      o.strategies.push_back(toString(parseStrategyType(s, "--strategies")));  // checked, canonical spelling
+      const StrategyType type = parseStrategyType(s, "--strategies");
+      if (type == StrategyType::kAsyncPs) {
+        throw ConfigError(
+            "--strategies 'async_ps': bench memory measures the synchronous strategies (ddp, zero1, "
+            "zero2); a parameter server's memory is its slice of the parameters and optimizer");
+      }
+      o.strategies.push_back(toString(type));  // checked, canonical spelling
       if (comma == std::string::npos) break;
       start = comma + 1;
     }
