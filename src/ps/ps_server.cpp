@@ -42,8 +42,7 @@ struct WorkerSlot {
   int64_t readVersion = 0;    // the version of the weights it computes on (while out)
   int64_t staleness = 0;      // updates on other weights applied since its read (while out)
   int64_t lastStaleness = 0;  // of its last applied update
-  at::Tensor granted;         // weights granted and not yet sent
-  int64_t grantedVersion = 0;
+  at::Tensor granted;         // weights granted (of version readVersion) and not yet sent
   int64_t ticket = 0;
 };
 
@@ -148,7 +147,6 @@ void ParameterServer::State::grantWaiting() {
     slot.readVersion = version;
     slot.staleness = 0;
     slot.granted = snapshot;
-    slot.grantedVersion = version;
     slot.ticket = tickets++;
   }
   changed.notify_all();
@@ -162,7 +160,7 @@ void ParameterServer::State::apply(size_t w, const at::Tensor& gradient, int64_t
   }
   stats.record(slot.staleness, version - slot.readVersion);
   slot.lastStaleness = slot.staleness;
-  shard.mutable_grad().copy_(gradient);
+  shard.mutable_grad() = gradient;  // the step reads it under the lock: no copy
   optimizer->step();
   ++version;
   slot.out = false;
@@ -197,7 +195,7 @@ void ParameterServer::State::serveWorker(size_t w) {
       });
       if (failed) return;
       slot.granted = shard.detach().clone();  // the final weights
-      slot.grantedVersion = version;
+      slot.readVersion = version;
       slot.ticket = -1;
     } else {
       throw Error(fmt::format("unexpected message kind {}", kind));
@@ -216,7 +214,7 @@ bool ParameterServer::State::reply(size_t w, Communicator& peer, std::unique_loc
   at::Tensor weights = std::move(slot.granted);
   slot.granted = at::Tensor();
   at::Tensor header = at::zeros({kPsHeaderSize}, at::kLong);
-  header.data_ptr<int64_t>()[0] = slot.grantedVersion;
+  header.data_ptr<int64_t>()[0] = slot.readVersion;
   header.data_ptr<int64_t>()[1] = slot.lastStaleness;
   header.data_ptr<int64_t>()[2] = slot.ticket;
   lock.unlock();

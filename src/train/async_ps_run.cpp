@@ -10,11 +10,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 
 #include "lockstep/common/error.h"
 #include "lockstep/common/logging.h"
 #include "lockstep/train/checkpoint.h"
 #include "train/test_slowdown.h"
+#include "train/validation.h"
 
 namespace lockstep::detail {
 
@@ -130,7 +132,6 @@ void AsyncPsRun::work() {
   while (ticket < totalBatches_) {
     const double loss = trainBatch(ticket);
     worker.push();
-    ++pushes_;
     timer_.endPhase(Phase::kCommWait);
     timer_.endPhase(Phase::kOptimizer);
     timer_.endStep({});
@@ -144,7 +145,7 @@ void AsyncPsRun::work() {
     }
     windowLoss_ += loss;
     ++windowSteps_;
-    if (pushes_ % o_.logEvery == 0) logWindow(ticket, lr_);
+    if (worker.pushes() % o_.logEvery == 0) logWindow(ticket, lr_);
     ticket = worker.ticket();
   }
   worker.finish();
@@ -218,45 +219,33 @@ void AsyncPsRun::validate() {
   if (!role_.server) {
     at::NoGradGuard noGrad;
     model_->eval();
+    auto plan = validationPlan(validation_->size(), role_.index, role_.workers, o_.batchSize);
+    DataLoader loader(*validation_, o_.loader);
+    const size_t batches = plan.size();
+    loader.start(std::move(plan), 0);
     AutocastGuard amp(o_.precision);
-    std::vector<int64_t> indices;
-    auto flush = [&] {
-      if (indices.empty()) return;
-      Batch batch = validation_->batch(indices, 0);
+    for (size_t k = 0; k < batches; ++k) {
+      Batch batch = loader.next();
       const auto rows = static_cast<double>(batch.inputs.size(0));
       sum += lossFn_(*model_, batch).item<double>() * rows;
       if (correct_) right += static_cast<double>(correct_(*model_, batch));
       count += rows;
-      indices.clear();
-    };
-    for (int64_t i = role_.index; i < validation_->size(); i += role_.workers) {
-      indices.push_back(i);
-      if (static_cast<int64_t>(indices.size()) == o_.batchSize) flush();
     }
-    flush();
     model_->train();
   }
-  std::vector<at::Tensor> totals{at::tensor({sum, count, right}, at::kDouble)};
-  comm_->allreduce(totals, ReduceOp::kSum)->wait();
-  const double total = totals[0][1].item<double>();
-  result_.lastValidationLoss = total > 0 ? totals[0][0].item<double>() / total : -1;
-  if (correct_ && total > 0) result_.lastValidationAccuracy = totals[0][2].item<double>() / total;
+  reduceValidation(*comm_, sum, count, right, correct_ != nullptr, result_);
   ValidationRecord record{totalBatches_, (totalBatches_ - 1) / batchesPerEpoch_, result_.lastValidationLoss,
                           result_.lastValidationAccuracy, timer_.sinceOrigin(Clock::now())};
   notify([&](TrainerCallback& c) { c.onValidation(record); });
-  if (rank_ == 0) {
-    std::string accuracy = result_.lastValidationAccuracy >= 0
-                               ? fmt::format(", accuracy {:.2f}%", 100 * result_.lastValidationAccuracy)
-                               : "";
-    log::info(fmt::format("final validation loss {:.4f}{}", result_.lastValidationLoss, accuracy));
-  }
+  if (rank_ == 0) log::info(validationLine("final", result_));
 }
 
-/// Collective: server 0's staleness histogram, every worker's pushes, wait and train loss, to every rank.
+/// Collective, one allreduce: server 0's staleness histogram and update count, each worker's wait
+/// and last train loss, each rank's training seconds (the run's: the longest).
 void AsyncPsRun::gather() {
-  const int64_t bins = o_.ps.staleness + 1, workers = role_.workers;
-  // [staleness histogram | updates | pushes per worker | wait per worker | window loss per worker]
-  at::Tensor all = at::zeros({bins + 1 + 3 * workers}, at::kDouble);
+  const int64_t bins = o_.ps.staleness + 1, workers = role_.workers, world = comm_->size();
+  const int64_t wait = bins + 1, loss = wait + workers, seconds = loss + workers;  // offsets
+  at::Tensor all = at::zeros({seconds + world}, at::kDouble);
   auto* a = all.data_ptr<double>();
   if (role_.server && role_.index == 0) {
     for (size_t g = 0; g < stats_.staleness.size(); ++g) {
@@ -267,23 +256,17 @@ void AsyncPsRun::gather() {
     a[bins] = static_cast<double>(result_.steps);
   }
   if (!role_.server) {
-    a[bins + 1 + role_.index] = static_cast<double>(pushes_);
-    a[bins + 1 + workers + role_.index] = waitSeconds_;
-    a[bins + 1 + 2 * workers + role_.index] = result_.lastTrainLoss;
+    a[wait + role_.index] = waitSeconds_;
+    a[loss + role_.index] = result_.lastTrainLoss;
   }
+  a[seconds + rank_] = result_.seconds;
   std::vector<at::Tensor> t{all};
   comm_->allreduce(t, ReduceOp::kSum)->wait();
   result_.staleness.assign(a, a + bins);
   result_.steps = static_cast<int64_t>(a[bins]);
-  result_.psWaitSeconds.assign(a + bins + 1 + workers, a + bins + 1 + 2 * workers);
-  double loss = 0;
-  for (int64_t w = 0; w < workers; ++w) loss += a[bins + 1 + 2 * workers + w];
-  result_.lastTrainLoss = loss / static_cast<double>(workers);
-  std::vector<double> seconds{result_.seconds};
-  at::Tensor longest = at::tensor(seconds, at::kDouble);
-  std::vector<at::Tensor> l{longest};
-  comm_->allreduce(l, ReduceOp::kMax)->wait();
-  result_.seconds = longest.item<double>();
+  result_.psWaitSeconds.assign(a + wait, a + loss);
+  result_.lastTrainLoss = std::accumulate(a + loss, a + seconds, 0.0) / static_cast<double>(workers);
+  result_.seconds = *std::max_element(a + seconds, a + seconds + world);
 }
 
 void AsyncPsRun::finish() {

@@ -63,7 +63,6 @@ class AsyncPsRun {
   detail::StepTimer timer_;
   FitResult result_;
   PsStats stats_;           // server 0's
-  int64_t pushes_ = 0;      // this worker's
   double waitSeconds_ = 0;  // this worker's, for the servers
   double windowLoss_ = 0;
   int64_t windowSteps_ = 0;

@@ -13,18 +13,39 @@
 #include "lockstep/common/logging.h"
 #include "lockstep/common/tensor_memory.h"
 #include "train/fit_run.h"
+#include "train/validation.h"
 
 namespace lockstep::detail {
+
+std::vector<std::vector<int64_t>> validationPlan(int64_t size, int rank, int world, int64_t batchSize) {
+  std::vector<std::vector<int64_t>> plan;
+  for (int64_t i = rank; i < size; i += world) {
+    if (plan.empty() || static_cast<int64_t>(plan.back().size()) == batchSize) plan.emplace_back();
+    plan.back().push_back(i);
+  }
+  return plan;
+}
+
+void reduceValidation(Communicator& comm, double sum, double count, double right, bool withAccuracy,
+                      FitResult& result) {
+  std::vector<at::Tensor> totals{at::tensor({sum, count, right}, at::kDouble)};
+  comm.allreduce(totals, ReduceOp::kSum)->wait();
+  const double total = totals[0][1].item<double>();
+  result.lastValidationLoss = total > 0 ? totals[0][0].item<double>() / total : -1;
+  if (withAccuracy && total > 0) result.lastValidationAccuracy = totals[0][2].item<double>() / total;
+}
+
+std::string validationLine(const std::string& when, const FitResult& result) {
+  std::string accuracy =
+      result.lastValidationAccuracy >= 0 ? fmt::format(", accuracy {:.2f}%", 100 * result.lastValidationAccuracy) : "";
+  return fmt::format("{} validation loss {:.4f}{}", when, result.lastValidationLoss, accuracy);
+}
 
 void FitRun::validate(const std::string& when, int64_t ofEpoch) {
   {
     at::NoGradGuard noGrad;
     model_->eval();
-    std::vector<std::vector<int64_t>> plan;
-    for (int64_t i = dataRank_; i < validation_->size(); i += dataWorld_) {
-      if (plan.empty() || static_cast<int64_t>(plan.back().size()) == o_.batchSize) plan.emplace_back();
-      plan.back().push_back(i);
-    }
+    auto plan = validationPlan(validation_->size(), dataRank_, dataWorld_, o_.batchSize);
     DataLoader loader(*validation_, o_.loader);
     const size_t batches = plan.size();
     loader.start(std::move(plan), 0);
@@ -32,23 +53,13 @@ void FitRun::validate(const std::string& when, int64_t ofEpoch) {
     AutocastGuard amp(o_.precision);  // one scope: the weights' bf16 copies are cast once for every batch
     for (size_t k = 0; k < batches; ++k) validateBatch(loader.next(), sum, count, right);
     model_->train();
-    std::vector<at::Tensor> totals{at::tensor({sum, count, right}, at::kDouble)};
-    comm_.allreduce(totals, ReduceOp::kSum)->wait();
-    const double total = totals[0][1].item<double>();
-    result_.lastValidationLoss = total > 0 ? totals[0][0].item<double>() / total : -1;
-    if ((layered_ ? layered_->correct != nullptr : correct_ != nullptr) && total > 0)
-      result_.lastValidationAccuracy = totals[0][2].item<double>() / total;
+    reduceValidation(comm_, sum, count, right, layered_ ? layered_->correct != nullptr : correct_ != nullptr, result_);
   }
   validatedStep_ = at_.step;
   ValidationRecord record{at_.step, ofEpoch, result_.lastValidationLoss, result_.lastValidationAccuracy,
                           timer_.sinceOrigin(Clock::now())};
   notify([&](TrainerCallback& c) { c.onValidation(record); });
-  if (master_) {
-    std::string accuracy = result_.lastValidationAccuracy >= 0
-                               ? fmt::format(", accuracy {:.2f}%", 100 * result_.lastValidationAccuracy)
-                               : "";
-    log::info(fmt::format("{} validation loss {:.4f}{}", when, result_.lastValidationLoss, accuracy));
-  }
+  if (master_) log::info(validationLine(when, result_));
 }
 
 /// Adds one batch's loss sum, rows and right answers (pipeline stages: on the last stage only).
