@@ -14,8 +14,7 @@ namespace lockstep::detail {
 std::vector<std::vector<int64_t>> validationPlan(int64_t size, int rank, int world, int64_t batchSize);
 /// Collective: sums every rank's loss x rows, rows and right answers, and sets the result's
 /// validation loss (and accuracy, when `withAccuracy`; -1 loss when no rows at all).
-void reduceValidation(Communicator& comm, double sum, double count, double right, bool withAccuracy,
-                      FitResult& result);
+void reduceValidation(Communicator& comm, double sum, double count, double right, bool withAccuracy, FitResult& result);
 /// "<when> validation loss 0.1234, accuracy 85.00%" (the accuracy when measured).
 std::string validationLine(const std::string& when, const FitResult& result);
 
