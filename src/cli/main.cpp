@@ -16,6 +16,7 @@ constexpr const char* kUsage =
     "  bench   measure: lockstep bench allreduce [--bytes 4K,1M,32M] [--json]\n"
     "  dashboard  web page of training runs: lockstep dashboard --logdir runs/ [--port 8080]\n"
     "  report  one self-contained HTML file of a run: lockstep report runs/NAME -o report.html\n"
+    "  sweep   search hyper-parameters: lockstep sweep SPEC.yaml -j 2 [--dir DIR] [--resume]\n"
     "  version print the version\n"
     "`lockstep <command> --help` describes each command.\n";
 }
@@ -36,6 +37,7 @@ int main(int argc, char** argv) {
   if (command == "generate") return lockstep::cli::generateCommand(rest);
   if (command == "dashboard") return lockstep::cli::dashboardCommand(rest);
   if (command == "report") return lockstep::cli::reportCommand(rest);
+  if (command == "sweep") return lockstep::cli::sweepCommand(rest);
   if (command == "version" || command == "--version") {
     std::cout << "lockstep " << LOCKSTEP_VERSION << "\n";
     return lockstep::cli::kExitOk;

@@ -1,0 +1,360 @@
+// The local scheduler of sweep_runner.h: J trial processes at once, the
+// journal rewritten after every change, signals stop every trial.
+#include "sweep/sweep_runner.h"
+
+#include <signal.h>
+
+#include <nlohmann/json.hpp>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <thread>
+
+#include "common/posix_io.h"
+#include "lockstep/common/error.h"
+#include "sweep/sampler.h"
+#include "sweep/trial_process.h"
+#include "sweep/trial_record.h"
+
+namespace lockstep::sweep {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+volatile std::sig_atomic_t gStopSignal = 0;
+
+extern "C" void onStopSignal(int sig) { gStopSignal = sig; }
+
+/// SIGINT and SIGTERM set gStopSignal while it lives (no SA_RESTART: the loop's sleep wakes up).
+class StopSignals {
+ public:
+  StopSignals() {
+    gStopSignal = 0;
+    struct sigaction sa {};
+    sa.sa_handler = onStopSignal;
+    sigemptyset(&sa.sa_mask);
+    ::sigaction(SIGINT, &sa, &oldInt_);
+    ::sigaction(SIGTERM, &sa, &oldTerm_);
+  }
+  ~StopSignals() {
+    ::sigaction(SIGINT, &oldInt_, nullptr);
+    ::sigaction(SIGTERM, &oldTerm_, nullptr);
+  }
+
+ private:
+  struct sigaction oldInt_ {};
+  struct sigaction oldTerm_ {};
+};
+
+std::string readText(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::string shellJoin(const std::vector<std::string>& argv) {
+  std::string text;
+  for (const auto& a : argv) {
+    bool plain = !a.empty() && a.find_first_not_of(
+                                   "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+                                   "_-./=,:@+") == std::string::npos;
+    text += (text.empty() ? "" : " ") + (plain ? a : "'" + a + "'");
+  }
+  return text;
+}
+
+std::string lastLines(const std::string& path, size_t count) {
+  std::ifstream in(path);
+  std::deque<std::string> lines;
+  std::string line;
+  while (std::getline(in, line)) {
+    lines.push_back(line);
+    if (lines.size() > count) lines.pop_front();
+  }
+  std::string text;
+  for (const auto& l : lines) text += (text.empty() ? "" : "\n") + l;
+  return text;
+}
+
+struct Running {
+  std::unique_ptr<TrialProcess> process;
+  std::chrono::steady_clock::time_point start;
+};
+
+class SweepRun {
+ public:
+  SweepRun(const SweepSpec& spec, const SweepRunOptions& options)
+      : spec_(spec), options_(options), sampler_(makeSampler(spec)) {}
+
+  int run();
+
+ private:
+  void prepareDirectory();
+  bool mayStartNew() const;
+  void startTrial(int64_t index);
+  void finishTrial(int64_t index, int exitCode);
+  void readResult(Trial& t, const std::string& resultPath);
+  void stopAll();
+  void writeFiles();
+  void printSummary() const;
+  std::vector<std::string> command(const Trial& t) const;
+  std::string trialDir(const Trial& t) const { return (fs::path(options_.dir) / t.name()).string(); }
+
+  SweepSpec spec_;
+  SweepRunOptions options_;
+  std::unique_ptr<Sampler> sampler_;
+  std::vector<Trial> trials_;
+  std::deque<int64_t> reruns_;
+  std::map<int64_t, Running> running_;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+};
+
+void SweepRun::prepareDirectory() {
+  const fs::path dir(options_.dir);
+  const std::string journal = (dir / "trials.jsonl").string();
+  const std::string specCopy = (dir / "spec.yaml").string();
+  const std::string specText = readText(spec_.file);
+  if (!options_.resume) {
+    if (fs::exists(journal)) {
+      throw ConfigError(
+          fmt::format("{} already holds a sweep: pass --resume to continue it, or another --dir", options_.dir));
+    }
+    detail::writeFileAtomically(specCopy, {specText}, detail::Durability::kProcessCrash);
+    return;
+  }
+  if (!fs::exists(journal)) {
+    throw ConfigError(fmt::format("--resume: {} holds no sweep (no trials.jsonl)", options_.dir));
+  }
+  if (fs::exists(specCopy) && readText(specCopy) != specText) {
+    throw ConfigError(fmt::format("--resume: {} differs from the spec the sweep in {} started with ({})", spec_.file,
+                                  options_.dir, specCopy));
+  }
+  trials_ = readTrialsJsonl(spec_, journal);
+  for (auto& t : trials_) {
+    if (t.status == TrialStatus::kRunning || t.status == TrialStatus::kStopped) reruns_.push_back(t.index);
+  }
+  std::cout << fmt::format("sweep: resuming {}: {} trials recorded, {} to run again\n", options_.dir, trials_.size(),
+                           reruns_.size());
+}
+
+bool SweepRun::mayStartNew() const {
+  if (spec_.trials > 0 && static_cast<int64_t>(trials_.size()) >= spec_.trials) return false;
+  if (spec_.seconds > 0) {
+    double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    if (elapsed >= spec_.seconds) return false;
+  }
+  return true;
+}
+
+std::vector<std::string> SweepRun::command(const Trial& t) const {
+  const std::string dir = trialDir(t);
+  std::vector<std::string> argv = {options_.lockstep,
+                                   "run",
+                                   "-np",
+                                   std::to_string(spec_.workersPerTrial),
+                                   "--threads",
+                                   std::to_string(options_.threadsPerTrial),
+                                   "--",
+                                   options_.lockstep,
+                                   "train",
+                                   spec_.base};
+  for (const auto& o : spec_.overrides) argv.push_back(o);
+  for (const auto& o : spec_.space.overrides(t.point)) argv.push_back(o);
+  argv.push_back("monitor.dir=" + dir);
+  argv.push_back("checkpoint.dir=" + dir + "/checkpoints");
+  argv.push_back("--result-json");
+  argv.push_back(dir + "/result.json");
+  return argv;
+}
+
+void SweepRun::startTrial(int64_t index) {
+  if (index == static_cast<int64_t>(trials_.size())) {
+    std::vector<Observation> finished;
+    for (const auto& t : trials_) {
+      if (t.status == TrialStatus::kDone) finished.push_back({t.point, spec_.maximize ? -t.objective : t.objective});
+    }
+    Trial t;
+    t.index = index;
+    t.point = sampler_->suggest(index, finished);
+    trials_.push_back(std::move(t));
+  }
+  Trial& t = trials_[static_cast<size_t>(index)];
+  Trial fresh;  // a rerun starts from nothing
+  fresh.index = t.index;
+  fresh.point = t.point;
+  t = std::move(fresh);
+  const std::string dir = trialDir(t);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  auto argv = command(t);
+  t.command = shellJoin(argv);
+  running_[index] =
+      Running{std::make_unique<TrialProcess>(argv, dir + "/output.log"), std::chrono::steady_clock::now()};
+  std::cout << fmt::format("sweep: {} started: {}\n", t.name(), fmt::join(spec_.space.overrides(t.point), " "));
+  writeFiles();
+}
+
+void SweepRun::readResult(Trial& t, const std::string& resultPath) {
+  nlohmann::json r;
+  try {
+    r = nlohmann::json::parse(readText(resultPath));
+  } catch (const nlohmann::json::exception& e) {
+    t.status = TrialStatus::kFailed;
+    t.error = fmt::format("exited 0 but wrote no readable {}: {}", resultPath, e.what());
+    return;
+  }
+  auto number = [&](const char* key) { return r.contains(key) && r[key].is_number() ? r[key].get<double>() : -1.0; };
+  t.validationLoss = number("last_validation_loss");
+  t.validationAccuracy = number("last_validation_accuracy");
+  t.trainLoss = number("last_train_loss");
+  t.steps = r.value("steps", int64_t{0});
+  double value = spec_.metric == Metric::kValidationLoss       ? t.validationLoss
+                 : spec_.metric == Metric::kValidationAccuracy ? t.validationAccuracy
+                                                               : t.trainLoss;
+  if (value < 0 || !std::isfinite(value)) {
+    t.status = TrialStatus::kFailed;
+    t.error = fmt::format("the trial reported no {} ({})", toString(spec_.metric), resultPath);
+    return;
+  }
+  t.objective = value;
+  t.status = TrialStatus::kDone;
+}
+
+void SweepRun::finishTrial(int64_t index, int exitCode) {
+  Trial& t = trials_[static_cast<size_t>(index)];
+  t.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - running_[index].start).count();
+  t.exitCode = exitCode;
+  running_.erase(index);
+  const std::string dir = trialDir(t);
+  if (exitCode != 0) {
+    t.status = TrialStatus::kFailed;
+    t.error =
+        fmt::format("exit code {}; last lines of {}/output.log:\n{}", exitCode, dir, lastLines(dir + "/output.log", 5));
+  } else {
+    readResult(t, dir + "/result.json");
+  }
+  if (t.status == TrialStatus::kDone) {
+    std::cout << fmt::format("sweep: {} done in {:.1f} s: {} {}\n", t.name(), t.seconds, toString(spec_.metric),
+                             t.objective);
+  } else {
+    std::cout << fmt::format("sweep: {} failed after {:.1f} s: {}\n", t.name(), t.seconds, t.error);
+  }
+  writeFiles();
+}
+
+void SweepRun::stopAll() {
+  for (auto& [index, r] : running_) r.process->signalGroup(SIGTERM);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(options_.stopGraceSeconds);
+  while (std::chrono::steady_clock::now() < deadline) {
+    bool all = true;
+    for (auto& [index, r] : running_) all = r.process->poll() && all;
+    if (all) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  for (auto& [index, r] : running_) {
+    Trial& t = trials_[static_cast<size_t>(index)];
+    t.status = TrialStatus::kStopped;
+    t.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - r.start).count();
+  }
+  running_.clear();  // SIGKILLs whatever outlived the grace
+  writeFiles();
+}
+
+void SweepRun::writeFiles() {
+  const fs::path dir(options_.dir);
+  detail::writeFileAtomically((dir / "trials.jsonl").string(), {trialsJsonl(spec_, trials_)},
+                              detail::Durability::kProcessCrash);
+  detail::writeFileAtomically((dir / "trials.csv").string(), {trialsCsv(spec_, trials_)},
+                              detail::Durability::kProcessCrash);
+  const Trial* best = nullptr;
+  for (const auto& t : trials_) {
+    if (t.status == TrialStatus::kDone && (!best || better(spec_, t, *best))) best = &t;
+  }
+  if (best) {
+    detail::writeFileAtomically((dir / "best.yaml").string(), {bestYaml(spec_, *best)},
+                                detail::Durability::kProcessCrash);
+  }
+}
+
+void SweepRun::printSummary() const {
+  std::vector<const Trial*> done;
+  int64_t failed = 0;
+  for (const auto& t : trials_) {
+    if (t.status == TrialStatus::kDone) done.push_back(&t);
+    if (t.status == TrialStatus::kFailed) ++failed;
+  }
+  std::stable_sort(done.begin(), done.end(), [&](const Trial* a, const Trial* b) { return better(spec_, *a, *b); });
+  std::cout << fmt::format("sweep {}: {} trials, {} done, {} failed ({}/trials.csv)\n", options_.dir, trials_.size(),
+                           done.size(), failed, options_.dir);
+  for (size_t i = 0; i < done.size() && i < 10; ++i) {
+    const Trial& t = *done[i];
+    std::cout << fmt::format("  {}{} {} {:<10} {:6.1f} s  {}\n", i == 0 ? "best " : "     ", t.name(),
+                             toString(spec_.metric), fmt::format("{:.6g}", t.objective), t.seconds,
+                             fmt::join(spec_.space.overrides(t.point), " "));
+  }
+  if (!done.empty()) std::cout << fmt::format("  best config: {}/best.yaml\n", options_.dir);
+}
+
+int SweepRun::run() {
+  fs::create_directories(options_.dir);
+  prepareDirectory();
+  StopSignals signals;
+  while (true) {
+    for (auto it = running_.begin(); it != running_.end();) {
+      int64_t index = it->first;
+      ++it;
+      if (running_[index].process->poll()) finishTrial(index, running_[index].process->exitCode());
+    }
+    if (gStopSignal != 0) {
+      int sig = gStopSignal;
+      std::cout << fmt::format("sweep: {} received: stopping {} running trial(s)\n", strsignal(sig), running_.size());
+      stopAll();
+      printSummary();
+      return 128 + sig;
+    }
+    while (static_cast<int64_t>(running_.size()) < options_.jobs && (!reruns_.empty() || mayStartNew())) {
+      if (!reruns_.empty()) {
+        startTrial(reruns_.front());
+        reruns_.pop_front();
+      } else {
+        startTrial(static_cast<int64_t>(trials_.size()));
+      }
+    }
+    if (running_.empty()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  printSummary();
+  return 0;
+}
+
+}  // namespace
+
+std::string defaultSweepDir(const std::string& specPath) {
+  return (fs::path("runs") / fs::path(specPath).stem()).string();
+}
+
+int runSweep(const SweepSpec& spec, const SweepRunOptions& options) {
+  SweepRunOptions o = options;
+  if (o.jobs < 1) throw ConfigError(fmt::format("-j {}: expected at least 1 trial at once", o.jobs));
+  if (o.threadsPerTrial <= 0) {
+    int64_t cores = std::max(1u, std::thread::hardware_concurrency());
+    o.threadsPerTrial = static_cast<int>(std::max<int64_t>(1, cores / (o.jobs * spec.workersPerTrial)));
+  }
+  SweepRun run(spec, o);
+  return run.run();
+}
+
+}  // namespace lockstep::sweep
