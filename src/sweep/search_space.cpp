@@ -25,7 +25,9 @@ double Param::gridValue(int64_t i) const {
   if (kind == ParamKind::kInt && points == 0) return low + static_cast<double>(i);
   double t = points > 1 ? static_cast<double>(i) / static_cast<double>(points - 1) : 0.5;
   double v = logScale() ? std::exp(std::log(low) + t * (std::log(high) - std::log(low))) : low + t * (high - low);
-  return kind == ParamKind::kInt ? std::round(v) : v;
+  if (kind == ParamKind::kInt) return std::round(v);
+  // 12 significant digits: a log grid from 0.001 to 0.1 visits 0.01, not 0.010000000000000004.
+  return std::stod(fmt::format("{:.12g}", v));
 }
 
 double Param::sample(std::mt19937_64& rng) const {

@@ -1,0 +1,211 @@
+// `lockstep sweep` as a user runs it, on the real Fashion-MNIST with tiny MLP trials: trials two
+// at a time with a failing trial recorded and the sweep going on; kill -9 mid-way and --resume
+// (no finished trial reruns, the final table equals an uninterrupted sweep's); SIGINT stops every
+// trial; bad input is refused before anything starts.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "lockstep/train/config.h"
+#include "support/expect.h"
+#include "support/subprocess.h"
+
+namespace lockstep {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kBase = std::string(LOCKSTEP_SOURCE_DIR) + "/configs/mlp-bench.yaml";
+
+std::string quote(const std::string& s) { return "'" + s + "'"; }
+
+std::string readFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+/// A spec over mlp-bench.yaml with tiny, deterministic trials.
+std::string writeSpec(const std::string& dir, const std::string& steps, const std::string& rest,
+                      const std::string& name = "spec.yaml") {
+  const std::string path = dir + "/" + name;
+  std::ofstream(path) << "base: " << kBase << "\n"
+                      << "overrides: {trainer.max_steps: " << steps
+                      << ", trainer.validate: true, model.hidden_sizes: [32], trainer.batch_size: 32,"
+                         " monitor.trace_steps: 0, monitor.system_interval: 0, checkpoint.every: 0}\n"
+                      << rest;
+  return path;
+}
+
+std::vector<std::string> lines(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream s(text);
+  for (std::string line; std::getline(s, line);) out.push_back(line);
+  return out;
+}
+
+/// The rows of trials.csv (a failed trial's error spans several lines) without the seconds and
+/// command columns, which differ between two equal sweeps; the rows here have no quoted commas.
+std::string comparableTable(const std::string& csv) {
+  auto split = [](const std::string& line) {
+    std::vector<std::string> fields;
+    std::stringstream s(line);
+    for (std::string f; std::getline(s, f, ',');) fields.push_back(f);
+    return fields;
+  };
+  auto all = lines(csv);
+  auto header = split(all.at(0));
+  auto column = [&](const std::string& name) {
+    return static_cast<size_t>(std::find(header.begin(), header.end(), name) - header.begin());
+  };
+  const size_t seconds = column("seconds"), command = column("command");
+  std::string out;
+  for (const auto& line : all) {
+    auto fields = split(line);
+    for (size_t i = 0; i < fields.size() && i < command; ++i) out += i == seconds ? "," : fields[i] + ",";
+    out += "\n";
+  }
+  return out;
+}
+
+size_t trialRows(const std::string& csv) {
+  size_t n = 0;
+  for (const auto& line : lines(csv)) n += line.rfind("trial-", 0) == 0;
+  return n;
+}
+
+test::ProcessResult sweep(const std::string& args, int seconds = 240) {
+  test::ProcessOptions o;
+  o.timeout = std::chrono::seconds(seconds);
+  return test::runProcess({"sh", "-c", quote(test::lockstepBin()) + " sweep " + args}, o);
+}
+
+TEST(SweepCli, RunsTrialsTwoAtATimeRecordsAFailureAndWritesTheBestConfig) {
+  const std::string dir = test::makeTempDir();
+  const std::string spec = writeSpec(dir, "40",
+                                     "space:\n  optimizer.lr: {type: loguniform, low: 0.01, high: 0.1, points: 2}\n"
+                                     "  data.root: ['', /nonexistent-fashion]\n"
+                                     "objective: {metric: validation_accuracy, mode: max}\nalgorithm: grid\n");
+  auto r = sweep(quote(spec) + " -j 2 --dir " + quote(dir + "/sw"));
+  ASSERT_EQ(r.exitCode, 0) << r.out << r.err;
+  EXPECT_HAS(r.out, "sweep " + dir + "/sw: 4 trials, 2 done, 2 failed");
+  const std::string csv = readFile(dir + "/sw/trials.csv");
+  ASSERT_EQ(trialRows(csv), 4u) << csv;
+  EXPECT_HAS(csv, "\ntrial-0000,done,");
+  EXPECT_HAS(csv, "\ntrial-0001,failed,,0.01,/nonexistent-fashion,");
+  // The trial's last output lines name the missing data.
+  EXPECT_HAS(csv, "/nonexistent-fashion/train-images-idx3-ubyte.gz not found");
+  EXPECT_HAS(readFile(dir + "/sw/trials.jsonl"), "\"status\":\"failed\"");
+  // Each trial's directory is a normal run directory.
+  EXPECT_TRUE(fs::exists(dir + "/sw/trial-0002/run.json"));
+  EXPECT_TRUE(fs::exists(dir + "/sw/trial-0002/metrics.jsonl"));
+  // best.yaml is a config `lockstep train` loads, with the best trial's values.
+  TrainConfig best = loadTrainConfig(dir + "/sw/best.yaml", {});
+  EXPECT_EQ(best.trainer.maxSteps, 40);
+  EXPECT_EQ(best.data.root, "");
+  EXPECT_HAS(readFile(dir + "/sw/best.yaml"), "# best trial of the sweep");
+  // Two trials ran at once: their runs overlap in time (the journal shows two running).
+  EXPECT_HAS(r.out, "trial-0000 started");
+  EXPECT_HAS(r.out, "trial-0001 started");
+  auto firstDone = r.out.find(" done in ");
+  auto secondStart = r.out.find("trial-0001 started");
+  EXPECT_LT(secondStart, firstDone) << r.out;
+}
+
+TEST(SweepCli, AKilledSweepResumesWithoutRerunningFinishedTrialsAndEndsAsAnUninterruptedOne) {
+  const std::string dir = test::makeTempDir();
+  const std::string spec = writeSpec(dir, "60",
+                                     "space:\n  optimizer.lr: {type: loguniform, low: 0.001, high: 0.3}\n"
+                                     "  optimizer.momentum: {type: uniform, low: 0.0, high: 0.95}\n"
+                                     "objective: {metric: validation_loss, mode: min}\nbudget: {trials: 5}\n"
+                                     "algorithm: tpe\ntpe: {startup_trials: 2}\nseed: 11\n");
+  auto whole = sweep(quote(spec) + " -j 1 --threads 1 --dir " + quote(dir + "/whole"));
+  ASSERT_EQ(whole.exitCode, 0) << whole.out << whole.err;
+  // The same sweep, SIGKILLed once two trials are done (the third is running then).
+  const std::string cut = dir + "/cut";
+  const std::string killer =
+      quote(test::lockstepBin()) + " sweep " + quote(spec) + " -j 1 --threads 1 --dir " + quote(cut) +
+      " > /dev/null 2>&1 & pid=$!; "
+      "until [ \"$(grep -o '\"status\":\"done\"' " +
+      quote(cut + "/trials.jsonl") + " 2>/dev/null | wc -l)\" -ge 2 ]; do sleep 0.05; done; kill -9 $pid; wait $pid";
+  test::ProcessOptions o;
+  o.timeout = std::chrono::seconds(240);
+  auto killed = test::runProcess({"sh", "-c", killer}, o);
+  ASSERT_EQ(killed.exitCode, 128 + 9) << killed.err;
+  const std::string journal = readFile(cut + "/trials.jsonl");
+  EXPECT_HAS(journal, "\"status\":\"running\"");
+  const auto doneLog = fs::last_write_time(cut + "/trial-0000/output.log");
+  auto resumed = sweep(quote(spec) + " -j 1 --threads 1 --dir " + quote(cut) + " --resume");
+  ASSERT_EQ(resumed.exitCode, 0) << resumed.out << resumed.err;
+  EXPECT_HAS(resumed.out, "to run again");
+  EXPECT_EQ(resumed.out.find("trial-0000 started"), std::string::npos) << resumed.out;
+  EXPECT_EQ(resumed.out.find("trial-0001 started"), std::string::npos) << resumed.out;
+  EXPECT_HAS(resumed.out, "trial-0002 started");
+  EXPECT_EQ(fs::last_write_time(cut + "/trial-0000/output.log"), doneLog);
+  EXPECT_EQ(comparableTable(readFile(cut + "/trials.csv")), comparableTable(readFile(dir + "/whole/trials.csv")));
+  EXPECT_EQ(readFile(cut + "/best.yaml").substr(readFile(cut + "/best.yaml").find('\n')),
+            readFile(dir + "/whole/best.yaml").substr(readFile(dir + "/whole/best.yaml").find('\n')));
+  // Resuming without --resume is refused; so is a changed spec.
+  auto again = sweep(quote(spec) + " --dir " + quote(cut));
+  EXPECT_EQ(again.exitCode, 2);
+  EXPECT_HAS(again.err, "already holds a sweep: pass --resume");
+  std::ofstream(spec, std::ios::app) << "# changed\n";
+  auto changed = sweep(quote(spec) + " --dir " + quote(cut) + " --resume");
+  EXPECT_EQ(changed.exitCode, 2);
+  EXPECT_HAS(changed.err, "differs from the spec the sweep in");
+}
+
+TEST(SweepCli, SigintStopsEveryRunningTrial) {
+  const std::string dir = test::makeTempDir();
+  const std::string spec = writeSpec(dir, "1000000",
+                                     "space:\n  optimizer.lr: [0.01, 0.02]\n"
+                                     "objective: {metric: train_loss, mode: min}\nalgorithm: grid\n");
+  const std::string script = quote(test::lockstepBin()) + " sweep " + quote(spec) + " -j 2 --dir " +
+                             quote(dir + "/sw") + " > " + quote(dir + "/out.txt") +
+                             " 2>&1 & pid=$!; "
+                             "until grep -q 'trial-0001 started' " +
+                             quote(dir + "/out.txt") +
+                             " 2>/dev/null; do sleep 0.05; done; "
+                             "sleep 1; kill -INT $pid; wait $pid; echo exit=$?; "
+                             "sleep 0.5; pgrep -f " +
+                             quote(dir + "/[s]w/trial-") + " || echo no-trial-left";
+  test::ProcessOptions o;
+  o.timeout = std::chrono::seconds(120);
+  auto r = test::runProcess({"sh", "-c", script}, o);
+  EXPECT_HAS(r.out, "exit=130");
+  EXPECT_HAS(r.out, "no-trial-left");
+  EXPECT_HAS(readFile(dir + "/out.txt"), "stopping 2 running trial(s)");
+  const std::string journal = readFile(dir + "/sw/trials.jsonl");
+  EXPECT_EQ(lines(journal).size(), 2u);
+  EXPECT_EQ(journal.find("\"status\":\"running\""), std::string::npos) << journal;
+  EXPECT_HAS(journal, "\"status\":\"stopped\"");
+}
+
+TEST(SweepCli, BadInputIsRefusedBeforeAnythingStarts) {
+  const std::string dir = test::makeTempDir();
+  const std::string good = writeSpec(dir, "10",
+                                     "space: {optimizer.lr: [0.01]}\n"
+                                     "objective: {metric: train_loss, mode: min}\nalgorithm: grid\n");
+  auto zero = sweep(quote(good) + " -j 0 --dir " + quote(dir + "/a"));
+  EXPECT_EQ(zero.exitCode, 2);
+  EXPECT_HAS(zero.err, "-j 0: expected at least 1 trial at once");
+  EXPECT_FALSE(fs::exists(dir + "/a"));
+  const std::string bad = writeSpec(dir, "10",
+                                    "space: {optimizer.lr: {type: loguniform, low: -1, high: 1}}\n"
+                                    "objective: {metric: train_loss, mode: min}\nbudget: {trials: 1}\n",
+                                    "bad.yaml");
+  auto r = sweep(quote(bad) + " --dir " + quote(dir + "/b"));
+  EXPECT_EQ(r.exitCode, 2);
+  EXPECT_HAS(r.err, "lockstep sweep: error: " + bad + ": space.optimizer.lr: a log-scale range needs low > 0");
+  EXPECT_FALSE(fs::exists(dir + "/b"));
+  auto none = sweep(quote(good) + " --dir " + quote(dir + "/c") + " --resume");
+  EXPECT_EQ(none.exitCode, 2);
+  EXPECT_HAS(none.err, "--resume: " + dir + "/c holds no sweep");
+}
+
+}  // namespace
+}  // namespace lockstep
