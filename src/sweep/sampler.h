@@ -18,7 +18,8 @@ namespace lockstep::sweep {
 
 struct Observation {
   Point point;
-  double loss = 0;  ///< the objective, lower is better
+  double loss = 0;    ///< the objective, lower is better
+  int64_t rungs = 0;  ///< early_stop: rungs finished; a trial further up ranks before any below it
 };
 
 class Sampler {

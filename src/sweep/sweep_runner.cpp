@@ -104,9 +104,11 @@ class SweepRun {
  private:
   void prepareDirectory();
   bool mayStartNew() const;
-  void startTrial(int64_t index);
+  int64_t promotable() const;
+  void startNew();
+  void launch(int64_t index, bool fresh);
   void finishTrial(int64_t index, int exitCode);
-  void readResult(Trial& t, const std::string& resultPath);
+  bool readResult(Trial& t, const std::string& resultPath);
   void stopAll();
   void writeFiles();
   void printSummary() const;
@@ -175,46 +177,86 @@ std::vector<std::string> SweepRun::command(const Trial& t) const {
   for (const auto& o : spec_.space.overrides(t.point)) argv.push_back(o);
   argv.push_back("monitor.dir=" + dir);
   argv.push_back("checkpoint.dir=" + dir + "/checkpoints");
+  if (spec_.asha.enabled) {  // a rung goes on from the previous rung's checkpoint
+    argv.push_back("checkpoint.resume=auto");
+    argv.push_back(fmt::format("{}={}", spec_.asha.resourceKey(), spec_.asha.rungs().at(t.rungs.size())));
+  }
   argv.push_back("--result-json");
   argv.push_back(dir + "/result.json");
   return argv;
 }
 
-void SweepRun::startTrial(int64_t index) {
-  if (index == static_cast<int64_t>(trials_.size())) {
-    std::vector<Observation> finished;
-    for (const auto& t : trials_) {
-      if (t.status == TrialStatus::kDone) finished.push_back({t.point, spec_.maximize ? -t.objective : t.objective});
+void SweepRun::startNew() {
+  std::vector<Observation> finished;
+  for (const auto& t : trials_) {
+    if (t.measured()) {
+      finished.push_back({t.point, spec_.maximize ? -t.objective : t.objective, static_cast<int64_t>(t.rungs.size())});
     }
-    Trial t;
-    t.index = index;
-    t.point = sampler_->suggest(index, finished);
-    trials_.push_back(std::move(t));
   }
+  Trial t;
+  t.index = static_cast<int64_t>(trials_.size());
+  t.point = sampler_->suggest(t.index, finished);
+  trials_.push_back(std::move(t));
+  launch(trials_.back().index, true);
+}
+
+/// A trial paused at rung k that ranks among the best 1/eta of every trial that finished rung k
+/// (the highest such rung first); -1 when there is none.
+int64_t SweepRun::promotable() const {
+  if (!spec_.asha.enabled) return -1;
+  const auto resources = spec_.asha.rungs();
+  for (size_t k = resources.size() - 1; k-- > 0;) {
+    std::vector<const Trial*> reached;
+    for (const auto& t : trials_) {
+      if (t.rungs.size() > k) reached.push_back(&t);
+    }
+    std::stable_sort(reached.begin(), reached.end(), [&](const Trial* a, const Trial* b) {
+      return spec_.maximize ? a->rungs[k] > b->rungs[k] : a->rungs[k] < b->rungs[k];
+    });
+    const size_t top = reached.size() / static_cast<size_t>(spec_.asha.reductionFactor);
+    for (size_t i = 0; i < top; ++i) {
+      if (reached[i]->status == TrialStatus::kPaused && reached[i]->rungs.size() == k + 1) return reached[i]->index;
+    }
+  }
+  return -1;
+}
+
+/// Runs trial `index`: from nothing (`fresh`: its directory is cleared), or on to its next rung
+/// from its checkpoint.
+void SweepRun::launch(int64_t index, bool fresh) {
   Trial& t = trials_[static_cast<size_t>(index)];
-  Trial fresh;  // a rerun starts from nothing
-  fresh.index = t.index;
-  fresh.point = t.point;
-  t = std::move(fresh);
+  if (fresh) {
+    Trial blank;
+    blank.index = t.index;
+    blank.point = t.point;
+    t = std::move(blank);
+  }
+  t.status = TrialStatus::kRunning;
   const std::string dir = trialDir(t);
-  fs::remove_all(dir);
+  if (fresh) fs::remove_all(dir);
   fs::create_directories(dir);
   auto argv = command(t);
   t.command = shellJoin(argv);
   running_[index] =
       Running{std::make_unique<TrialProcess>(argv, dir + "/output.log"), std::chrono::steady_clock::now()};
-  std::cout << fmt::format("sweep: {} started: {}\n", t.name(), fmt::join(spec_.space.overrides(t.point), " "));
+  std::string rung;
+  if (spec_.asha.enabled) {
+    rung = fmt::format(" (rung {}: {}={})", t.rungs.size(), spec_.asha.resourceKey(),
+                       spec_.asha.rungs().at(t.rungs.size()));
+  }
+  std::cout << fmt::format("sweep: {} {}{}: {}\n", t.name(), t.rungs.empty() ? "started" : "promoted", rung,
+                           fmt::join(spec_.space.overrides(t.point), " "));
   writeFiles();
 }
 
-void SweepRun::readResult(Trial& t, const std::string& resultPath) {
+bool SweepRun::readResult(Trial& t, const std::string& resultPath) {
   nlohmann::json r;
   try {
     r = nlohmann::json::parse(readText(resultPath));
   } catch (const nlohmann::json::exception& e) {
     t.status = TrialStatus::kFailed;
     t.error = fmt::format("exited 0 but wrote no readable {}: {}", resultPath, e.what());
-    return;
+    return false;
   }
   auto number = [&](const char* key) { return r.contains(key) && r[key].is_number() ? r[key].get<double>() : -1.0; };
   t.validationLoss = number("last_validation_loss");
@@ -227,15 +269,15 @@ void SweepRun::readResult(Trial& t, const std::string& resultPath) {
   if (value < 0 || !std::isfinite(value)) {
     t.status = TrialStatus::kFailed;
     t.error = fmt::format("the trial reported no {} ({})", toString(spec_.metric), resultPath);
-    return;
+    return false;
   }
   t.objective = value;
-  t.status = TrialStatus::kDone;
+  return true;
 }
 
 void SweepRun::finishTrial(int64_t index, int exitCode) {
   Trial& t = trials_[static_cast<size_t>(index)];
-  t.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - running_[index].start).count();
+  t.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - running_[index].start).count();
   t.exitCode = exitCode;
   running_.erase(index);
   const std::string dir = trialDir(t);
@@ -243,12 +285,18 @@ void SweepRun::finishTrial(int64_t index, int exitCode) {
     t.status = TrialStatus::kFailed;
     t.error =
         fmt::format("exit code {}; last lines of {}/output.log:\n{}", exitCode, dir, lastLines(dir + "/output.log", 5));
+  } else if (readResult(t, dir + "/result.json")) {
+    t.status = TrialStatus::kDone;
+    if (spec_.asha.enabled) {
+      t.rungs.push_back(t.objective);
+      if (t.rungs.size() < spec_.asha.rungs().size()) t.status = TrialStatus::kPaused;
+    }
   } else {
-    readResult(t, dir + "/result.json");
+    t.status = TrialStatus::kFailed;
   }
-  if (t.status == TrialStatus::kDone) {
-    std::cout << fmt::format("sweep: {} done in {:.1f} s: {} {}\n", t.name(), t.seconds, toString(spec_.metric),
-                             t.objective);
+  if (t.measured()) {
+    std::cout << fmt::format("sweep: {} {} after {:.1f} s: {} {}\n", t.name(), toString(t.status), t.seconds,
+                             toString(spec_.metric), t.objective);
   } else {
     std::cout << fmt::format("sweep: {} failed after {:.1f} s: {}\n", t.name(), t.seconds, t.error);
   }
@@ -281,7 +329,7 @@ void SweepRun::writeFiles() {
                               detail::Durability::kProcessCrash);
   const Trial* best = nullptr;
   for (const auto& t : trials_) {
-    if (t.status == TrialStatus::kDone && (!best || better(spec_, t, *best))) best = &t;
+    if (t.measured() && (!best || better(spec_, t, *best))) best = &t;
   }
   if (best) {
     detail::writeFileAtomically((dir / "best.yaml").string(), {bestYaml(spec_, *best)},
@@ -291,18 +339,24 @@ void SweepRun::writeFiles() {
 
 void SweepRun::printSummary() const {
   std::vector<const Trial*> done;
-  int64_t failed = 0;
+  std::map<TrialStatus, int64_t> count;
   for (const auto& t : trials_) {
-    if (t.status == TrialStatus::kDone) done.push_back(&t);
-    if (t.status == TrialStatus::kFailed) ++failed;
+    if (t.measured()) done.push_back(&t);
+    ++count[t.status];
   }
   std::stable_sort(done.begin(), done.end(), [&](const Trial* a, const Trial* b) { return better(spec_, *a, *b); });
-  std::cout << fmt::format("sweep {}: {} trials, {} done, {} failed ({}/trials.csv)\n", options_.dir, trials_.size(),
-                           done.size(), failed, options_.dir);
+  std::string pruned = spec_.asha.enabled ? fmt::format(", {} pruned", count[TrialStatus::kPruned]) : "";
+  std::cout << fmt::format("sweep {}: {} trials, {} done{}, {} failed ({}/trials.csv)\n", options_.dir, trials_.size(),
+                           count[TrialStatus::kDone], pruned, count[TrialStatus::kFailed], options_.dir);
+  const auto resources = spec_.asha.rungs();
   for (size_t i = 0; i < done.size() && i < 10; ++i) {
     const Trial& t = *done[i];
-    std::cout << fmt::format("  {}{} {} {:<10} {:6.1f} s  {}\n", i == 0 ? "best " : "     ", t.name(),
-                             toString(spec_.metric), fmt::format("{:.6g}", t.objective), t.seconds,
+    std::string resource;
+    if (spec_.asha.enabled) {
+      resource = fmt::format(" {:>6} {}", resources.at(t.rungs.size() - 1), spec_.asha.epochs ? "epochs" : "steps");
+    }
+    std::cout << fmt::format("  {}{} {} {:<10}{} {:6.1f} s  {}\n", i == 0 ? "best " : "     ", t.name(),
+                             toString(spec_.metric), fmt::format("{:.6g}", t.objective), resource, t.seconds,
                              fmt::join(spec_.space.overrides(t.point), " "));
   }
   if (!done.empty()) std::cout << fmt::format("  best config: {}/best.yaml\n", options_.dir);
@@ -325,17 +379,26 @@ int SweepRun::run() {
       printSummary();
       return 128 + sig;
     }
-    while (static_cast<int64_t>(running_.size()) < options_.jobs && (!reruns_.empty() || mayStartNew())) {
+    while (static_cast<int64_t>(running_.size()) < options_.jobs) {
       if (!reruns_.empty()) {
-        startTrial(reruns_.front());
+        const int64_t index = reruns_.front();
         reruns_.pop_front();
+        launch(index, trials_[static_cast<size_t>(index)].rungs.empty());
+      } else if (int64_t index = promotable(); index >= 0) {
+        launch(index, false);
+      } else if (mayStartNew()) {
+        startNew();
       } else {
-        startTrial(static_cast<int64_t>(trials_.size()));
+        break;
       }
     }
     if (running_.empty()) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
+  for (auto& t : trials_) {
+    if (t.status == TrialStatus::kPaused) t.status = TrialStatus::kPruned;  // never promoted
+  }
+  writeFiles();
   printSummary();
   return 0;
 }

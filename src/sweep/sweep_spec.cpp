@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <filesystem>
 #include <set>
 
@@ -185,7 +186,40 @@ void parseBudget(const Reader& r, const YAML::Node& root, SweepSpec& spec) {
   }
 }
 
+void parseAsha(const Reader& r, const YAML::Node& node, const TrainConfig& base, SweepSpec& spec) {
+  r.onlyKeys(node, "early_stop", {"type", "resource", "min_resource", "max_resource", "reduction_factor"});
+  r.word(node["type"], "early_stop.type", {"asha"});
+  AshaOptions& a = spec.asha;
+  a.enabled = true;
+  if (node["resource"]) a.epochs = r.word(node["resource"], "early_stop.resource", {"epochs", "steps"}) == "epochs";
+  if (node["min_resource"]) a.minResource = r.integer(node["min_resource"], "early_stop.min_resource", 1, INT32_MAX);
+  if (!node["max_resource"]) throw r.error("early_stop.max_resource", "missing: the resource a trial trains at most");
+  a.maxResource = r.integer(node["max_resource"], "early_stop.max_resource", 1, INT32_MAX);
+  if (node["reduction_factor"]) {
+    a.reductionFactor = r.integer(node["reduction_factor"], "early_stop.reduction_factor", 2, 1000);
+  }
+  if (a.maxResource <= a.minResource) {
+    throw r.error("early_stop",
+                  fmt::format("max_resource ({}) must be above min_resource ({})", a.maxResource, a.minResource));
+  }
+  for (const auto& p : spec.space.params) {
+    if (p.key == a.resourceKey()) throw r.error("space." + p.key, "early_stop sets this key for each rung");
+  }
+  if (a.epochs && base.trainer.maxSteps > 0) {
+    throw r.error("early_stop.resource", fmt::format("epochs, but the base config's trainer.max_steps ({}) would end "
+                                                     "trials first: set trainer.max_steps: 0 in overrides",
+                                                     base.trainer.maxSteps));
+  }
+}
+
 }  // namespace
+
+std::vector<int64_t> AshaOptions::rungs() const {
+  std::vector<int64_t> out;
+  for (int64_t r = minResource; r < maxResource; r *= reductionFactor) out.push_back(r);
+  out.push_back(maxResource);
+  return out;
+}
 
 int64_t SweepSpec::gridSize() const {
   int64_t size = 1;
@@ -209,7 +243,8 @@ SweepSpec loadSweepSpec(const std::string& path) {
     throw ConfigError(fmt::format("{}: cannot read the sweep spec", path));
   } catch (const YAML::Exception& e) { throw ConfigError(fmt::format("{}: not valid YAML: {}", path, e.what())); }
   r.onlyKeys(root, "",
-             {"base", "overrides", "space", "objective", "budget", "algorithm", "tpe", "seed", "workers_per_trial"});
+             {"base", "overrides", "space", "objective", "budget", "algorithm", "tpe", "seed", "workers_per_trial",
+              "early_stop"});
   SweepSpec spec;
   spec.file = path;
   if (!root["base"] || !root["base"].IsScalar()) throw r.error("base", "expected the path of a lockstep train config");
@@ -249,6 +284,7 @@ SweepSpec loadSweepSpec(const std::string& path) {
   }
   parseBudget(r, root, spec);
   checkAgainstBase(r, spec, baseConfig);
+  if (root["early_stop"]) parseAsha(r, root["early_stop"], baseConfig, spec);
   return spec;
 }
 

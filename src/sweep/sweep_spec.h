@@ -11,6 +11,7 @@
 //   algorithm: tpe                          # grid | random | tpe
 //   seed: 1
 //   workers_per_trial: 1
+//   early_stop: {type: asha, resource: epochs, min_resource: 1, max_resource: 9, reduction_factor: 3}
 //
 // loadSweepSpec checks everything a sweep can know before it starts: unknown
 // keys (in the spec and in the space), empty or inverted ranges,
@@ -37,6 +38,21 @@ struct TpeOptions {
   double gamma = 0.1;          ///< share of finished trials counted as good (at most 25)
 };
 
+/// Asynchronous successive halving (Li et al. 2018): every trial first trains min_resource epochs
+/// (or steps); a trial among the best 1/reduction_factor of those that reached a rung goes on to the
+/// next rung (resource x reduction_factor, the last one max_resource), resuming from its checkpoint.
+struct AshaOptions {
+  bool enabled = false;
+  bool epochs = true;  ///< resource: epochs (trainer.epochs) or steps (trainer.max_steps)
+  int64_t minResource = 1;
+  int64_t maxResource = 0;
+  int64_t reductionFactor = 3;
+  /// The resource at each rung: min, min*eta, min*eta^2, ... below max, then max.
+  std::vector<int64_t> rungs() const;
+  /// The config key a rung sets: trainer.epochs or trainer.max_steps.
+  const char* resourceKey() const { return epochs ? "trainer.epochs" : "trainer.max_steps"; }
+};
+
 struct SweepSpec {
   std::string file;                    ///< the spec's path, as given
   std::string base;                    ///< base config path, resolved against the spec's folder
@@ -48,6 +64,7 @@ struct SweepSpec {
   double seconds = 0;  ///< 0: no time budget; else no trial starts after this many seconds
   Algorithm algorithm = Algorithm::kRandom;
   TpeOptions tpe;
+  AshaOptions asha;  ///< early_stop: {type: asha, ...}
   uint64_t seed = 0;
   int64_t workersPerTrial = 1;
 

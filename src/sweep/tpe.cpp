@@ -149,7 +149,10 @@ Point tpePoint(const SearchSpace& space, const TpeOptions& options, uint64_t see
   if (static_cast<int64_t>(finished.size()) < options.startupTrials) return randomPoint(space, seed, index);
   std::vector<size_t> order(finished.size());
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return finished[a].loss < finished[b].loss; });
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    if (finished[a].rungs != finished[b].rungs) return finished[a].rungs > finished[b].rungs;
+    return finished[a].loss < finished[b].loss;
+  });
   const double n = static_cast<double>(finished.size());
   const size_t goodCount = static_cast<size_t>(std::clamp(std::ceil(options.gamma * n), 1.0, std::min(25.0, n)));
   auto rng = trialRng(seed, index);

@@ -14,8 +14,26 @@ namespace lockstep::sweep {
 
 namespace {
 
-const std::vector<TrialStatus> kStatuses = {TrialStatus::kRunning, TrialStatus::kDone, TrialStatus::kFailed,
-                                            TrialStatus::kStopped};
+const std::vector<TrialStatus> kStatuses = {TrialStatus::kRunning, TrialStatus::kDone,   TrialStatus::kFailed,
+                                            TrialStatus::kStopped, TrialStatus::kPaused, TrialStatus::kPruned};
+
+nlohmann::json rungsJson(const SweepSpec& spec, const Trial& t) {
+  nlohmann::json rungs = nlohmann::json::array();
+  const auto resources = spec.asha.rungs();
+  for (size_t i = 0; i < t.rungs.size() && i < resources.size(); ++i) {
+    rungs.push_back({{"resource", resources[i]}, {"objective", t.rungs[i]}});
+  }
+  return rungs;
+}
+
+std::string rungsText(const SweepSpec& spec, const Trial& t) {
+  std::string text;
+  const auto resources = spec.asha.rungs();
+  for (size_t i = 0; i < t.rungs.size() && i < resources.size(); ++i) {
+    text += fmt::format("{}{}:{}", text.empty() ? "" : " ", resources[i], t.rungs[i]);
+  }
+  return text;
+}
 
 nlohmann::json paramsJson(const SearchSpace& space, const Point& point) {
   nlohmann::json params = nlohmann::json::object();
@@ -39,8 +57,9 @@ nlohmann::json trialJson(const SweepSpec& spec, const Trial& t) {
           {"name", t.name()},
           {"params", paramsJson(spec.space, t.point)},
           {"status", toString(t.status)},
-          {"objective", t.status == TrialStatus::kDone ? nlohmann::json(t.objective) : nlohmann::json(nullptr)},
+          {"objective", t.measured() ? nlohmann::json(t.objective) : nlohmann::json(nullptr)},
           {"metric", toString(spec.metric)},
+          {"rungs", rungsJson(spec, t)},
           {"validation_loss", reported(t.validationLoss)},
           {"validation_accuracy", reported(t.validationAccuracy)},
           {"train_loss", reported(t.trainLoss)},
@@ -81,6 +100,9 @@ Trial trialFromJson(const SweepSpec& spec, const nlohmann::json& j) {
   t.point = spec.space.parsePoint(texts);
   auto number = [&](const char* key) { return j.contains(key) && j[key].is_number() ? j[key].get<double>() : -1.0; };
   t.objective = j.at("objective").is_number() ? j["objective"].get<double>() : 0;
+  if (j.contains("rungs")) {
+    for (const auto& rung : j["rungs"]) t.rungs.push_back(rung.at("objective").get<double>());
+  }
   t.validationLoss = number("validation_loss");
   t.validationAccuracy = number("validation_accuracy");
   t.trainLoss = number("train_loss");
@@ -100,6 +122,8 @@ const char* toString(TrialStatus status) {
     case TrialStatus::kDone: return "done";
     case TrialStatus::kFailed: return "failed";
     case TrialStatus::kStopped: return "stopped";
+    case TrialStatus::kPaused: return "paused";
+    case TrialStatus::kPruned: return "pruned";
   }
   return "?";
 }
@@ -107,6 +131,7 @@ const char* toString(TrialStatus status) {
 std::string Trial::name() const { return fmt::format("trial-{:04d}", index); }
 
 bool better(const SweepSpec& spec, const Trial& a, const Trial& b) {
+  if (a.rungs.size() != b.rungs.size()) return a.rungs.size() > b.rungs.size();
   return spec.maximize ? a.objective > b.objective : a.objective < b.objective;
 }
 
@@ -119,13 +144,13 @@ std::string trialsJsonl(const SweepSpec& spec, const std::vector<Trial>& trials)
 std::string trialsCsv(const SweepSpec& spec, const std::vector<Trial>& trials) {
   std::string text = "trial,status,objective";
   for (const auto& p : spec.space.params) text += "," + csvField(p.key);
-  text += ",validation_loss,validation_accuracy,train_loss,steps,seconds,exit_code,error,command\n";
+  text += ",rungs,validation_loss,validation_accuracy,train_loss,steps,seconds,exit_code,error,command\n";
   for (const auto& t : trials) {
-    text += fmt::format("{},{},{}", t.name(), toString(t.status),
-                        t.status == TrialStatus::kDone ? fmt::format("{}", t.objective) : "");
+    text += fmt::format("{},{},{}", t.name(), toString(t.status), t.measured() ? fmt::format("{}", t.objective) : "");
     for (size_t i = 0; i < spec.space.params.size(); ++i) text += "," + csvField(spec.space.valueText(i, t.point[i]));
-    text += fmt::format(",{},{},{},{},{:.3f},{},{},{}\n", csvNumber(t.validationLoss), csvNumber(t.validationAccuracy),
-                        csvNumber(t.trainLoss), t.steps, t.seconds, t.exitCode, csvField(t.error), csvField(t.command));
+    text += fmt::format(",{},{},{},{},{},{:.3f},{},{},{}\n", rungsText(spec, t), csvNumber(t.validationLoss),
+                        csvNumber(t.validationAccuracy), csvNumber(t.trainLoss), t.steps, t.seconds, t.exitCode,
+                        csvField(t.error), csvField(t.command));
   }
   return text;
 }
@@ -156,6 +181,9 @@ std::vector<Trial> readTrialsJsonl(const SweepSpec& spec, const std::string& pat
 std::string bestYaml(const SweepSpec& spec, const Trial& best) {
   auto overrides = spec.overrides;
   for (const auto& o : spec.space.overrides(best.point)) overrides.push_back(o);
+  if (spec.asha.enabled && !best.rungs.empty()) {  // the resource it was measured at
+    overrides.push_back(fmt::format("{}={}", spec.asha.resourceKey(), spec.asha.rungs().at(best.rungs.size() - 1)));
+  }
   std::string header = fmt::format("# best trial of the sweep {}: {}, {} {}\n# lockstep train best.yaml\n", spec.file,
                                    best.name(), toString(spec.metric), best.objective);
   return header + toYaml(loadTrainConfig(spec.base, overrides));

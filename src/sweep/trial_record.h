@@ -15,7 +15,9 @@
 
 namespace lockstep::sweep {
 
-enum class TrialStatus { kRunning, kDone, kFailed, kStopped };
+/// kPaused: finished a rung of early_stop and waits for a promotion; kPruned: was never promoted
+/// (the sweep ended with it paused). kStopped: a signal stopped the sweep while it ran.
+enum class TrialStatus { kRunning, kDone, kFailed, kStopped, kPaused, kPruned };
 
 const char* toString(TrialStatus status);
 
@@ -23,7 +25,8 @@ struct Trial {
   int64_t index = 0;
   Point point;
   TrialStatus status = TrialStatus::kRunning;
-  double objective = 0;  ///< the spec's metric (as reported, not negated); meaningful when kDone
+  double objective = 0;       ///< the spec's metric (as reported, not negated) at its last run's end
+  std::vector<double> rungs;  ///< early_stop: the objective at each rung it finished (rung i: AshaOptions::rungs()[i])
   double validationLoss = -1, validationAccuracy = -1, trainLoss = -1;  ///< -1: not reported
   int64_t steps = 0;
   double seconds = 0;   ///< wall time of the trial's command
@@ -32,9 +35,14 @@ struct Trial {
   std::string command;  ///< the trial's command line, shell-quoted
 
   std::string name() const;  ///< trial-0007: its run directory under the sweep's
+  /// Whether objective holds a measured value (done, or paused/pruned at a rung).
+  bool measured() const {
+    return status == TrialStatus::kDone || status == TrialStatus::kPaused || status == TrialStatus::kPruned;
+  }
 };
 
-/// Whether a finished trial `a` is better than `b` under the spec's objective.
+/// Whether a measured trial `a` is better than `b`: further up the rungs (early_stop), then by the
+/// spec's objective.
 bool better(const SweepSpec& spec, const Trial& a, const Trial& b);
 
 std::string trialsJsonl(const SweepSpec& spec, const std::vector<Trial>& trials);

@@ -9,6 +9,9 @@
 #include <fstream>
 #include <sstream>
 
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
 #include "lockstep/train/config.h"
 #include "support/expect.h"
 #include "support/subprocess.h"
@@ -114,6 +117,62 @@ TEST(SweepCli, RunsTrialsTwoAtATimeRecordsAFailureAndWritesTheBestConfig) {
   auto firstDone = r.out.find(" done in ");
   auto secondStart = r.out.find("trial-0001 started");
   EXPECT_LT(secondStart, firstDone) << r.out;
+}
+
+/// Trials with their rung objectives, from trials.jsonl.
+std::vector<nlohmann::json> journal(const std::string& path) {
+  std::vector<nlohmann::json> out;
+  for (const auto& line : lines(readFile(path))) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
+TEST(SweepCli, AshaPromotesTheBestThirdOfEachRungAndResumesTheirCheckpoints) {
+  const std::string dir = test::makeTempDir();
+  const std::string spec = writeSpec(
+      dir, "20",
+      "space:\n  optimizer.lr: {type: loguniform, low: 0.0005, high: 0.5}\n"
+      "objective: {metric: validation_loss, mode: min}\nbudget: {trials: 9}\nseed: 5\n"
+      "early_stop: {type: asha, resource: steps, min_resource: 20, max_resource: 180, reduction_factor: 3}\n");
+  auto r = sweep(quote(spec) + " -j 2 --threads 1 --dir " + quote(dir + "/sw"));
+  ASSERT_EQ(r.exitCode, 0) << r.out << r.err;
+  auto trials = journal(dir + "/sw/trials.jsonl");
+  ASSERT_EQ(trials.size(), 9u);
+  // Rank each rung's finishers; the best third of every rung went on to the next.
+  for (size_t rung = 0; rung < 2; ++rung) {
+    std::vector<std::pair<double, size_t>> reached;
+    for (size_t i = 0; i < trials.size(); ++i) {
+      if (trials[i]["rungs"].size() > rung) reached.push_back({trials[i]["rungs"][rung]["objective"].get<double>(), i});
+    }
+    std::sort(reached.begin(), reached.end());
+    ASSERT_GE(reached.size(), 3u) << "rung " << rung << ": " << readFile(dir + "/sw/trials.jsonl");
+    for (size_t k = 0; k < reached.size() / 3; ++k) {
+      EXPECT_GT(trials[reached[k].second]["rungs"].size(), rung + 1) << "rung " << rung << " rank " << k;
+    }
+  }
+  int done = 0;
+  for (const auto& t : trials) {
+    const std::string status = t["status"];
+    EXPECT_TRUE(status == "done" || status == "pruned") << t.dump();
+    if (status != "done") continue;
+    ++done;
+    EXPECT_EQ(t["rungs"].size(), 3u);
+    EXPECT_EQ(t["steps"], 180);
+    EXPECT_EQ(t["rungs"][2]["resource"], 180);
+    // Its last rung went on from the 60-step checkpoint, and ends where one uninterrupted run ends.
+    const std::string name = t["name"];
+    EXPECT_HAS(readFile(dir + "/sw/" + name + "/output.log"), "resumed from");
+    auto whole = test::runProcess({test::lockstepBin(), "run", "-np", "1", "--threads", "1", "--", test::lockstepBin(),
+                                   "train", kBase, "trainer.max_steps=180", "trainer.validate=true",
+                                   "model.hidden_sizes=[32]", "trainer.batch_size=32",
+                                   "optimizer.lr=" + fmt::format("{}", t["params"]["optimizer.lr"].get<double>()),
+                                   "monitor.dir=off", "checkpoint.dir=off", "--result-json", dir + "/whole.json"});
+    ASSERT_EQ(whole.exitCode, 0) << whole.err;
+    auto result = nlohmann::json::parse(readFile(dir + "/whole.json"));
+    EXPECT_EQ(result["last_validation_loss"].get<double>(), t["objective"].get<double>());
+  }
+  EXPECT_GE(done, 1);
+  EXPECT_HAS(readFile(dir + "/sw/best.yaml"), "max_steps: 180");
+  EXPECT_HAS(r.out, "pruned");
 }
 
 TEST(SweepCli, AKilledSweepResumesWithoutRerunningFinishedTrialsAndEndsAsAnUninterruptedOne) {

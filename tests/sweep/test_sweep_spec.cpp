@@ -102,6 +102,31 @@ TEST(SweepSpec, EachBadInputIsAnErrorNamingTheKey) {
   } catch (const ConfigError& e) { EXPECT_HAS(std::string(e.what()), "base: no such config file"); }
 }
 
+TEST(SweepSpec, EarlyStoppingRungsAndItsErrors) {
+  const std::string rest =
+      "space: {optimizer.lr: [0.1]}\nobjective: {metric: train_loss, mode: min}\nbudget: {trials: 2}\n";
+  SweepSpec s = loadSweepSpec(writeSpec(rest + "early_stop: {type: asha, resource: steps, min_resource: 2, "
+                                               "max_resource: 10}\n"));
+  EXPECT_TRUE(s.asha.enabled);
+  EXPECT_EQ(s.asha.rungs(), (std::vector<int64_t>{2, 6, 10}));
+  EXPECT_EQ(std::string(s.asha.resourceKey()), "trainer.max_steps");
+  AshaOptions a;
+  a.minResource = 1, a.maxResource = 9, a.reductionFactor = 3;
+  EXPECT_EQ(a.rungs(), (std::vector<int64_t>{1, 3, 9}));
+  EXPECT_HAS(specError(rest + "early_stop: {type: asha, resource: steps, min_resource: 5, max_resource: 5}\n"),
+             "early_stop: max_resource (5) must be above min_resource (5)");
+  EXPECT_HAS(specError(rest + "early_stop: {type: asha, resource: steps, max_resource: 9, reduction_factor: 1}\n"),
+             "early_stop.reduction_factor: expected an integer in [2, 1000]");
+  // mlp-bench.yaml stops at trainer.max_steps: 30, before any epoch ends.
+  EXPECT_HAS(specError(rest + "early_stop: {type: asha, resource: epochs, max_resource: 9}\n"),
+             "early_stop.resource: epochs, but the base config's trainer.max_steps (30) would end trials first");
+  EXPECT_HAS(specError("space: {trainer.max_steps: [10, 20]}\nobjective: {metric: train_loss, mode: min}\n"
+                       "budget: {trials: 2}\nearly_stop: {type: asha, resource: steps, max_resource: 9}\n"),
+             "space.trainer.max_steps: early_stop sets this key for each rung");
+  EXPECT_HAS(specError(rest + "early_stop: {type: hyperband, max_resource: 9}\n"),
+             "early_stop.type: expected one of asha");
+}
+
 TEST(SweepSampling, GridVisitsEveryPointOnceInSpecOrder) {
   SweepSpec s =
       loadSweepSpec(writeSpec("space:\n  trainer.batch_size: [16, 32, 64]\n  optimizer.lr: {type: loguniform, low: "
