@@ -24,6 +24,8 @@ PACKAGES=(
   curl                    # bench/dashboard_latency.sh times the dashboard's API as a client would
   openmpi-bin             # mpirun: workers started by OpenMPI find each other (tested)
   libopenmpi-dev          # the MPI communicator backend (shared memory between local ranks)
+  slurm-wlm               # a real one-host Slurm for the `lockstep sweep --scheduler slurm` and srun tests
+  munge                   # Slurm's authentication: tests/support/slurm_cluster.sh runs a private munged
 )
 
 # shellcheck source=lib/apt.sh

@@ -41,7 +41,7 @@ set -euo pipefail
 usage() { echo "usage: $0 start|stop DIR" >&2; exit 2; }
 [ $# -eq 2 ] || usage
 cmd=$1
-mkdir -p "$2" 2>/dev/null || true
+[ -d "$2" ] || [ "$cmd" != stop ] || exit 0 # nothing was started there
 DIR=$(cd "$2" 2>/dev/null && pwd) || { echo "slurm_cluster: no directory $2" >&2; exit 2; }
 CONF=$DIR/slurm.conf
 PORT_LOCK=/tmp/lockstep-slurm-cluster.ports.lock
@@ -107,7 +107,7 @@ stop_cluster() {
   # Cancel jobs first, if the controller still answers, and give their
   # slurmstepds 3 s to end the tasks (KillWait would take longer).
   if [ -f "$DIR/slurmctld.pid" ] && alive "$(cat "$DIR/slurmctld.pid" 2>/dev/null)"; then
-    SLURM_CONF=$CONF timeout 5 scancel --user=root >/dev/null 2>&1 || true
+    SLURM_CONF=$CONF timeout 5 scancel --user="$(id -un)" >/dev/null 2>&1 || true
     for _ in $(seq 30); do [ -z "$(our_stepds)" ] && break; sleep 0.1; done
   fi
   stop_pidfile slurmd "$DIR/slurmd.pid"
@@ -244,8 +244,9 @@ EOF
       idle) break ;;
       inval* | drain*) break ;; # registration refused (reason below): no use waiting
     esac
-    alive "$(cat "$DIR/slurmctld.pid" 2>/dev/null)" || fail "slurmctld exited" "$DIR/slurmctld.log"
-    alive "$(cat "$DIR/slurmd.pid" 2>/dev/null)" || fail "slurmd exited" "$DIR/slurmd.log"
+    for f in slurmctld slurmd; do
+      alive "$(cat "$DIR/$f.pid" 2>/dev/null)" || fail "$f exited" "$DIR/$f.log"
+    done
     sleep 0.2
   done
   if [ "$state" != idle ]; then
