@@ -17,7 +17,7 @@ namespace lockstep::cli {
 
 namespace {
 constexpr const char* kSweepUsage =
-    "usage: lockstep sweep SPEC.yaml [-j JOBS] [--dir DIR] [--resume]   (docs/sweeps.md)";
+    "usage: lockstep sweep SPEC.yaml [-j JOBS] [--dir DIR] [--resume] [--scheduler local|slurm]   (docs/sweeps.md)";
 }
 
 int sweepCommand(const std::vector<std::string>& args) {
@@ -29,6 +29,9 @@ int sweepCommand(const std::vector<std::string>& args) {
   app.add_option("--dir", options.dir, "the sweep's directory (default runs/<spec file stem>)");
   app.add_flag("--resume", options.resume, "continue the sweep in --dir: keep finished trials, rerun interrupted ones");
   app.add_option("--threads", options.threadsPerTrial, "threads per trial worker (default: cores / (J x workers))");
+  app.add_option("--scheduler", options.scheduler,
+                 "local (default), or slurm: one sbatch job per trial, or one job step per trial inside an allocation")
+      ->check(CLI::IsMember({"local", "slurm"}));
   if (auto exit = parseArgs(app, args, "sweep", kSweepUsage)) return *exit;
   try {
     if (options.jobs < 1) throw ConfigError(fmt::format("-j {}: expected at least 1 trial at once", options.jobs));

@@ -27,6 +27,8 @@ int dashboardCommand(const std::vector<std::string>& args);
 int reportCommand(const std::vector<std::string>& args);
 /// `lockstep sweep SPEC.yaml [-j J] [--dir DIR] [--resume]` (cmd_sweep.cpp).
 int sweepCommand(const std::vector<std::string>& args);
+/// `lockstep submit [sbatch options] -- PROGRAM ARGS...` (cmd_submit.cpp).
+int submitCommand(const std::vector<std::string>& args);
 
 struct AllreduceBenchOptions {
   std::vector<int64_t> sizes;  ///< bytes

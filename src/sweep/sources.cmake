@@ -10,6 +10,8 @@ add_library(lockstep_sweep STATIC
   ${CMAKE_CURRENT_LIST_DIR}/tpe.cpp
   ${CMAKE_CURRENT_LIST_DIR}/trial_record.cpp
   ${CMAKE_CURRENT_LIST_DIR}/trial_process.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/trial_launcher.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/slurm.cpp
   ${CMAKE_CURRENT_LIST_DIR}/sweep_runner.cpp
 )
 target_include_directories(lockstep_sweep PUBLIC ${CMAKE_CURRENT_SOURCE_DIR}/src)
@@ -18,5 +20,6 @@ target_link_libraries(lockstep_sweep
   PRIVATE fmt::fmt yaml-cpp nlohmann_json::nlohmann_json)
 lockstep_target_warnings(lockstep_sweep)
 
-target_sources(lockstep_cli PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src/cli/cmd_sweep.cpp)
+target_sources(lockstep_cli PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src/cli/cmd_sweep.cpp
+                                    ${CMAKE_CURRENT_SOURCE_DIR}/src/cli/cmd_submit.cpp)
 target_link_libraries(lockstep_cli PRIVATE lockstep_sweep)

@@ -24,7 +24,8 @@
 #include "common/posix_io.h"
 #include "lockstep/common/error.h"
 #include "sweep/sampler.h"
-#include "sweep/trial_process.h"
+#include "sweep/slurm.h"
+#include "sweep/trial_launcher.h"
 #include "sweep/trial_record.h"
 
 namespace lockstep::sweep {
@@ -65,17 +66,6 @@ std::string readText(const std::string& path) {
   return s.str();
 }
 
-std::string shellJoin(const std::vector<std::string>& argv) {
-  std::string text;
-  for (const auto& a : argv) {
-    bool plain = !a.empty() && a.find_first_not_of(
-                                   "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
-                                   "_-./=,:@+") == std::string::npos;
-    text += (text.empty() ? "" : " ") + (plain ? a : "'" + a + "'");
-  }
-  return text;
-}
-
 std::string lastLines(const std::string& path, size_t count) {
   std::ifstream in(path);
   std::deque<std::string> lines;
@@ -90,14 +80,15 @@ std::string lastLines(const std::string& path, size_t count) {
 }
 
 struct Running {
-  std::unique_ptr<TrialProcess> process;
+  std::unique_ptr<TrialHandle> handle;
   std::chrono::steady_clock::time_point start;
 };
 
 class SweepRun {
  public:
   SweepRun(const SweepSpec& spec, const SweepRunOptions& options)
-      : spec_(spec), options_(options), sampler_(makeSampler(spec)) {}
+      : spec_(spec), options_(options), sampler_(makeSampler(spec)),
+        launcher_(options.scheduler == "slurm" ? makeSlurmLauncher() : makeLocalLauncher(options.lockstep)) {}
 
   int run();
 
@@ -118,6 +109,7 @@ class SweepRun {
   SweepSpec spec_;
   SweepRunOptions options_;
   std::unique_ptr<Sampler> sampler_;
+  std::unique_ptr<TrialLauncher> launcher_;
   std::vector<Trial> trials_;
   std::deque<int64_t> reruns_;
   std::map<int64_t, Running> running_;
@@ -146,7 +138,10 @@ void SweepRun::prepareDirectory() {
   }
   trials_ = readTrialsJsonl(spec_, journal);
   for (auto& t : trials_) {
-    if (t.status == TrialStatus::kRunning || t.status == TrialStatus::kStopped) reruns_.push_back(t.index);
+    if (t.status != TrialStatus::kRunning && t.status != TrialStatus::kStopped) continue;
+    // A batch job of the dead sweep may still run and write into the trial's directory.
+    if (!t.job.empty() && options_.scheduler == "slurm") cancelJob(t.job, "KILL");
+    reruns_.push_back(t.index);
   }
   std::cout << fmt::format("sweep: resuming {}: {} trials recorded, {} to run again\n", options_.dir, trials_.size(),
                            reruns_.size());
@@ -163,16 +158,7 @@ bool SweepRun::mayStartNew() const {
 
 std::vector<std::string> SweepRun::command(const Trial& t) const {
   const std::string dir = trialDir(t);
-  std::vector<std::string> argv = {options_.lockstep,
-                                   "run",
-                                   "-np",
-                                   std::to_string(spec_.workersPerTrial),
-                                   "--threads",
-                                   std::to_string(options_.threadsPerTrial),
-                                   "--",
-                                   options_.lockstep,
-                                   "train",
-                                   spec_.base};
+  std::vector<std::string> argv = {options_.lockstep, "train", spec_.base};
   for (const auto& o : spec_.overrides) argv.push_back(o);
   for (const auto& o : spec_.space.overrides(t.point)) argv.push_back(o);
   argv.push_back("monitor.dir=" + dir);
@@ -235,10 +221,10 @@ void SweepRun::launch(int64_t index, bool fresh) {
   const std::string dir = trialDir(t);
   if (fresh) fs::remove_all(dir);
   fs::create_directories(dir);
-  auto argv = command(t);
-  t.command = shellJoin(argv);
-  running_[index] =
-      Running{std::make_unique<TrialProcess>(argv, dir + "/output.log"), std::chrono::steady_clock::now()};
+  TrialLaunch l{command(t), dir, fs::path(options_.dir).filename().string() + "-" + t.name(),
+                static_cast<int>(spec_.workersPerTrial), options_.threadsPerTrial};
+  running_[index] = Running{launcher_->start(l, t.command), std::chrono::steady_clock::now()};
+  t.job = running_[index].handle->job();
   std::string rung;
   if (spec_.asha.enabled) {
     rung = fmt::format(" (rung {}: {}={})", t.rungs.size(), spec_.asha.resourceKey(),
@@ -304,11 +290,11 @@ void SweepRun::finishTrial(int64_t index, int exitCode) {
 }
 
 void SweepRun::stopAll() {
-  for (auto& [index, r] : running_) r.process->signalGroup(SIGTERM);
+  for (auto& [index, r] : running_) r.handle->terminate();
   auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(options_.stopGraceSeconds);
   while (std::chrono::steady_clock::now() < deadline) {
     bool all = true;
-    for (auto& [index, r] : running_) all = r.process->poll() && all;
+    for (auto& [index, r] : running_) all = r.handle->poll() && all;
     if (all) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
@@ -365,12 +351,15 @@ void SweepRun::printSummary() const {
 int SweepRun::run() {
   fs::create_directories(options_.dir);
   prepareDirectory();
+  std::cout << fmt::format("sweep: {} trials of {} on {}, {} at once, {} thread(s) per worker\n",
+                           spec_.trials > 0 ? std::to_string(spec_.trials) : "unbounded", spec_.file,
+                           launcher_->describe(), options_.jobs, options_.threadsPerTrial);
   StopSignals signals;
   while (true) {
     for (auto it = running_.begin(); it != running_.end();) {
       int64_t index = it->first;
       ++it;
-      if (running_[index].process->poll()) finishTrial(index, running_[index].process->exitCode());
+      if (running_[index].handle->poll()) finishTrial(index, running_[index].handle->exitCode());
     }
     if (gStopSignal != 0) {
       int sig = gStopSignal;

@@ -1,9 +1,9 @@
-// sweep_runner.h — running a sweep's trials on this machine, J at a time
-// (docs/sweeps.md).
+// sweep_runner.h — running a sweep's trials J at a time, here or through
+// Slurm (docs/sweeps.md).
 //
-// Each trial is `lockstep run -np K --threads T -- lockstep train BASE
-// overrides... params... monitor.dir=DIR/trial-NNNN ...`, a normal run
-// directory. After every start and end the runner rewrites trials.jsonl,
+// Each trial is `lockstep train BASE overrides... params...
+// monitor.dir=DIR/trial-NNNN ...` on K workers (trial_launcher.h), a normal
+// run directory. After every start and end the runner rewrites trials.jsonl,
 // trials.csv and best.yaml atomically, so a sweep killed at any moment
 // leaves a consistent journal: with `resume`, finished and failed trials are
 // kept, interrupted ones (running or stopped) run again from scratch with
@@ -25,6 +25,7 @@ struct SweepRunOptions {
   std::string lockstep;     ///< the lockstep binary the trials run
   int threadsPerTrial = 0;  ///< threads per worker; 0: cores / (jobs * workers_per_trial), at least 1
   double stopGraceSeconds = 10;
+  std::string scheduler = "local";  ///< local or slurm (trial_launcher.h)
 };
 
 /// The default directory of a spec: runs/<spec file stem>.

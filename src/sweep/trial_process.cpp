@@ -70,6 +70,8 @@ bool TrialProcess::poll() {
   return true;
 }
 
+void TrialProcess::terminate() { signalGroup(SIGTERM); }
+
 void TrialProcess::signalGroup(int sig) const {
   if (running_) ::kill(-pid_, sig);
 }

@@ -9,22 +9,25 @@
 #include <string>
 #include <vector>
 
+#include "sweep/trial_launcher.h"
+
 namespace lockstep::sweep {
 
-class TrialProcess {
+class TrialProcess : public TrialHandle {
  public:
   /// Starts argv[0] (a path) with stdout and stderr appended to `logPath`. Throws lockstep::Error
   /// when it cannot fork or open the log; an exec failure shows as exit code 127.
   TrialProcess(const std::vector<std::string>& argv, const std::string& logPath);
   /// Kills the group (SIGKILL) and reaps it if it is still running.
-  ~TrialProcess();
+  ~TrialProcess() override;
   TrialProcess(const TrialProcess&) = delete;
   TrialProcess& operator=(const TrialProcess&) = delete;
 
   /// Non-blocking: true once the child has exited (then exitCode()).
-  bool poll();
+  bool poll() override;
   /// Its exit code, 128 + signal when a signal ended it.
-  int exitCode() const { return exitCode_; }
+  int exitCode() const override { return exitCode_; }
+  void terminate() override;
   void signalGroup(int sig) const;
 
  private:

@@ -67,7 +67,8 @@ nlohmann::json trialJson(const SweepSpec& spec, const Trial& t) {
           {"seconds", t.seconds},
           {"exit_code", t.exitCode},
           {"error", t.error},
-          {"command", t.command}};
+          {"command", t.command},
+          {"slurm_job", t.job}};
 }
 
 std::string csvField(const std::string& text) {
@@ -111,6 +112,7 @@ Trial trialFromJson(const SweepSpec& spec, const nlohmann::json& j) {
   t.exitCode = j.value("exit_code", 0);
   t.error = j.value("error", std::string());
   t.command = j.value("command", std::string());
+  t.job = j.value("slurm_job", std::string());
   return t;
 }
 

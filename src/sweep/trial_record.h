@@ -33,6 +33,7 @@ struct Trial {
   int exitCode = 0;     ///< 128 + signal when it was killed
   std::string error;    ///< kFailed: why, with the last lines of its output
   std::string command;  ///< the trial's command line, shell-quoted
+  std::string job;      ///< its Slurm job id (--scheduler slurm, sbatch); empty otherwise
 
   std::string name() const;  ///< trial-0007: its run directory under the sweep's
   /// Whether objective holds a measured value (done, or paused/pruned at a rung).
