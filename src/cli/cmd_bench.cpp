@@ -37,7 +37,9 @@ constexpr const char* kBenchUsage =
     "       lockstep bench scaling CONFIG.yaml --np 1,2[,...] [--steps N] [--threads T] [--backend NAME] [--json]\n"
     "                              [key=value ...]   (training throughput and step phases per world size)\n"
     "       lockstep bench memory CONFIG.yaml --np 1,2[,...] [--strategies ddp,zero1,zero2] [--steps N] [--json]\n"
-    "                             [key=value ...]   (bytes per rank and strategy, next to the theory)";
+    "                             [key=value ...]   (bytes per rank and strategy, next to the theory)\n"
+    "       lockstep bench sampler [--objective branin|hartmann6] [--algorithm tpe|random] [--trials N] [--seeds S]\n"
+    "                              [--json]   (the sweep's samplers on synthetic objectives)";
 
 /// `bench allreduce`'s arguments as AllreduceBenchOptions; an exit code when it should stop now.
 std::optional<int> parseAllreduceArgs(const std::vector<std::string>& args, AllreduceBenchOptions& o) {
@@ -93,8 +95,11 @@ int allreduceCommand(const std::vector<std::string>& args) {
 
 int benchCommand(const std::vector<std::string>& args) {
   using Bench = int (*)(const std::vector<std::string>&);
-  static const std::pair<const char*, Bench> kBenches[] = {
-      {"allreduce", &allreduceCommand}, {"loader", &benchLoader}, {"scaling", &benchScaling}, {"memory", &benchMemory}};
+  static const std::pair<const char*, Bench> kBenches[] = {{"allreduce", &allreduceCommand},
+                                                           {"loader", &benchLoader},
+                                                           {"scaling", &benchScaling},
+                                                           {"memory", &benchMemory},
+                                                           {"sampler", &benchSampler}};
   if (!args.empty() && (args[0] == "-h" || args[0] == "--help")) {
     std::cout << kBenchUsage << "\n";
     return kExitOk;

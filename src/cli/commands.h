@@ -47,6 +47,9 @@ int benchLoader(const std::vector<std::string>& args);
 /// `lockstep bench scaling CONFIG --np 1,2 [--steps N] [--threads T] [--backend NAME] [--json] [key=value ...]`.
 int benchScaling(const std::vector<std::string>& args);
 
+/// `lockstep bench sampler [--objective branin|hartmann6] [--algorithm tpe|random] [--trials N] [--seeds S]`.
+int benchSampler(const std::vector<std::string>& args);
+
 /// `lockstep bench memory CONFIG --np 1,2 [--strategies ddp,zero1] [--steps N] [--json] [key=value ...]`.
 int benchMemory(const std::vector<std::string>& args);
 

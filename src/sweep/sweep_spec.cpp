@@ -269,7 +269,9 @@ SweepSpec loadSweepSpec(const std::string& path) {
   spec.maximize = r.word(objective["mode"], "objective.mode", {"min", "max"}) == "max";
   if (root["algorithm"]) spec.algorithm = parseAlgorithm(r, root["algorithm"]);
   if (const YAML::Node tpe = root["tpe"]) {
-    r.onlyKeys(tpe, "tpe", {"startup_trials", "candidates", "gamma"});
+    r.onlyKeys(tpe, "tpe", {"startup_trials", "candidates", "gamma", "multivariate"});
+    if (tpe["multivariate"])
+      spec.tpe.multivariate = r.word(tpe["multivariate"], "tpe.multivariate", {"true", "false"}) == "true";
     if (tpe["startup_trials"])
       spec.tpe.startupTrials = r.integer(tpe["startup_trials"], "tpe.startup_trials", 1, 100000);
     if (tpe["candidates"]) spec.tpe.candidates = r.integer(tpe["candidates"], "tpe.candidates", 1, 100000);

@@ -36,6 +36,7 @@ struct TpeOptions {
   int64_t startupTrials = 10;  ///< random trials before the model is used
   int64_t candidates = 24;     ///< draws from the good trials' density per parameter
   double gamma = 0.1;          ///< share of finished trials counted as good (at most 25)
+  bool multivariate = true;    ///< one joint kernel per trial (false: every parameter on its own)
 };
 
 /// Asynchronous successive halving (Li et al. 2018): every trial first trains min_resource epochs
