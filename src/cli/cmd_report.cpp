@@ -1,4 +1,4 @@
-// cmd_report.cpp — `lockstep report RUN_DIR -o FILE.html`: one self-contained page of a run.
+// cmd_report.cpp — `lockstep report RUN_DIR -o FILE.html`: one self-contained page of a run (or a sweep).
 #include <CLI/CLI.hpp>
 
 #include <iostream>
@@ -12,7 +12,7 @@
 namespace lockstep::cli {
 
 namespace {
-constexpr const char* kReportUsage = "usage: lockstep report RUN_DIR -o REPORT.html";
+constexpr const char* kReportUsage = "usage: lockstep report RUN_DIR|SWEEP_DIR -o REPORT.html";
 }
 
 int reportCommand(const std::vector<std::string>& args) {
@@ -20,7 +20,7 @@ int reportCommand(const std::vector<std::string>& args) {
   std::string output;
   CLI::App app{"Write one self-contained HTML file (charts and data, no server, no network) of a run",
                "lockstep report"};
-  app.add_option("run_dir", runDir, "the run's directory (it holds run.json)")->required();
+  app.add_option("run_dir", runDir, "the run's directory (it holds run.json), or a sweep's (trials.jsonl)")->required();
   app.add_option("-o,--output", output, "the HTML file to write (replaced atomically)")->required();
   if (auto exit = parseArgs(app, args, "report", kReportUsage)) return *exit;
   try {

@@ -10,10 +10,12 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 
 #include "common/posix_io.h"
 #include "dashboard/assets.h"
 #include "dashboard/run_reader.h"
+#include "dashboard/sweep_reader.h"
 #include "monitor/run_files.h"
 
 namespace lockstep::dashboard {
@@ -25,6 +27,7 @@ namespace {
 // index.html loads its CSS and JS with exactly these tags; the report inlines them.
 constexpr std::string_view kStyleTag = R"(<link rel="stylesheet" href="style.css">)";
 constexpr std::string_view kChartsTag = R"(<script src="charts.js"></script>)";
+constexpr std::string_view kSweepTag = R"(<script src="sweep.js"></script>)";
 constexpr std::string_view kScriptTag = R"(<script src="app.js"></script>)";
 
 std::string assetBody(std::string_view name) {
@@ -54,10 +57,9 @@ std::string scriptSafeJson(const nlohmann::json& value) {
 
 }  // namespace
 
-std::string buildReport(const std::string& runDir) {
+/// The embedded data of a run's report: that run.
+nlohmann::json runData(const std::string& runDir) {
   std::error_code ec;
-  if (!fs::exists(runDir, ec)) throw RunNotFound(fmt::format("run directory '{}' does not exist", runDir));
-  if (!fs::is_directory(runDir, ec)) throw RunNotFound(fmt::format("'{}' is not a directory", runDir));
   if (!fs::is_regular_file(runDir + "/run.json", ec)) {
     std::string hint;
     try {
@@ -69,22 +71,38 @@ std::string buildReport(const std::string& runDir) {
   }
   RunReader reader(runDir, detail::runNameOf(runDir));
   reader.refresh();
-
-  double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   nlohmann::json data;
-  data["report"] = {{"generated_time", now}, {"run_dir", fs::absolute(runDir).lexically_normal().string()}};
   data["runs"] = nlohmann::json::array({{{"name", reader.name()}, {"run", reader.info()}}});
   data["details"] = {{reader.name(), reader.toJson()}};
+  return data;
+}
+
+std::string buildReport(const std::string& runDir) {
+  std::error_code ec;
+  if (!fs::exists(runDir, ec)) throw RunNotFound(fmt::format("run directory '{}' does not exist", runDir));
+  if (!fs::is_directory(runDir, ec)) throw RunNotFound(fmt::format("'{}' is not a directory", runDir));
+  // A sweep's directory: its trials (the page's sweep section), no run panels.
+  std::optional<nlohmann::json> sweep =
+      fs::is_regular_file(runDir + "/run.json", ec) ? std::nullopt : readSweep(runDir);
+  nlohmann::json data =
+      sweep
+          ? nlohmann::json{{"runs", nlohmann::json::array()}, {"details", nlohmann::json::object()}, {"sweep", *sweep}}
+          : runData(runDir);
+  double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  data["report"] = {{"generated_time", now}, {"run_dir", fs::absolute(runDir).lexically_normal().string()}};
 
   std::string page = assetBody("index.html");
   std::string css = assetBody("style.css");
   std::string charts = assetBody("charts.js");
+  std::string sweepJs = assetBody("sweep.js");
   std::string js = assetBody("app.js");
   LOCKSTEP_ASSERT(css.find("</style") == std::string::npos, "style.css cannot be inlined");
   LOCKSTEP_ASSERT(charts.find("</script") == std::string::npos, "charts.js cannot be inlined");
+  LOCKSTEP_ASSERT(sweepJs.find("</script") == std::string::npos, "sweep.js cannot be inlined");
   LOCKSTEP_ASSERT(js.find("</script") == std::string::npos, "app.js cannot be inlined");
   replaceOnce(page, kStyleTag, "<style>\n" + css + "</style>");
   replaceOnce(page, kChartsTag, "<script>\n" + charts + "</script>");
+  replaceOnce(page, kSweepTag, "<script>\n" + sweepJs + "</script>");
   replaceOnce(page, kScriptTag,
               "<script type=\"application/json\" id=\"lockstep-data\">" + scriptSafeJson(data) +
                   "</script>\n<script>\n" + js + "</script>");

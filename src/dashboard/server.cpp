@@ -18,6 +18,7 @@
 #include "common/posix_io.h"
 #include "dashboard/assets.h"
 #include "dashboard/run_reader.h"
+#include "dashboard/sweep_reader.h"
 #include "lockstep/common/logging.h"
 
 namespace lockstep::dashboard {
@@ -120,11 +121,21 @@ void DashboardServer::Impl::routes() {
     return httplib::Server::HandlerResponse::Handled;
   });
   server.Get("/", [](const httplib::Request&, httplib::Response& res) { sendAsset(res, "index.html"); });
-  server.Get(R"(/(index\.html|charts\.js|app\.js|style\.css))",
+  server.Get(R"(/(index\.html|charts\.js|sweep\.js|app\.js|style\.css))",
              [](const httplib::Request& req, httplib::Response& res) { sendAsset(res, req.matches[1].str()); });
   server.Get("/api/runs", [this](const httplib::Request&, httplib::Response& res) {
     std::lock_guard<std::mutex> lock(mutex);
     sendJson(res, 200, logdir.listRuns());
+  });
+  server.Get("/api/sweep", [this](const httplib::Request&, httplib::Response& res) {
+    std::lock_guard<std::mutex> lock(mutex);
+    try {
+      if (auto sweep = readSweep(logdir.path())) {
+        sendJson(res, 200, *sweep);
+      } else {
+        sendError(res, 404, fmt::format("{} holds no sweep (no trials.jsonl)", logdir.path()));
+      }
+    } catch (const RunFormatError& e) { sendJson(res, 500, {{"error", e.what()}, {"file", e.file()}}); }
   });
   // The path arrives URL-decoded: "/api/runs/..%2f.." is "/api/runs/../.." here.
   server.Get(R"(/api/runs/(.*))",

@@ -9,7 +9,7 @@ find_package(PkgConfig REQUIRED)
 # -DCPPHTTPLIB_*_SUPPORT flags the library was built with (they change its ABI).
 pkg_check_modules(LOCKSTEP_HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
 
-set(LOCKSTEP_DASHBOARD_ASSETS index.html charts.js app.js style.css)
+set(LOCKSTEP_DASHBOARD_ASSETS index.html charts.js sweep.js app.js style.css)
 set(LOCKSTEP_DASHBOARD_ASSET_FILES "")
 foreach(asset IN LISTS LOCKSTEP_DASHBOARD_ASSETS)
   list(APPEND LOCKSTEP_DASHBOARD_ASSET_FILES ${CMAKE_CURRENT_LIST_DIR}/assets/${asset})
@@ -28,6 +28,7 @@ add_library(lockstep_dashboard STATIC
   ${CMAKE_CURRENT_LIST_DIR}/run_reader.cpp
   ${CMAKE_CURRENT_LIST_DIR}/server.cpp
   ${CMAKE_CURRENT_LIST_DIR}/report.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/sweep_reader.cpp
   ${LOCKSTEP_DASHBOARD_ASSETS_CPP}
 )
 target_include_directories(lockstep_dashboard PUBLIC ${CMAKE_CURRENT_SOURCE_DIR}/src)

@@ -59,6 +59,7 @@ nlohmann::json trialJson(const SweepSpec& spec, const Trial& t) {
           {"status", toString(t.status)},
           {"objective", t.measured() ? nlohmann::json(t.objective) : nlohmann::json(nullptr)},
           {"metric", toString(spec.metric)},
+          {"mode", spec.maximize ? "max" : "min"},
           {"rungs", rungsJson(spec, t)},
           {"validation_loss", reported(t.validationLoss)},
           {"validation_accuracy", reported(t.validationAccuracy)},

@@ -5,6 +5,9 @@
 // drawing). The same for the file `lockstep report` writes, opened from disk.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
 #include <filesystem>
 #include <map>
 #include <regex>
@@ -183,6 +186,69 @@ TEST(DashboardEndToEnd, ChromiumRendersTheDashboardAndTheReport) {
   std::string dom = dumpDom("file://" + report);
   expectChartsDrawn(dom, "report");
   EXPECT_NE(dom.find("static report"), std::string::npos);
+}
+
+/// A sweep directory as `lockstep sweep` writes it: four trials of a 2-parameter space, ASHA rungs on
+/// two, one failed.
+std::string writeSweepFixture(const std::string& dir) {
+  fs::create_directories(dir);
+  auto trial = [](int i, const char* status, nlohmann::json objective, nlohmann::json rungs, double lr, int batch) {
+    return nlohmann::json{{"trial", i},
+                          {"name", fmt::format("trial-{:04d}", i)},
+                          {"params", {{"optimizer.lr", lr}, {"trainer.batch_size", batch}}},
+                          {"status", status},
+                          {"objective", objective},
+                          {"metric", "validation_accuracy"},
+                          {"mode", "max"},
+                          {"rungs", rungs},
+                          {"validation_accuracy", objective},
+                          {"steps", 100},
+                          {"seconds", 1.5 + i},
+                          {"exit_code", 0},
+                          {"error", ""},
+                          {"command", "lockstep run -np 1 -- lockstep train x.yaml"}}
+        .dump();
+  };
+  nlohmann::json twoRungs =
+      nlohmann::json::array({{{"resource", 1}, {"objective", 0.7}}, {{"resource", 3}, {"objective", 0.8}}});
+  nlohmann::json oneRung = nlohmann::json::array({{{"resource", 1}, {"objective", 0.6}}});
+  test::writeText(dir + "/trials.jsonl", trial(0, "done", 0.8, twoRungs, 0.01, 32) + "\n" +
+                                             trial(1, "pruned", 0.6, oneRung, 0.1, 64) + "\n" +
+                                             trial(2, "failed", nullptr, nlohmann::json::array(), 0.5, 32) + "\n" +
+                                             trial(3, "done", 0.75, nlohmann::json::array(), 0.001, 128) + "\n");
+  return dir;
+}
+
+void expectSweepDrawn(const std::string& dom, const std::string& where) {
+  SCOPED_TRACE(where);
+  EXPECT_EQ(intAttribute(tagAttributes(dom, "id=\"trials\""), "data-row-count"), 4);
+  EXPECT_EQ(intAttribute(tagAttributes(dom, "id=\"sweep-parallel\""), "data-line-count"), 3) << "measured trials";
+  EXPECT_EQ(intAttribute(tagAttributes(dom, "data-param=\"optimizer.lr\""), "data-point-count"), 3);
+  EXPECT_EQ(intAttribute(tagAttributes(dom, "data-param=\"trainer.batch_size\""), "data-point-count"), 3);
+  EXPECT_EQ(intAttribute(tagAttributes(dom, "id=\"sweep-runtime\""), "data-point-count"), 3);
+  EXPECT_EQ(intAttribute(tagAttributes(dom, "id=\"sweep-rungs\""), "data-line-count"), 2) << "trials with rungs";
+  EXPECT_NE(dom.find("4 trials, 2 done, 1 pruned, 1 failed"), std::string::npos) << dom.substr(0, 4000);
+  EXPECT_NE(dom.find("batch 128"), std::string::npos) << "the runtime chart's legend";
+}
+
+TEST(DashboardEndToEnd, ChromiumRendersASweepPageAndItsReport) {
+  std::string tmp = test::makeTempDir();
+  std::string sweep = writeSweepFixture(tmp + "/sweep");
+  {
+    test::DashboardProcess dashboard(sweep);
+    expectSweepDrawn(dumpDom(dashboard.url()), "dashboard");
+    EXPECT_EQ(dashboard.stop(), 0) << dashboard.err();
+  }
+  {  // a log directory without a sweep: the section stays hidden
+    test::DashboardProcess dashboard(tmp);
+    std::string dom = dumpDom(dashboard.url());
+    EXPECT_NE(dom.find("id=\"sweep-section\" hidden"), std::string::npos) << dom.substr(0, 3000);
+    EXPECT_EQ(dashboard.stop(), 0) << dashboard.err();
+  }
+  std::string report = tmp + "/sweep.html";
+  auto written = test::runProcess({test::lockstepBin(), "report", sweep, "-o", report});
+  ASSERT_EQ(written.exitCode, 0) << written.err;
+  expectSweepDrawn(dumpDom("file://" + report), "report");
 }
 
 }  // namespace

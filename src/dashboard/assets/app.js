@@ -24,6 +24,7 @@
     details: {},       // name -> GET /api/runs/<name>
     errors: {},        // name -> error text of its last fetch
     listError: null,
+    sweep: null,       // GET /api/sweep, or null
     phaseWindow: 50,
     timer: null,
     initialised: false,
@@ -262,9 +263,22 @@
     const banner = document.getElementById('error');
     banner.hidden = !state.listError;
     banner.textContent = state.listError || '';
+    LockstepSweep.render(state.report ? state.report.sweep || null : state.sweep);
     renderRuns();
     renderCompare();
     renderPanels();
+  }
+
+  // The log directory's sweep (GET /api/sweep): null when it holds none (404).
+  async function fetchSweep() {
+    try {
+      const response = await fetch('api/sweep', { cache: 'no-store' });
+      if (response.status === 404) return null;
+      const body = await response.json();
+      return response.ok ? body : { error: body.error || 'HTTP ' + response.status, trials: [] };
+    } catch (e) {
+      return null;
+    }
   }
 
   // ---- data ---------------------------------------------------------------------------
@@ -314,6 +328,7 @@
       return d.run.status === 'running' || now.updated_time !== d.run.updated_time || now.status !== d.run.status;
     });
     if (!state.listError) await Promise.all(stale.map(fetchDetail));
+    state.sweep = await fetchSweep();
     render();
     const live = document.getElementById('live');
     live.className = 'live' + (anyRunning() ? ' on' : '');
