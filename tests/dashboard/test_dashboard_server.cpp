@@ -251,10 +251,11 @@ TEST(ReportCommand, WritesOneSelfContainedFile) {
   EXPECT_EQ(page.find("href=\""), std::string::npos);
   EXPECT_EQ(page.find("@import"), std::string::npos);
   EXPECT_NE(page.find("<\\/script><script>alert(1)<\\/script>"), std::string::npos);
-  // Exactly three script elements close: the data, the chart code and the page's code.
+  // Exactly four script elements close: the data, the chart code, the sweep section's code and the page's code.
   size_t closes = 0;
   for (size_t at = page.find("</script>"); at != std::string::npos; at = page.find("</script>", at + 1)) ++closes;
-  EXPECT_EQ(closes, 3u);
+  EXPECT_EQ(closes, 4u);
+  EXPECT_EQ(page.find("src=\"sweep.js\""), std::string::npos) << "the sweep script must be inlined";
   // The embedded data is the run's JSON.
   size_t start = page.find('>', page.find("id=\"lockstep-data\"")) + 1;
   nlohmann::json data = nlohmann::json::parse(page.substr(start, page.find("</script>", start) - start));
