@@ -10,7 +10,6 @@
 
 #include <cerrno>
 #include <cstring>
-#include <deque>
 #include <filesystem>
 #include <fstream>
 
@@ -41,30 +40,6 @@ int runLogged(const std::vector<std::string>& argv, const std::string& logPath) 
   }
   if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
   return WEXITSTATUS(status);
-}
-
-std::string lastLines(const std::string& path, size_t count) {
-  std::ifstream in(path);
-  std::deque<std::string> lines;
-  std::string line;
-  while (std::getline(in, line)) {
-    lines.push_back(line);
-    if (lines.size() > count) lines.pop_front();
-  }
-  std::string text;
-  for (const auto& l : lines) text += "    " + l + "\n";
-  return text;
-}
-
-std::string shellJoin(const std::vector<std::string>& argv) {
-  std::string text;
-  for (const auto& a : argv) {
-    bool plain = !a.empty() && a.find_first_not_of(
-                                   "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
-                                   "_-./=,:@+") == std::string::npos;
-    text += (text.empty() ? "" : " ") + (plain ? a : "'" + a + "'");
-  }
-  return text;
 }
 
 std::vector<int> parseWorldSizes(const std::string& text) {

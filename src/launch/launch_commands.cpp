@@ -66,16 +66,6 @@ std::vector<HostSlots> parseHosts(const std::string& text) {
 
 namespace detail {
 
-std::string shellQuote(const std::string& word) {
-  bool plain = !word.empty() && std::all_of(word.begin(), word.end(), [](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) || std::strchr("@%+=:,./_-", c) != nullptr;
-  });
-  if (plain) return word;
-  std::string out = "'";
-  for (char c : word) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
 std::string remoteLaunchCommand(const LaunchOptions& o, int nodeRank, const std::string& selfPath,
                                 const std::string& workingDir, const std::map<std::string, std::string>& forwardEnv) {
   std::vector<std::string> words{"cd", shellQuote(workingDir), "&&", "exec", "env"};

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "common/shell_text.h"
 #include "lockstep/launch/launcher.h"
 
 namespace lockstep::detail {
@@ -17,8 +18,7 @@ void validateLaunchOptions(const LaunchOptions& options);
 /// The shell command a -H launcher runs on host `nodeRank` through rsh (for logs and tests).
 std::string remoteLaunchCommand(const LaunchOptions& options, int nodeRank, const std::string& selfPath,
                                 const std::string& workingDir, const std::map<std::string, std::string>& forwardEnv);
-/// Quotes `word` for a POSIX shell.
-std::string shellQuote(const std::string& word);
+// shellQuote (quoting `word` for a POSIX shell) is in common/shell_text.h.
 
 /// The mpirun command line launch() uses for backend "mpi" (for logs and tests).
 std::vector<std::string> mpirunCommand(const LaunchOptions& options, int usableCores, bool asRoot);

@@ -15,6 +15,7 @@
 #include <regex>
 
 #include "common/posix_io.h"
+#include "common/shell_text.h"
 #include "lockstep/common/env.h"
 #include "lockstep/common/error.h"
 #include "lockstep/common/token.h"
@@ -24,16 +25,6 @@ extern char** environ;
 namespace lockstep::sweep {
 
 namespace {
-
-std::string shellQuote(const std::string& a) {
-  if (!a.empty() && a.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./=,:@+") ==
-                        std::string::npos) {
-    return a;
-  }
-  std::string q = "'";
-  for (char c : a) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
 
 bool onPath(const std::string& program) {
   const char* path = std::getenv("PATH");
@@ -95,7 +86,7 @@ std::string batchScript(const BatchOptions& o, const std::vector<std::string>& c
   s += fmt::format("export {}=\"$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n')\"\n", kJobTokenVar);
   if (o.cpusPerTask > 0) s += fmt::format("export {}={}\n", env::kNumThreads, o.cpusPerTask);
   s += "exec srun --kill-on-bad-exit=1";
-  for (const auto& a : command) s += " " + shellQuote(a);
+  for (const auto& a : command) s += " " + detail::shellQuote(a);
   return s + "\n";
 }
 

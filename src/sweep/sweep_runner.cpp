@@ -22,6 +22,7 @@
 #include <thread>
 
 #include "common/posix_io.h"
+#include "common/shell_text.h"
 #include "lockstep/common/error.h"
 #include "sweep/sampler.h"
 #include "sweep/slurm.h"
@@ -64,19 +65,6 @@ std::string readText(const std::string& path) {
   std::stringstream s;
   s << in.rdbuf();
   return s.str();
-}
-
-std::string lastLines(const std::string& path, size_t count) {
-  std::ifstream in(path);
-  std::deque<std::string> lines;
-  std::string line;
-  while (std::getline(in, line)) {
-    lines.push_back(line);
-    if (lines.size() > count) lines.pop_front();
-  }
-  std::string text;
-  for (const auto& l : lines) text += (text.empty() ? "" : "\n") + l;
-  return text;
 }
 
 struct Running {
@@ -269,8 +257,8 @@ void SweepRun::finishTrial(int64_t index, int exitCode) {
   const std::string dir = trialDir(t);
   if (exitCode != 0) {
     t.status = TrialStatus::kFailed;
-    t.error =
-        fmt::format("exit code {}; last lines of {}/output.log:\n{}", exitCode, dir, lastLines(dir + "/output.log", 5));
+    t.error = fmt::format("exit code {}; last lines of {}/output.log:\n{}", exitCode, dir,
+                          detail::lastLines(dir + "/output.log", 5));
   } else if (readResult(t, dir + "/result.json")) {
     t.status = TrialStatus::kDone;
     if (spec_.asha.enabled) {

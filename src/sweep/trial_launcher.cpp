@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "common/posix_io.h"
+#include "common/shell_text.h"
 #include "lockstep/common/env.h"
 #include "lockstep/common/error.h"
 #include "lockstep/common/token.h"
@@ -16,17 +17,6 @@
 #include "sweep/trial_process.h"
 
 namespace lockstep::sweep {
-
-std::string shellJoin(const std::vector<std::string>& argv) {
-  std::string text;
-  for (const auto& a : argv) {
-    bool plain = !a.empty() && a.find_first_not_of(
-                                   "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
-                                   "_-./=,:@+") == std::string::npos;
-    text += (text.empty() ? "" : " ") + (plain ? a : "'" + a + "'");
-  }
-  return text;
-}
 
 namespace {
 
@@ -37,7 +27,7 @@ class LocalLauncher : public TrialLauncher {
     std::vector<std::string> argv = {
         bin_, "run", "-np", std::to_string(l.workers), "--threads", std::to_string(l.threads), "--"};
     argv.insert(argv.end(), l.train.begin(), l.train.end());
-    command = shellJoin(argv);
+    command = detail::shellJoin(argv);
     return std::make_unique<TrialProcess>(argv, l.dir + "/output.log");
   }
   std::string describe() const override { return "local"; }
@@ -66,7 +56,7 @@ class StepLauncher : public TrialLauncher {
                                      "--job-name",
                                      l.name};
     argv.insert(argv.end(), l.train.begin(), l.train.end());
-    command = shellJoin(argv);
+    command = detail::shellJoin(argv);
     argv[0] = "/usr/bin/env";  // TrialProcess execs a path: let env find srun on PATH
     argv.insert(argv.begin() + 1, "srun");
     return std::make_unique<TrialProcess>(argv, l.dir + "/output.log");

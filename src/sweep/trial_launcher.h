@@ -48,7 +48,4 @@ std::unique_ptr<TrialLauncher> makeLocalLauncher(const std::string& lockstepBin)
 /// ConfigError when Slurm's commands are missing.
 std::unique_ptr<TrialLauncher> makeSlurmLauncher();
 
-/// argv as one shell-quoted line.
-std::string shellJoin(const std::vector<std::string>& argv);
-
 }  // namespace lockstep::sweep

@@ -1,4 +1,6 @@
 #include "support/subprocess.h"
+#include <fstream>
+#include <sstream>
 
 #include <poll.h>
 #include <signal.h>
@@ -77,6 +79,17 @@ std::string makeTempDir() {
   std::string pattern = "/tmp/lockstep-test-XXXXXX";
   if (!::mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed");
   return pattern;
+}
+
+}  // namespace lockstep::test
+
+namespace lockstep::test {
+
+std::string readFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
 }
 
 }  // namespace lockstep::test

@@ -35,5 +35,9 @@ std::string lockstepBin();
 std::string helperBin(const std::string& name);
 /// A fresh temporary directory, removed at exit of the process is not guaranteed.
 std::string makeTempDir();
+/// The whole file ("" when it cannot be read).
+std::string readFile(const std::string& path);
+/// `s` in single quotes, for `sh -c` command lines built by tests (paths without quotes).
+inline std::string quote(const std::string& s) { return "'" + s + "'"; }
 
 }  // namespace lockstep::test

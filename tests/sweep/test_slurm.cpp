@@ -22,14 +22,8 @@ namespace fs = std::filesystem;
 const std::string kBase = std::string(LOCKSTEP_SOURCE_DIR) + "/configs/mlp-bench.yaml";
 const std::string kCluster = std::string(LOCKSTEP_SOURCE_DIR) + "/tests/support/slurm_cluster.sh";
 
-std::string quote(const std::string& s) { return "'" + s + "'"; }
-
-std::string readFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using test::quote;
+using test::readFile;
 
 class Slurm : public ::testing::Test {
  protected:

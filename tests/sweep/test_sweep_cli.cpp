@@ -23,14 +23,8 @@ namespace fs = std::filesystem;
 
 const std::string kBase = std::string(LOCKSTEP_SOURCE_DIR) + "/configs/mlp-bench.yaml";
 
-std::string quote(const std::string& s) { return "'" + s + "'"; }
-
-std::string readFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using test::quote;
+using test::readFile;
 
 /// A spec over mlp-bench.yaml with tiny, deterministic trials.
 std::string writeSpec(const std::string& dir, const std::string& steps, const std::string& rest,
