@@ -212,6 +212,46 @@ TEST(SweepCli, AKilledSweepResumesWithoutRerunningFinishedTrialsAndEndsAsAnUnint
   EXPECT_HAS(changed.err, "differs from the spec the sweep in");
 }
 
+TEST(SweepCli, AKilledAshaSweepResumesItsPausedAndPromotedTrials) {
+  const std::string dir = test::makeTempDir();
+  const std::string spec = writeSpec(
+      dir, "20",
+      "space:\n  optimizer.lr: {type: loguniform, low: 0.0005, high: 0.5}\n"
+      "objective: {metric: validation_loss, mode: min}\nbudget: {trials: 9}\nseed: 8\n"
+      "early_stop: {type: asha, resource: steps, min_resource: 20, max_resource: 180, reduction_factor: 3}\n");
+  auto whole = sweep(quote(spec) + " -j 1 --threads 1 --dir " + quote(dir + "/whole"));
+  ASSERT_EQ(whole.exitCode, 0) << whole.out << whole.err;
+  // SIGKILL once the first promotion runs: paused trials wait in the journal, one is mid-rung.
+  const std::string cut = dir + "/cut";
+  const std::string killer = quote(test::lockstepBin()) + " sweep " + quote(spec) + " -j 1 --threads 1 --dir " +
+                             quote(cut) + " > " + quote(dir + "/cut.log") +
+                             " 2>&1 & pid=$!; until grep -q ' promoted ' " + quote(dir + "/cut.log") +
+                             " 2>/dev/null; do sleep 0.05; done; kill -9 $pid; wait $pid";
+  test::ProcessOptions o;
+  o.timeout = std::chrono::seconds(240);
+  auto killed = test::runProcess({"sh", "-c", killer}, o);
+  ASSERT_EQ(killed.exitCode, 128 + 9) << killed.err;
+  EXPECT_HAS(readFile(cut + "/trials.jsonl"), "\"status\":\"paused\"");
+  auto resumed = sweep(quote(spec) + " -j 1 --threads 1 --dir " + quote(cut) + " --resume");
+  ASSERT_EQ(resumed.exitCode, 0) << resumed.out << resumed.err;
+  EXPECT_EQ(comparableTable(readFile(cut + "/trials.csv")), comparableTable(readFile(dir + "/whole/trials.csv")));
+}
+
+TEST(SweepCli, ATimeBudgetStopsStartingTrials) {
+  const std::string dir = test::makeTempDir();
+  const std::string spec = writeSpec(dir, "20",
+                                     "space:\n  optimizer.lr: {type: loguniform, low: 0.001, high: 0.3}\n"
+                                     "objective: {metric: train_loss, mode: min}\nbudget: {seconds: 2}\n");
+  auto r = sweep(quote(spec) + " --dir " + quote(dir + "/sw"));
+  ASSERT_EQ(r.exitCode, 0) << r.out << r.err;
+  auto rows = lines(readFile(dir + "/sw/trials.jsonl"));
+  EXPECT_GE(rows.size(), 1u);
+  EXPECT_LE(rows.size(), 8u) << "trials of about a second each, none started after 2 s";
+  EXPECT_EQ(readFile(dir + "/sw/trials.jsonl").find("\"status\":\"running\""), std::string::npos);
+  EXPECT_HAS(r.out, "trials of " + spec);
+  EXPECT_LT(r.seconds, 15.0);
+}
+
 TEST(SweepCli, SigintStopsEveryRunningTrial) {
   const std::string dir = test::makeTempDir();
   const std::string spec = writeSpec(dir, "1000000",
