@@ -17,7 +17,7 @@ import tempfile
 
 import optuna
 
-optuna.logging.set_verbosity(optuna.logging.WARNING)
+optuna.logging.set_verbosity(optuna.logging.ERROR)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BASE = os.path.join(ROOT, "configs", "mlp-bench.yaml")
@@ -68,7 +68,8 @@ def optuna_tpe(binary, trials, seed, steps, work):
             return json.load(f)["last_validation_accuracy"]
 
     study = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=seed), direction="maximize")
-    study.optimize(objective, n_trials=trials)
+    # A failed trial (a diverging learning rate stops training) counts, as in `lockstep sweep`.
+    study.optimize(objective, n_trials=trials, catch=(subprocess.CalledProcessError,))
     return study.best_value
 
 
