@@ -67,6 +67,14 @@ std::string readText(const std::string& path) {
   return s.str();
 }
 
+/// steps / steps per epoch from the trial's run.json (its run directory); -1 when unknown.
+double epochsOf(const std::string& runDir, int64_t steps) {
+  nlohmann::json run = nlohmann::json::parse(readText(runDir + "/run.json"), nullptr, false);
+  if (run.is_discarded() || !run.contains("steps_per_epoch") || !run["steps_per_epoch"].is_number()) return -1;
+  double perEpoch = run["steps_per_epoch"].get<double>();
+  return perEpoch > 0 ? static_cast<double>(steps) / perEpoch : -1;
+}
+
 struct Running {
   std::unique_ptr<TrialHandle> handle;
   std::chrono::steady_clock::time_point start;
@@ -237,6 +245,7 @@ bool SweepRun::readResult(Trial& t, const std::string& resultPath) {
   t.validationAccuracy = number("last_validation_accuracy");
   t.trainLoss = number("last_train_loss");
   t.steps = r.value("steps", int64_t{0});
+  t.epochs = epochsOf(fs::path(resultPath).parent_path().string(), t.steps);
   double value = spec_.metric == Metric::kValidationLoss       ? t.validationLoss
                  : spec_.metric == Metric::kValidationAccuracy ? t.validationAccuracy
                                                                : t.trainLoss;

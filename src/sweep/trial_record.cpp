@@ -65,6 +65,7 @@ nlohmann::json trialJson(const SweepSpec& spec, const Trial& t) {
           {"validation_accuracy", reported(t.validationAccuracy)},
           {"train_loss", reported(t.trainLoss)},
           {"steps", t.steps},
+          {"epochs", reported(t.epochs)},
           {"seconds", t.seconds},
           {"exit_code", t.exitCode},
           {"error", t.error},
@@ -109,6 +110,7 @@ Trial trialFromJson(const SweepSpec& spec, const nlohmann::json& j) {
   t.validationAccuracy = number("validation_accuracy");
   t.trainLoss = number("train_loss");
   t.steps = j.value("steps", int64_t{0});
+  t.epochs = number("epochs");
   t.seconds = j.value("seconds", 0.0);
   t.exitCode = j.value("exit_code", 0);
   t.error = j.value("error", std::string());
@@ -147,13 +149,14 @@ std::string trialsJsonl(const SweepSpec& spec, const std::vector<Trial>& trials)
 std::string trialsCsv(const SweepSpec& spec, const std::vector<Trial>& trials) {
   std::string text = "trial,status,objective";
   for (const auto& p : spec.space.params) text += "," + csvField(p.key);
-  text += ",rungs,validation_loss,validation_accuracy,train_loss,steps,seconds,exit_code,error,command\n";
+  text += ",rungs,validation_loss,validation_accuracy,train_loss,steps,epochs,seconds,exit_code,error,command\n";
   for (const auto& t : trials) {
     text += fmt::format("{},{},{}", t.name(), toString(t.status), t.measured() ? fmt::format("{}", t.objective) : "");
     for (size_t i = 0; i < spec.space.params.size(); ++i) text += "," + csvField(spec.space.valueText(i, t.point[i]));
-    text += fmt::format(",{},{},{},{},{},{:.3f},{},{},{}\n", rungsText(spec, t), csvNumber(t.validationLoss),
-                        csvNumber(t.validationAccuracy), csvNumber(t.trainLoss), t.steps, t.seconds, t.exitCode,
-                        csvField(t.error), csvField(t.command));
+    text += fmt::format(",{},{},{},{},{},{},{:.3f},{},{},{}\n", rungsText(spec, t), csvNumber(t.validationLoss),
+                        csvNumber(t.validationAccuracy), csvNumber(t.trainLoss), t.steps,
+                        t.epochs >= 0 ? fmt::format("{:.3g}", t.epochs) : "", t.seconds, t.exitCode, csvField(t.error),
+                        csvField(t.command));
   }
   return text;
 }

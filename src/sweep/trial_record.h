@@ -29,6 +29,7 @@ struct Trial {
   std::vector<double> rungs;  ///< early_stop: the objective at each rung it finished (rung i: AshaOptions::rungs()[i])
   double validationLoss = -1, validationAccuracy = -1, trainLoss = -1;  ///< -1: not reported
   int64_t steps = 0;
+  double epochs = -1;   ///< steps / steps per epoch (from the trial's run.json); -1: unknown
   double seconds = 0;   ///< wall time of the trial's command
   int exitCode = 0;     ///< 128 + signal when it was killed
   std::string error;    ///< kFailed: why, with the last lines of its output

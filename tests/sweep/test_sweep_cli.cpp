@@ -97,6 +97,7 @@ TEST(SweepCli, RunsTrialsTwoAtATimeRecordsAFailureAndWritesTheBestConfig) {
   // The trial's last output lines name the missing data.
   EXPECT_HAS(csv, "/nonexistent-fashion/train-images-idx3-ubyte.gz not found");
   EXPECT_HAS(readFile(dir + "/sw/trials.jsonl"), "\"status\":\"failed\"");
+  EXPECT_HAS(readFile(dir + "/sw/trials.jsonl"), "\"epochs\":0.0213");  // 40 steps of 1875 per epoch
   // Each trial's directory is a normal run directory.
   EXPECT_TRUE(fs::exists(dir + "/sw/trial-0002/run.json"));
   EXPECT_TRUE(fs::exists(dir + "/sw/trial-0002/metrics.jsonl"));
