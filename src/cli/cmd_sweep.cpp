@@ -2,8 +2,6 @@
 // a hyper-parameter search over `lockstep train` runs (docs/sweeps.md).
 #include <CLI/CLI.hpp>
 
-#include <fmt/format.h>
-
 #include <filesystem>
 #include <iostream>
 
@@ -34,7 +32,6 @@ int sweepCommand(const std::vector<std::string>& args) {
       ->check(CLI::IsMember({"local", "slurm"}));
   if (auto exit = parseArgs(app, args, "sweep", kSweepUsage)) return *exit;
   try {
-    if (options.jobs < 1) throw ConfigError(fmt::format("-j {}: expected at least 1 trial at once", options.jobs));
     sweep::SweepSpec spec = sweep::loadSweepSpec(specPath);
     if (options.dir.empty()) options.dir = sweep::defaultSweepDir(specPath);
     options.lockstep = std::filesystem::read_symlink("/proc/self/exe").string();

@@ -98,6 +98,7 @@ class SweepRun {
   bool readResult(Trial& t, const std::string& resultPath);
   void stopAll();
   void writeFiles();
+  void writeBest();
   void printSummary() const;
   std::vector<std::string> command(const Trial& t) const;
   std::string trialDir(const Trial& t) const { return (fs::path(options_.dir) / t.name()).string(); }
@@ -284,6 +285,7 @@ void SweepRun::finishTrial(int64_t index, int exitCode) {
     std::cout << fmt::format("sweep: {} failed after {:.1f} s: {}\n", t.name(), t.seconds, t.error);
   }
   writeFiles();
+  writeBest();
 }
 
 void SweepRun::stopAll() {
@@ -310,12 +312,16 @@ void SweepRun::writeFiles() {
                               detail::Durability::kProcessCrash);
   detail::writeFileAtomically((dir / "trials.csv").string(), {trialsCsv(spec_, trials_)},
                               detail::Durability::kProcessCrash);
+}
+
+/// best.yaml, after a trial ended (a start or a stop changes no trial's result).
+void SweepRun::writeBest() {
   const Trial* best = nullptr;
   for (const auto& t : trials_) {
     if (t.measured() && (!best || better(spec_, t, *best))) best = &t;
   }
   if (best) {
-    detail::writeFileAtomically((dir / "best.yaml").string(), {bestYaml(spec_, *best)},
+    detail::writeFileAtomically((fs::path(options_.dir) / "best.yaml").string(), {bestYaml(spec_, *best)},
                                 detail::Durability::kProcessCrash);
   }
 }
@@ -353,11 +359,11 @@ int SweepRun::run() {
                            launcher_->describe(), options_.jobs, options_.threadsPerTrial);
   StopSignals signals;
   while (true) {
-    for (auto it = running_.begin(); it != running_.end();) {
-      int64_t index = it->first;
-      ++it;
-      if (running_[index].handle->poll()) finishTrial(index, running_[index].handle->exitCode());
+    std::vector<int64_t> ended;
+    for (auto& [index, r] : running_) {
+      if (r.handle->poll()) ended.push_back(index);
     }
+    for (int64_t index : ended) finishTrial(index, running_.at(index).handle->exitCode());
     if (gStopSignal != 0) {
       int sig = gStopSignal;
       std::cout << fmt::format("sweep: {} received: stopping {} running trial(s)\n", strsignal(sig), running_.size());

@@ -1,19 +1,21 @@
 // The Tree-structured Parzen Estimator of sampler.h (tpePoint).
 //
-// Per parameter, independently (the univariate TPE):
-//   - numeric parameters live in an internal space: the value, or its log for
-//     log-scale parameters; an int's range is widened by half a step each side
-//     so its end values are as likely as the others;
-//   - a Parzen estimator is a mixture of one Gaussian per observation plus a
-//     prior Gaussian (centre of the range, sigma = the range), all weighted
-//     equally and truncated to the range; each observation's sigma is the larger
-//     gap to its sorted neighbours, clipped to [range / min(100, n + 1), range]
-//     (the "magic clip" of the original TPE, which keeps a few close points from
-//     collapsing the density);
-//   - a categorical parameter's estimator is the count of each value plus a
-//     prior of one observation spread evenly over the values.
-// Candidates are drawn from the good trials' estimator l; the one with the
-// largest log l(x) - log g(x) wins.
+// The finished trials split into good and bad; a Parzen estimator l over the good and g over
+// the bad; of `candidates` draws from l, the one with the largest log l(x) - log g(x) wins.
+// An estimator is a mixture, weighted equally, of one kernel per observation and one prior
+// kernel:
+//   - numeric parameters live in an internal space: the value, or its log for log-scale
+//     parameters; an int's range is widened by half a step each side so its end values are as
+//     likely as the others. A kernel is a Gaussian truncated to the range, centred on the
+//     observation; its sigma is the larger gap to its sorted neighbours (the observations and
+//     the prior's centre), clipped to [range / min(100, n + 1), range] (the "magic clip" of the
+//     original TPE, which keeps a few close points from collapsing the density). The prior is
+//     centred on the range with sigma = the range;
+//   - a choice's kernel puts 1 + 1/(n+1) on the observed value and 1/(n+1) on the others
+//     (normalised); the prior's is uniform.
+// Multivariate (the default): a kernel covers every parameter at once (a product over them), so
+// a candidate keeps the combination of values its trial had. Univariate: the same estimator over
+// each parameter alone, each parameter chosen on its own (Optuna's default TPE).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -59,103 +61,14 @@ double neighbourSigma(const std::vector<double>& sorted, double x, double width)
   return std::clamp(std::max(left, right), minSigma, width);
 }
 
-/// A truncated Gaussian mixture over a range (equal weights).
-struct Parzen {
-  Range range;
-  std::vector<double> mu, sigma, logZ;
-
-  Parzen(Range r, const std::vector<double>& observations) : range(r) {
-    const double width = r.hi - r.lo;
-    std::vector<double> sorted = observations;
-    sorted.push_back(0.5 * (r.lo + r.hi));  // the prior's centre takes part in the neighbour gaps
-    std::sort(sorted.begin(), sorted.end());
-    for (double x : observations) add(x, neighbourSigma(sorted, x, width));
-    add(0.5 * (r.lo + r.hi), width);  // the prior
-  }
-
-  void add(double m, double s) {
-    mu.push_back(m);
-    sigma.push_back(s);
-    logZ.push_back(std::log(std::max(normalCdf((range.hi - m) / s) - normalCdf((range.lo - m) / s), 1e-300)));
-  }
-
-  double logDensity(double x) const {
-    double best = -std::numeric_limits<double>::infinity();
-    std::vector<double> terms;
-    for (size_t i = 0; i < mu.size(); ++i) {
-      double z = (x - mu[i]) / sigma[i];
-      terms.push_back(-0.5 * z * z - std::log(sigma[i] * std::sqrt(2 * kPi)) - logZ[i]);
-      best = std::max(best, terms.back());
-    }
-    double sum = 0;
-    for (double t : terms) sum += std::exp(t - best);
-    return best + std::log(sum / static_cast<double>(mu.size()));
-  }
-
-  double sample(std::mt19937_64& rng) const {
-    std::uniform_int_distribution<size_t> pick(0, mu.size() - 1);
-    size_t i = pick(rng);
-    std::normal_distribution<double> normal(mu[i], sigma[i]);
-    for (int tries = 0; tries < 100; ++tries) {
-      double x = normal(rng);
-      if (x >= range.lo && x <= range.hi) return x;
-    }
-    return std::uniform_real_distribution<double>(range.lo, range.hi)(rng);
-  }
-};
-
-double numericValue(const Param& p, const std::vector<double>& good, const std::vector<double>& bad,
-                    const TpeOptions& options, std::mt19937_64& rng) {
-  const Range r = internalRange(p);
-  auto internal = [&](const std::vector<double>& values) {
-    std::vector<double> out;
-    for (double v : values) out.push_back(toInternal(p, v));
-    return out;
-  };
-  Parzen l(r, internal(good)), g(r, internal(bad));
-  double bestX = 0, bestScore = -std::numeric_limits<double>::infinity();
-  for (int64_t c = 0; c < options.candidates; ++c) {
-    double x = l.sample(rng);
-    double score = l.logDensity(x) - g.logDensity(x);
-    if (score > bestScore) bestScore = score, bestX = x;
-  }
-  return fromInternal(p, bestX);
-}
-
-std::vector<double> categoricalWeights(size_t count, const std::vector<double>& observed) {
-  std::vector<double> w(count, 1.0 / static_cast<double>(count));  // the prior: one observation spread evenly
-  for (double v : observed) w[static_cast<size_t>(v)] += 1.0;
-  double total = std::accumulate(w.begin(), w.end(), 0.0);
-  for (double& x : w) x /= total;
-  return w;
-}
-
-double categoricalValue(const Param& p, const std::vector<double>& good, const std::vector<double>& bad,
-                        const TpeOptions& options, std::mt19937_64& rng) {
-  auto l = categoricalWeights(p.values.size(), good);
-  auto g = categoricalWeights(p.values.size(), bad);
-  std::discrete_distribution<size_t> draw(l.begin(), l.end());
-  size_t best = 0;
-  double bestScore = -std::numeric_limits<double>::infinity();
-  for (int64_t c = 0; c < options.candidates; ++c) {
-    size_t k = draw(rng);
-    double score = std::log(l[k]) - std::log(g[k]);
-    if (score > bestScore) bestScore = score, best = k;
-  }
-  return static_cast<double>(best);
-}
-
-/// The multivariate TPE: one kernel per observation over all parameters at once (a product of
-/// truncated Gaussians and, for choices, a categorical leaning to the observed value), so a
-/// candidate keeps the combination of values its trial had. Each dimension's width is the
-/// univariate one (neighbourSigma); the prior is one wide kernel.
+/// A Parzen estimator over the parameters of `s`: one kernel per observation over all of them at
+/// once plus one wide prior kernel, weighted equally (see the file comment).
 struct JointParzen {
-  const SearchSpace* space;
   std::vector<Range> ranges;
   std::vector<std::vector<double>> mu, sigma, logZ;      ///< [component][parameter]; choices: mu is the value's index
   std::vector<std::vector<std::vector<double>>> choice;  ///< [component][parameter] category probabilities
 
-  JointParzen(const SearchSpace& s, const std::vector<Point>& observations) : space(&s) {
+  JointParzen(const SearchSpace& s, const std::vector<Point>& observations) {
     const size_t n = observations.size(), d = s.params.size();
     std::vector<std::vector<double>> sorted(d);  // per numeric parameter: the observations and the prior's centre
     for (size_t k = 0; k < d; ++k) {
@@ -265,18 +178,20 @@ Point tpePoint(const SearchSpace& space, const TpeOptions& options, uint64_t see
   const double n = static_cast<double>(finished.size());
   const size_t goodCount = static_cast<size_t>(std::clamp(std::ceil(options.gamma * n), 1.0, std::min(25.0, n)));
   auto rng = trialRng(seed, index);
-  if (options.multivariate) {
-    std::vector<Point> good, bad;
-    for (size_t j = 0; j < order.size(); ++j) (j < goodCount ? good : bad).push_back(finished[order[j]].point);
-    return jointPoint(space, options, good, bad, rng);
-  }
+  std::vector<Point> good, bad;
+  for (size_t j = 0; j < order.size(); ++j) (j < goodCount ? good : bad).push_back(finished[order[j]].point);
+  if (options.multivariate) return jointPoint(space, options, good, bad, rng);
+  // Univariate: the same estimator over each parameter alone.
+  auto column = [](const std::vector<Point>& points, size_t k) {
+    std::vector<Point> out;
+    for (const auto& p : points) out.push_back({p.at(k)});
+    return out;
+  };
   Point point;
   for (size_t k = 0; k < space.params.size(); ++k) {
-    std::vector<double> good, bad;
-    for (size_t j = 0; j < order.size(); ++j) (j < goodCount ? good : bad).push_back(finished[order[j]].point.at(k));
-    const Param& p = space.params[k];
-    point.push_back(p.kind == ParamKind::kChoice ? categoricalValue(p, good, bad, options, rng)
-                                                 : numericValue(p, good, bad, options, rng));
+    SearchSpace one;
+    one.params.push_back(space.params[k]);
+    point.push_back(jointPoint(one, options, column(good, k), column(bad, k), rng).at(0));
   }
   return point;
 }

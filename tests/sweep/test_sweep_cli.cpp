@@ -121,13 +121,30 @@ std::vector<nlohmann::json> journal(const std::string& path) {
   return out;
 }
 
+/// 9 trials of 20, 60 and 180 steps under ASHA.
+std::string ashaSpec(const std::string& dir, int seed) {
+  return writeSpec(dir, "20",
+                   "space:\n  optimizer.lr: {type: loguniform, low: 0.0005, high: 0.5}\n"
+                   "objective: {metric: validation_loss, mode: min}\nbudget: {trials: 9}\nseed: " +
+                       std::to_string(seed) +
+                       "\nearly_stop: {type: asha, resource: steps, min_resource: 20, max_resource: 180, "
+                       "reduction_factor: 3}\n");
+}
+
+/// `lockstep sweep SPEC -j 1 --threads 1 --dir CUT` (output in CUT.log), SIGKILLed as soon as the
+/// shell test `condition` holds; its result (exit code 137 when killed).
+test::ProcessResult killSweepWhen(const std::string& spec, const std::string& cut, const std::string& condition) {
+  const std::string script = quote(test::lockstepBin()) + " sweep " + quote(spec) + " -j 1 --threads 1 --dir " +
+                             quote(cut) + " > " + quote(cut + ".log") + " 2>&1 & pid=$!; until " + condition +
+                             "; do sleep 0.05; done; kill -9 $pid; wait $pid";
+  test::ProcessOptions o;
+  o.timeout = std::chrono::seconds(240);
+  return test::runProcess({"sh", "-c", script}, o);
+}
+
 TEST(SweepCli, AshaPromotesTheBestThirdOfEachRungAndResumesTheirCheckpoints) {
   const std::string dir = test::makeTempDir();
-  const std::string spec = writeSpec(
-      dir, "20",
-      "space:\n  optimizer.lr: {type: loguniform, low: 0.0005, high: 0.5}\n"
-      "objective: {metric: validation_loss, mode: min}\nbudget: {trials: 9}\nseed: 5\n"
-      "early_stop: {type: asha, resource: steps, min_resource: 20, max_resource: 180, reduction_factor: 3}\n");
+  const std::string spec = ashaSpec(dir, 5);
   auto r = sweep(quote(spec) + " -j 2 --threads 1 --dir " + quote(dir + "/sw"));
   ASSERT_EQ(r.exitCode, 0) << r.out << r.err;
   auto trials = journal(dir + "/sw/trials.jsonl");
@@ -181,14 +198,9 @@ TEST(SweepCli, AKilledSweepResumesWithoutRerunningFinishedTrialsAndEndsAsAnUnint
   ASSERT_EQ(whole.exitCode, 0) << whole.out << whole.err;
   // The same sweep, SIGKILLed once two trials are done (the third is running then).
   const std::string cut = dir + "/cut";
-  const std::string killer =
-      quote(test::lockstepBin()) + " sweep " + quote(spec) + " -j 1 --threads 1 --dir " + quote(cut) +
-      " > /dev/null 2>&1 & pid=$!; "
-      "until [ \"$(grep -o '\"status\":\"done\"' " +
-      quote(cut + "/trials.jsonl") + " 2>/dev/null | wc -l)\" -ge 2 ]; do sleep 0.05; done; kill -9 $pid; wait $pid";
-  test::ProcessOptions o;
-  o.timeout = std::chrono::seconds(240);
-  auto killed = test::runProcess({"sh", "-c", killer}, o);
+  auto killed = killSweepWhen(
+      spec, cut,
+      "[ \"$(grep -o '\"status\":\"done\"' " + quote(cut + "/trials.jsonl") + " 2>/dev/null | wc -l)\" -ge 2 ]");
   ASSERT_EQ(killed.exitCode, 128 + 9) << killed.err;
   const std::string journal = readFile(cut + "/trials.jsonl");
   EXPECT_HAS(journal, "\"status\":\"running\"");
@@ -215,22 +227,12 @@ TEST(SweepCli, AKilledSweepResumesWithoutRerunningFinishedTrialsAndEndsAsAnUnint
 
 TEST(SweepCli, AKilledAshaSweepResumesItsPausedAndPromotedTrials) {
   const std::string dir = test::makeTempDir();
-  const std::string spec = writeSpec(
-      dir, "20",
-      "space:\n  optimizer.lr: {type: loguniform, low: 0.0005, high: 0.5}\n"
-      "objective: {metric: validation_loss, mode: min}\nbudget: {trials: 9}\nseed: 8\n"
-      "early_stop: {type: asha, resource: steps, min_resource: 20, max_resource: 180, reduction_factor: 3}\n");
+  const std::string spec = ashaSpec(dir, 8);
   auto whole = sweep(quote(spec) + " -j 1 --threads 1 --dir " + quote(dir + "/whole"));
   ASSERT_EQ(whole.exitCode, 0) << whole.out << whole.err;
   // SIGKILL once the first promotion runs: paused trials wait in the journal, one is mid-rung.
   const std::string cut = dir + "/cut";
-  const std::string killer = quote(test::lockstepBin()) + " sweep " + quote(spec) + " -j 1 --threads 1 --dir " +
-                             quote(cut) + " > " + quote(dir + "/cut.log") +
-                             " 2>&1 & pid=$!; until grep -q ' promoted ' " + quote(dir + "/cut.log") +
-                             " 2>/dev/null; do sleep 0.05; done; kill -9 $pid; wait $pid";
-  test::ProcessOptions o;
-  o.timeout = std::chrono::seconds(240);
-  auto killed = test::runProcess({"sh", "-c", killer}, o);
+  auto killed = killSweepWhen(spec, cut, "grep -q ' promoted ' " + quote(cut + ".log") + " 2>/dev/null");
   ASSERT_EQ(killed.exitCode, 128 + 9) << killed.err;
   EXPECT_HAS(readFile(cut + "/trials.jsonl"), "\"status\":\"paused\"");
   auto resumed = sweep(quote(spec) + " -j 1 --threads 1 --dir " + quote(cut) + " --resume");

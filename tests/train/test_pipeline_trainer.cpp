@@ -16,6 +16,7 @@
 #include "lockstep/train/checkpoint.h"
 #include "lockstep/train/trainer.h"
 #include "support/expect.h"
+#include "support/regression_data.h"
 #include "support/thread_ranks.h"
 
 namespace lockstep {
@@ -52,15 +53,8 @@ LayeredModel layered(const std::shared_ptr<ChainNet>& net) {
   return m;
 }
 
-struct Data {
-  std::shared_ptr<TensorDataset> train, validation;
-};
-
-Data makeData() {
-  at::Generator g = at::detail::createCPUGenerator(5);
-  return {std::make_shared<TensorDataset>(at::randn({192, 12}, g), at::randn({192, 5}, g)),
-          std::make_shared<TensorDataset>(at::randn({40, 12}, g), at::randn({40, 5}, g))};
-}
+using Data = test::RegressionData;
+using test::makeRegressionData;
 
 TrainerOptions baseOptions(const std::string& dir) {
   TrainerOptions o;
@@ -80,7 +74,7 @@ TrainerOptions baseOptions(const std::string& dir) {
 
 /// Trains on `world` thread ranks; returns rank 0's result.
 FitResult train(int world, const TrainerOptions& options) {
-  Data data = makeData();
+  Data data = makeRegressionData();
   std::vector<std::shared_ptr<ChainNet>> nets;
   for (int r = 0; r < world; ++r) {
     at::manual_seed(1);  // the same initial model on every rank, as a Task builds it
@@ -203,7 +197,7 @@ TEST(PipelineTrainer, ResumesByteForByteAndItsCheckpointLoadsWithAnyP) {
 }
 
 TEST(PipelineTrainer, BadSettingsFailBeforeTrainingNamingTheKey) {
-  Data data = makeData();
+  Data data = makeRegressionData();
   auto fitWith = [&](int world, TrainerOptions o, bool asLayers) {
     std::vector<std::string> errors(world);
     std::vector<std::shared_ptr<ChainNet>> nets;

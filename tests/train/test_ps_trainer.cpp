@@ -17,6 +17,7 @@
 #include "lockstep/common/error.h"
 #include "lockstep/train/trainer.h"
 #include "support/expect.h"
+#include "support/regression_data.h"
 #include "support/thread_ranks.h"
 
 namespace lockstep {
@@ -27,15 +28,8 @@ torch::nn::Sequential makeNet() {
   return torch::nn::Sequential(torch::nn::Linear(12, 24), torch::nn::Tanh(), torch::nn::Linear(24, 5));
 }
 
-struct Data {
-  std::shared_ptr<TensorDataset> train, validation;
-};
-
-Data makeData() {
-  at::Generator g = at::detail::createCPUGenerator(5);
-  return {std::make_shared<TensorDataset>(at::randn({192, 12}, g), at::randn({192, 5}, g)),
-          std::make_shared<TensorDataset>(at::randn({40, 12}, g), at::randn({40, 5}, g))};
-}
+using Data = test::RegressionData;
+using test::makeRegressionData;
 
 TrainerOptions baseOptions() {
   TrainerOptions o;
@@ -54,7 +48,7 @@ struct Outcome {
 };
 
 Outcome train(int world, const TrainerOptions& options) {
-  Data data = makeData();
+  Data data = makeRegressionData();
   std::vector<torch::nn::Sequential> nets;
   for (int r = 0; r < world; ++r) nets.push_back(makeNet());
   Outcome out;
