@@ -17,6 +17,7 @@
 #include "lockstep/common/error.h"
 #include "lockstep/common/logging.h"
 #include "lockstep/common/tensor_text.h"
+#include "lockstep/optim/optimizer.h"
 
 namespace lockstep {
 
@@ -223,6 +224,7 @@ ShardedDataParallel::ShardedDataParallel(std::shared_ptr<torch::nn::Module> modu
     }
     bucket.part = (bucket.elements + s.world() - 1) / s.world();
   }
+  s.plan = plan;
   s.pieces = gradientPieces(plan, s.numels, s.world(), s.rank());
   for (const auto& piece : s.pieces) {
     s.pieceViews.push_back(s.params[piece.param].detach().view({-1}).narrow(0, piece.paramOffset, piece.length));
@@ -306,6 +308,8 @@ int64_t ShardedDataParallel::gradientBytes() const {
   }
   return bytes;
 }
+
+int64_t ShardedDataParallel::stateBytes() const { return optimizerStateBytes(*impl_->optimizer); }
 
 int64_t ShardedDataParallel::bufferBytes() const {
   int64_t bytes = 0;

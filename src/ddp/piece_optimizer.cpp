@@ -1,4 +1,4 @@
-// sharded_state.cpp — ZeRO-2's optimizer over this rank's pieces, and its
+// piece_optimizer.cpp — a sharded strategy's optimizer over this rank's pieces, and its
 // checkpoint entries in the whole optimizer's format (optim/optimizer.h):
 // saving assembles each parameter's state from the ranks' pieces on the
 // writing rank, one rank at a time; loading cuts this rank's pieces out of
@@ -12,14 +12,14 @@
 #include <map>
 #include <set>
 
-#include "ddp/sharded_impl.h"
+#include "ddp/piece_optimizer.h"
 #include "lockstep/comm/archive_transfer.h"
 #include "lockstep/common/error.h"
 #include "lockstep/common/tensor_archive.h"
 #include "lockstep/common/tensor_text.h"
 #include "lockstep/optim/optimizer.h"
 
-namespace lockstep {
+namespace lockstep::detail {
 namespace {
 
 std::string paramPrefix(size_t index) { return fmt::format("optimizer/param{}/", index); }
@@ -33,7 +33,7 @@ std::unique_ptr<torch::optim::Optimizer> rebuild(std::vector<torch::optim::Optim
 
 }  // namespace
 
-void ShardedDataParallel::Impl::buildOptimizer(torch::optim::Optimizer& whole) {
+void PieceOptimizer::buildOptimizer(torch::optim::Optimizer& whole) {
   const OptimizerType type = optimizerTypeOf(whole);
   std::map<const void*, size_t> indexOf;
   for (size_t i = 0; i < params.size(); ++i) indexOf[params[i].unsafeGetTensorImpl()] = i;
@@ -65,16 +65,8 @@ void ShardedDataParallel::Impl::buildOptimizer(torch::optim::Optimizer& whole) {
   }
 }
 
-std::vector<std::pair<size_t, GradientPiece>> ShardedDataParallel::Impl::optimizerOrder(int r) const {
-  std::vector<GradientPiece> theirs = r == rank() ? pieces
-                                                  : gradientPieces(
-                                                        [&] {
-                                                          std::vector<std::vector<size_t>> plan;
-                                                          for (const auto& bucket : buckets)
-                                                            plan.push_back(bucket.params);
-                                                          return plan;
-                                                        }(),
-                                                        numels, world(), r);
+std::vector<std::pair<size_t, GradientPiece>> PieceOptimizer::optimizerOrder(int r) const {
+  std::vector<GradientPiece> theirs = r == rank() ? pieces : gradientPieces(plan, numels, world(), r);
   std::vector<int> pieceOf(params.size(), -1);
   for (size_t k = 0; k < theirs.size(); ++k) pieceOf[theirs[k].param] = static_cast<int>(k);
   std::vector<std::pair<size_t, GradientPiece>> order;
@@ -85,7 +77,7 @@ std::vector<std::pair<size_t, GradientPiece>> ShardedDataParallel::Impl::optimiz
   return order;
 }
 
-void ShardedDataParallel::Impl::save(TensorArchive* archive) {
+void PieceOptimizer::save(TensorArchive* archive) {
   const int writer = 0;
   TensorArchive local(fmt::format("rank {}'s optimizer pieces", rank()));
   saveOptimizerState(*optimizer, local);
@@ -132,7 +124,7 @@ void ShardedDataParallel::Impl::save(TensorArchive* archive) {
   }
 }
 
-void ShardedDataParallel::Impl::load(const TensorArchive& archive, bool report) {
+void PieceOptimizer::load(const TensorArchive& archive, bool report) {
   const std::string& label = archive.label();
   // Every optimizer entry must belong to this optimizer: type, groups, a group's option, a parameter's state.
   std::set<std::string> known{"optimizer/type", "optimizer/groups"};
@@ -189,6 +181,4 @@ void ShardedDataParallel::Impl::load(const TensorArchive& archive, bool report) 
   loadOptimizerState(*optimizer, mine, report);
 }
 
-int64_t ShardedDataParallel::stateBytes() const { return optimizerStateBytes(*impl_->optimizer); }
-
-}  // namespace lockstep
+}  // namespace lockstep::detail
