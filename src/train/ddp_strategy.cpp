@@ -23,6 +23,7 @@ namespace {
 constexpr EnumName<StrategyType> kStrategyNames[] = {{StrategyType::kDdp, "ddp"},
                                                      {StrategyType::kZero1, "zero1"},
                                                      {StrategyType::kZero2, "zero2"},
+                                                     {StrategyType::kZero3, "zero3"},
                                                      {StrategyType::kAsyncPs, "async_ps"}};
 
 class DdpStrategy final : public Strategy {
@@ -137,6 +138,11 @@ std::unique_ptr<Strategy> makeStrategy(StrategyType type, std::shared_ptr<torch:
                                        std::unique_ptr<torch::optim::Optimizer> optimizer) {
   if (type == StrategyType::kAsyncPs) {
     throw InternalError("makeStrategy: async_ps has no synchronous strategy (Trainer::fit runs it on its own)");
+  }
+  if (type == StrategyType::kZero3) {
+    throw Error(
+        "makeStrategy: zero3 gathers the parameters around every use of the model, so the Trainer builds it with the "
+        "model's calls (strategy.type zero3); in a loop of your own use FullyShardedDataParallel");
   }
   if (type == StrategyType::kZero2) {
     return detail::makeZero2Strategy(std::move(model), std::move(comm), std::move(options), std::move(optimizer));

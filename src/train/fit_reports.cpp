@@ -53,7 +53,8 @@ void FitRun::validate(const std::string& when, int64_t ofEpoch) {
     AutocastGuard amp(o_.precision);  // one scope: the weights' bf16 copies are cast once for every batch
     for (size_t k = 0; k < batches; ++k) validateBatch(loader.next(), sum, count, right);
     model_->train();
-    reduceValidation(comm_, sum, count, right, layered_ ? layered_->correct != nullptr : correct_ != nullptr, result_);
+    reduceValidation(comm_, sum, count, right,
+                     strategy_->runsTheModel() ? layered_->correct != nullptr : correct_ != nullptr, result_);
   }
   validatedStep_ = at_.step;
   ValidationRecord record{at_.step, ofEpoch, result_.lastValidationLoss, result_.lastValidationAccuracy,
@@ -158,6 +159,7 @@ void FitRun::finish() {
   }
   result_.breakdown = timer_.breakdown(comm_);
   gatherMemory();
+  strategy_->end();
   const StepBreakdown& b = result_.breakdown;
   if (master_) {
     log::info(

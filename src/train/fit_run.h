@@ -50,11 +50,11 @@ class FitRun {
   Communicator& comm_;
   const TrainerOptions& o_;
   std::shared_ptr<torch::nn::Module> model_;
-  const LossFn& lossFn_;
+  LossFn lossFn_;  // zero3 replaces it (and correct_) with calls that gather the parameters
   const Dataset& train_;
   const Dataset* validation_;
-  const CorrectFn& correct_;
-  const LayeredModel* layered_;  // set for pipeline stages
+  CorrectFn correct_;
+  const LayeredModel* layered_;  // set for pipeline stages and zero3 over layers
   const int rank_;
   const int world_;
   const bool master_;

@@ -43,7 +43,8 @@ FitResult trainTask(const TaskRegistry& tasks, const TrainConfig& config, Traine
   extras.insert(extras.end(), parts.checkpointExtras.begin(), parts.checkpointExtras.end());
   Trainer trainer(std::move(comm), std::move(options));
   FitResult result;
-  if (config.trainer.pipeline.stages > 1) {
+  const bool zero3Units = config.trainer.strategy == StrategyType::kZero3 && !parts.layers.empty() && parts.outputLoss;
+  if (config.trainer.pipeline.stages > 1 || zero3Units) {
     if (parts.layers.empty() || !parts.outputLoss) {
       throw ConfigError(fmt::format(
           "parallel.pipeline {}: model.type {} cannot be split into pipeline stages (it is not offered as a chain of "

@@ -24,6 +24,7 @@
 #include "lockstep/train/strategy.h"
 #include "train/async_ps_run.h"
 #include "train/fit_run.h"
+#include "train/strategies.h"
 #include "train/test_slowdown.h"
 
 namespace lockstep {
@@ -79,6 +80,12 @@ std::unique_ptr<Strategy> FitRun::buildStrategy() {
   LOCKSTEP_CHECK(optimizer != nullptr, "TrainerOptions::optimizerFactory returned no optimizer");
   for (auto& group : optimizer->param_groups()) baseLrs_.push_back(group.options().get_lr());
   LOCKSTEP_CHECK(!baseLrs_.empty(), "the optimizer has no parameter groups");
+  if (o_.strategy == StrategyType::kZero3 && o_.pipeline.stages <= 1) {
+    auto parts = makeZero3Strategy(model_, layered_, lossFn_, correct_, commPtr_, o_.ddp, std::move(optimizer));
+    lossFn_ = std::move(parts.loss);
+    correct_ = std::move(parts.correct);
+    return std::move(parts.strategy);
+  }
   if (layered_ == nullptr) return makeStrategy(o_.strategy, model_, commPtr_, o_.ddp, std::move(optimizer));
   if (o_.strategy != StrategyType::kDdp) {
     throw ConfigError(
@@ -357,6 +364,10 @@ FitResult Trainer::fit(std::shared_ptr<torch::nn::Module> model, const LossFn& l
 FitResult Trainer::fit(const LayeredModel& model, const Dataset& train, const Dataset* validation) {
   LOCKSTEP_CHECK(model.model != nullptr && model.loss != nullptr, "Trainer::fit needs a model and a loss function");
   checkPipelineOptions(options_.pipeline, static_cast<int64_t>(model.layers.size()), comm_->size());
+  if (options_.strategy == StrategyType::kZero3 && options_.pipeline.stages <= 1) {
+    // Each layer a unit, gathered around its use (fit_run.h builds the calls).
+    return detail::FitRun(comm_, options_, model.model, nullptr, train, validation, nullptr, &model).run();
+  }
   if (options_.pipeline.stages > 1) {
     if (options_.batchSize < options_.pipeline.microbatchesOrDefault()) {
       throw ConfigError(

@@ -51,7 +51,10 @@ class ImageTask final : public Task {
       auto predicted = static_cast<ImageClassifierImpl&>(m).forward(batch.inputs).argmax(1);
       return predicted.eq(batch.targets).sum().item<int64_t>();
     };
-    if (config.trainer.pipeline.stages > 1) {
+    // Pipeline stages split the layers; zero3 gathers each layer's parameters around its use (with
+    // checkpoint segments it runs the model's own forward as one unit).
+    const bool zero3Units = config.trainer.strategy == StrategyType::kZero3 && config.model.checkpointSegments == 0;
+    if (config.trainer.pipeline.stages > 1 || zero3Units) {
       if (config.model.checkpointSegments > 0) {
         throw ConfigError(
             "model.checkpoint_segments cannot be combined with parallel.pipeline (the stages run the "

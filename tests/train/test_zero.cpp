@@ -27,18 +27,17 @@
 #include "support/expect.h"
 #include "support/subprocess.h"
 #include "support/thread_ranks.h"
+#include "train/zero_harness.h"
 
 namespace lockstep {
 namespace {
 
 using test::borrow;
-
-std::string readFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using test::expectBitwiseEqual;
+using test::expectClose;
+using test::readFile;
+using test::RunSpec;
+using test::train;
 
 TEST(ShardParameters, GreedyByElementsInOrder) {
   EXPECT_EQ(shardParameters({100, 10, 10, 50, 30}, 2), (std::vector<int>{0, 1, 1, 1, 1}));
@@ -46,71 +45,6 @@ TEST(ShardParameters, GreedyByElementsInOrder) {
   EXPECT_EQ(shardParameters({7, 3}, 1), (std::vector<int>{0, 0}));
   EXPECT_EQ(shardParameters({5}, 4), (std::vector<int>{0}));  // ranks may own nothing
   EXPECT_THROW(shardParameters({1}, 0), Error);
-}
-
-struct RunSpec {
-  OptimizerType optimizer;
-  StrategyType strategy;
-  int world;
-  int64_t maxSteps;
-  std::string checkpointDir;  ///< checkpoints every 25 steps; empty: none
-  double clip = 0.5;          ///< clipGradNorm
-};
-
-TrainerOptions optionsFor(const RunSpec& spec) {
-  TrainerOptions o;
-  o.epochs = 1000;
-  o.maxSteps = spec.maxSteps;
-  o.batchSize = 5;
-  o.accumulation = 2;
-  o.clipGradNorm = spec.clip;
-  o.optimizer.type = spec.optimizer;
-  o.optimizer.lr = spec.optimizer == OptimizerType::kSgd ? 0.05 : 0.01;
-  o.optimizer.momentum = 0.9;
-  o.optimizer.weightDecay = 0.01;
-  o.lrScaling.rule = LrScalingRule::kNone;
-  o.validate = false;
-  o.logEvery = 100000;
-  o.ddp.bucketCapMb = 0.001;  // several buckets
-  o.seed = 3;
-  o.strategy = spec.strategy;
-  o.checkpoint.dir = spec.checkpointDir;
-  o.checkpoint.every = 25;
-  o.checkpoint.keepLast = 100;
-  return o;
-}
-
-/// Trains one MLP per rank (rank 0's initialisation is broadcast) and returns every rank's model.
-std::vector<Mlp> train(const RunSpec& spec) {
-  torch::manual_seed(11);
-  TensorDataset data(at::randn({200, 12}), at::randn({200, 5}));
-  std::vector<Mlp> models;
-  for (int r = 0; r < spec.world; ++r) {
-    torch::manual_seed(r == 0 ? 1 : 50 + r);
-    models.emplace_back(MlpOptions{12, {16, 8}, 5});
-  }
-  TrainerOptions options = optionsFor(spec);
-  test::runRanks(spec.world, [&](int rank, Communicator& comm) {
-    FitResult result = Trainer(borrow(comm), options)
-                           .fit(
-                               models[rank].ptr(),
-                               [](torch::nn::Module& m, const Batch& b) {
-                                 return at::mse_loss(static_cast<MlpImpl&>(m).forward(b.inputs), b.targets);
-                               },
-                               data);
-    EXPECT_EQ(result.steps, spec.maxSteps);
-  });
-  return models;
-}
-
-void expectBitwiseEqual(Mlp& expected, Mlp& actual, const std::string& what) {
-  auto a = expected->parameters();
-  auto b = actual->parameters();
-  ASSERT_EQ(a.size(), b.size());
-  for (size_t i = 0; i < a.size(); ++i) {
-    EXPECT_TRUE(at::equal(a[i], b[i])) << what << ": parameter " << i << " differs by up to "
-                                       << (a[i] - b[i]).abs().max().item<double>();
-  }
 }
 
 TEST(Zero1, TrainsLikeDdpBitForBitAndWritesTheSameCheckpoints) {
@@ -241,16 +175,6 @@ TEST(Zero2, TrainsLikeDdpBitForBitAtTwoRanksAndWritesTheSameCheckpoints) {
       ASSERT_FALSE(expected.empty()) << ddpDir + name;
       EXPECT_TRUE(expected == readFile(zeroDir + name)) << label << ": " << name << " differs from DDP's";
     }
-  }
-}
-
-void expectClose(Mlp& expected, Mlp& actual, const std::string& what) {
-  auto a = expected->parameters();
-  auto b = actual->parameters();
-  ASSERT_EQ(a.size(), b.size());
-  for (size_t i = 0; i < a.size(); ++i) {
-    EXPECT_TRUE(at::allclose(a[i], b[i], 1e-4, 1e-5))
-        << what << ": parameter " << i << " differs by up to " << (a[i] - b[i]).abs().max().item<double>();
   }
 }
 

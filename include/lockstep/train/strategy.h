@@ -88,6 +88,10 @@ class Strategy {
   /// from the tensors (the other RankMemory fields are the Trainer's).
   virtual RankMemory memory() const = 0;
 
+  /// Collective, once after the last step and the memory report: leaves the trained model whole
+  /// in the module on every rank (zero3 puts its gathered parameters back). Default: nothing.
+  virtual void end() {}
+
   /// Strategies that run the model themselves (pipeline stages) return true:
   /// the Trainer then hands each micro-batch to trainBatch() instead of calling
   /// its loss function and backward(), and validates through evaluate().
@@ -110,12 +114,15 @@ class Strategy {
 /// zero2 — also the gradients: buckets are reduce-scattered and each rank
 ///         keeps and updates only its part of them, then the parameters are
 ///         all-gathered (ZeRO stage 2, ddp/sharded_data_parallel.h);
+/// zero3 — also the parameters: each rank keeps 1/N of them and a unit (a layer of a
+///         LayeredModel, else the whole model) is gathered around its forward and its
+///         backward (ZeRO stage 3, ddp/fully_sharded_data_parallel.h); built by the Trainer only;
 /// async_ps — asynchronous: the last ps.servers ranks hold the parameters and the optimizer, the
 ///         other ranks push gradients and get weights back at their own pace, within a staleness
 ///         bound (ps/parameter_server.h). Not a Strategy object: Trainer::fit runs its own loop.
-enum class StrategyType { kDdp, kZero1, kZero2, kAsyncPs };
+enum class StrategyType { kDdp, kZero1, kZero2, kZero3, kAsyncPs };
 const char* toString(StrategyType type);
-/// "ddp", "zero1", "zero2" or "async_ps" (any case); ConfigError naming `what` and them otherwise.
+/// "ddp", "zero1", "zero2", "zero3" or "async_ps" (any case); ConfigError naming `what` and them otherwise.
 StrategyType parseStrategyType(const std::string& text, const std::string& what);
 
 /// Pipeline stages (config parallel.pipeline > 1): the world is pipelines x

@@ -1,0 +1,437 @@
+// fully_sharded_data_parallel.cpp — ZeRO stage 3 (lockstep/ddp/fully_sharded_data_parallel.h):
+// units gathered around their forward and backward and freed after, their
+// gradients reduce-scattered from autograd's accumulation hooks, and the
+// update of this rank's shards.
+#include "lockstep/ddp/fully_sharded_data_parallel.h"
+
+#include <ATen/native/Resize.h>
+#include <torch/csrc/autograd/utils/lambda_post_hook.h>
+#include <torch/csrc/autograd/variable.h>
+#include <torch/nn/module.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "ddp/bucket_plan.h"
+#include "ddp/fully_sharded_impl.h"
+#include "lockstep/common/error.h"
+#include "lockstep/common/logging.h"
+#include "lockstep/common/tensor_text.h"
+#include "lockstep/optim/optimizer.h"
+
+namespace lockstep {
+
+namespace {
+
+/// Gives `t`'s storage `bytes` bytes (0 frees it); every view of the storage sees the change.
+void resizeStorage(const at::Tensor& t, size_t bytes) {
+  at::native::resize_bytes_cpu(t.storage().unsafeGetStorageImpl(), bytes);
+}
+
+}  // namespace
+
+std::vector<std::vector<size_t>> planUnits(const std::vector<at::Tensor>& params, const std::vector<std::string>& names,
+                                           const std::vector<PipelineLayer>& layers) {
+  std::vector<std::vector<size_t>> units;
+  if (layers.empty()) {
+    units.emplace_back();
+    for (size_t i = 0; i < params.size(); ++i) units.back().push_back(i);
+    return units;
+  }
+  std::map<const void*, size_t> indexOf;
+  for (size_t i = 0; i < params.size(); ++i) indexOf[params[i].unsafeGetTensorImpl()] = i;
+  std::vector<int> unitOf(params.size(), -1);
+  for (size_t l = 0; l < layers.size(); ++l) {
+    auto& unit = units.emplace_back();
+    for (const auto& m : layers[l].modules) {
+      for (const auto& p : m->parameters(true)) {
+        auto it = indexOf.find(p.unsafeGetTensorImpl());
+        if (it == indexOf.end()) continue;  // frozen
+        const size_t i = it->second;
+        if (unitOf[i] == static_cast<int>(l)) continue;  // two modules of the layer share it
+        LOCKSTEP_CHECK(unitOf[i] < 0, "ZeRO-3: parameter '", names[i], "' is used by layer '", layers[unitOf[i]].name,
+                       "' and by layer '", layers[l].name, "'; a parameter must belong to one unit");
+        unitOf[i] = static_cast<int>(l);
+        unit.push_back(i);
+      }
+    }
+  }
+  for (size_t i = 0; i < params.size(); ++i) {
+    LOCKSTEP_CHECK(unitOf[i] >= 0, "ZeRO-3: parameter '", names[i],
+                   "' belongs to no layer of the chain given; every trainable parameter must be in one unit");
+  }
+  return units;
+}
+
+void FullyShardedDataParallel::Impl::buildUnits(const std::vector<std::vector<size_t>>& members) {
+  at::NoGradGuard noGrad;
+  slotOf.resize(params.size());
+  for (size_t u = 0; u < members.size(); ++u) {
+    Unit& unit = units.emplace_back();
+    unit.name = layers.empty() ? "model" : layers[u].name;
+    for (size_t i : members[u]) {
+      slotOf[i] = {u, unit.params.size()};
+      unit.params.push_back(i);
+      unit.offsets.push_back(unit.elements);
+      unit.elements += numels[i];
+    }
+    unit.part = (unit.elements + world() - 1) / world();  // 0 for a layer without parameters
+    unit.whole = at::zeros({unit.part * world()}, at::kFloat);
+    for (size_t slot = 0; slot < unit.params.size(); ++slot) {
+      at::Tensor& p = params[unit.params[slot]];
+      at::Tensor view = unit.whole.narrow(0, unit.offsets[slot], numels[unit.params[slot]]).view(p.sizes());
+      view.copy_(p.detach());
+      p.set_data(view);  // the same parameter (autograd, optimizer, module), its data now in the unit
+    }
+    unit.shard = unit.whole.narrow(0, unit.part * rank(), unit.part).clone();
+    resizeStorage(unit.whole, 0);
+  }
+  plan = members;
+}
+
+void FullyShardedDataParallel::Impl::launchGather(size_t u) {
+  Unit& unit = units[u];
+  if (unit.gathered || unit.gathering) return;
+  resizeStorage(unit.whole, static_cast<size_t>(unit.part * world()) * sizeof(float));
+  if (unit.elements > 0) ++gathers;
+  if (unit.elements == 0 || world() == 1) {
+    unit.whole.copy_(unit.shard);
+    unit.gathered = true;
+    unit.backwardPending = static_cast<int>(unit.params.size());
+    return;
+  }
+  unit.gathering = comm->allgather(unit.shard, unit.whole);
+}
+
+void FullyShardedDataParallel::Impl::ensureGathered(size_t u) {
+  launchGather(u);
+  Unit& unit = units[u];
+  if (unit.gathered) return;
+  unit.gathering->wait();
+  unit.gathering.reset();
+  unit.gathered = true;
+  unit.backwardPending = static_cast<int>(unit.params.size());
+}
+
+void FullyShardedDataParallel::Impl::free(size_t u) {
+  Unit& unit = units[u];
+  if (unit.gathering) ensureGathered(u);  // never free memory a collective is writing
+  if (!unit.gathered) return;
+  resizeStorage(unit.whole, 0);
+  unit.gathered = false;
+}
+
+void FullyShardedDataParallel::Impl::freeAll() {
+  for (size_t u = 0; u < units.size(); ++u) free(u);
+}
+
+at::Tensor FullyShardedDataParallel::Impl::forward(const at::Tensor& input) {
+  LOCKSTEP_CHECK(!restored,
+                 "FullyShardedDataParallel: restoreModule() ended the sharded training; train the module "
+                 "without it, or build a new one");
+  LOCKSTEP_CHECK(!layers.empty(),
+                 "FullyShardedDataParallel::forward runs the chain of layers given at construction; with none, call "
+                 "gatherAll() and run the module yourself");
+  const bool backwardFollows = at::GradMode::is_enabled();
+  std::weak_ptr<Impl> weak = self;
+  at::Tensor x = input;
+  for (size_t u = 0; u < units.size(); ++u) {
+    ensureGathered(u);
+    if (u + 1 < units.size()) launchGather(u + 1);  // prefetch: the next unit arrives while this one computes
+    at::Tensor y = layers[u].forward(x);
+    if (backwardFollows && y.requires_grad()) {
+      // Runs when backward reaches this layer's output, before any of the layer's backward.
+      y.register_hook([weak, u](const at::Tensor& grad) {
+        if (auto impl = weak.lock()) {
+          impl->ensureGathered(u);
+          if (u > 0) impl->launchGather(u - 1);
+        }
+        return grad;
+      });
+    }
+    if (!backwardFollows || u + 1 < units.size()) free(u);  // the last unit is the first backward needs
+    x = std::move(y);
+  }
+  return x;
+}
+
+void FullyShardedDataParallel::Impl::onAccumulated(size_t index) {
+  auto [u, slot] = slotOf[index];
+  Unit& unit = units[u];
+  if (syncEnabled) {
+    if (arrived[index]) throw Error(detail::arrivedTwiceError(names[index]));
+    if (!anyArrived) {
+      // The last step's averaged shards were used by its update: free them before this step's fill.
+      for (auto& view : pieceViews) view.mutable_grad() = at::Tensor();
+      for (auto& each : units) each.output.reset();
+    }
+    ensureBuffer(unit);
+    at::Tensor& grad = params[index].mutable_grad();
+    unit.buffer.narrow(0, unit.offsets[slot], numels[index]).copy_(grad.reshape({-1}));
+    grad = at::Tensor();  // the buffer has it now: free the whole-size gradient
+    arrived[index] = true;
+    anyArrived = true;
+    if (--unit.pending == 0) {
+      unit.ready = true;
+      launchReady(/*duringBackward=*/true);
+    }
+  }
+  // Every gradient of the unit accumulated: its backward is over, its parameters are not needed until the next forward.
+  if (unit.gathered && --unit.backwardPending == 0) free(u);
+}
+
+void FullyShardedDataParallel::Impl::ensureBuffer(Unit& unit) {
+  if (unit.buffer.defined()) return;
+  const int64_t padded = unit.part * world();
+  unit.buffer = at::empty({padded}, at::kFloat);
+  if (padded > unit.elements) unit.buffer.narrow(0, unit.elements, padded - unit.elements).zero_();
+}
+
+void FullyShardedDataParallel::Impl::launchReady(bool duringBackward) {
+  // In backward order (the last unit first), the same on every rank.
+  while (nextToLaunch < units.size() && units[units.size() - 1 - nextToLaunch].ready) {
+    Unit& unit = units[units.size() - 1 - nextToLaunch];
+    unit.output = at::empty({unit.part}, at::kFloat);
+    unit.launched = std::chrono::steady_clock::now();
+    if (unit.elements == 0 || world() == 1) {
+      if (unit.elements > 0) unit.output.copy_(unit.buffer);
+      unit.work.reset();
+    } else {
+      unit.work = comm->reduceScatter(unit.buffer, unit.output, ReduceOp::kAvg);
+    }
+    ++stats.bucketsLaunched;
+    if (duringBackward) ++stats.bucketsLaunchedDuringBackward;
+    stats.bytesReduced += unit.elements * 4;
+    ++nextToLaunch;
+  }
+}
+
+void FullyShardedDataParallel::Impl::finish() {
+  if (!syncEnabled) return;
+  std::string message = detail::missingGradientsError(names, arrived, rank(), anyArrived);
+  if (!message.empty() && !options.findUnusedParameters) {
+    reset();
+    freeAll();
+    throw Error(message);
+  }
+  for (size_t i = 0; i < params.size(); ++i) {  // unused: what they accumulated locally, or zeros
+    if (arrived[i]) continue;
+    auto [u, slot] = slotOf[i];
+    Unit& unit = units[u];
+    ensureBuffer(unit);
+    at::Tensor slice = unit.buffer.narrow(0, unit.offsets[slot], numels[i]);
+    at::Tensor& grad = params[i].mutable_grad();
+    if (grad.defined()) {
+      slice.copy_(grad.reshape({-1}));
+      grad = at::Tensor();
+    } else {
+      slice.zero_();
+    }
+    if (--unit.pending == 0) unit.ready = true;
+  }
+  launchReady(/*duringBackward=*/false);
+  LOCKSTEP_ASSERT(nextToLaunch == units.size(), "not every unit's gradients were launched");
+  lastTimings.resize(units.size());
+  for (size_t k = 0; k < units.size(); ++k) {
+    Unit& unit = units[units.size() - 1 - k];
+    if (unit.work) unit.work->wait();
+    auto completed = unit.work ? unit.work->completedAt() : std::chrono::steady_clock::time_point{};
+    if (completed == std::chrono::steady_clock::time_point{}) completed = std::chrono::steady_clock::now();
+    lastTimings[k] = BucketTiming{static_cast<int>(k), unit.elements * 4, unit.launched, completed};
+    unit.buffer.reset();
+  }
+  for (size_t k = 0; k < pieces.size(); ++k) {
+    const Unit& unit = units[pieces[k].bucket];
+    pieceViews[k].mutable_grad() = unit.output.narrow(0, pieces[k].chunkOffset, pieces[k].length);
+  }
+  if (options.broadcastBuffers && world() > 1) {
+    std::vector<at::Tensor> moduleBuffers;
+    for (auto& t : module->buffers(true)) moduleBuffers.push_back(t.detach());
+    if (!moduleBuffers.empty()) comm->broadcast(moduleBuffers, 0)->wait();
+  }
+  ++stats.syncs;
+  reset();
+  freeAll();
+}
+
+void FullyShardedDataParallel::Impl::reset() {
+  std::fill(arrived.begin(), arrived.end(), false);
+  for (auto& unit : units) {
+    unit.pending = static_cast<int>(unit.params.size());
+    unit.ready = unit.pending == 0;  // a layer without parameters has no gradients to wait for
+    unit.work.reset();
+    unit.buffer.reset();
+  }
+  nextToLaunch = 0;
+  anyArrived = false;
+}
+
+FullyShardedDataParallel::FullyShardedDataParallel(std::shared_ptr<torch::nn::Module> module,
+                                                   std::vector<PipelineLayer> layers,
+                                                   std::shared_ptr<Communicator> comm,
+                                                   std::unique_ptr<torch::optim::Optimizer> optimizer,
+                                                   DdpOptions options)
+    : impl_(std::make_shared<Impl>()) {
+  LOCKSTEP_CHECK(module != nullptr && comm != nullptr && optimizer != nullptr,
+                 "FullyShardedDataParallel needs a module, a communicator and an optimizer");
+  LOCKSTEP_CHECK(options.compression == GradCompression::kNone && options.hook == nullptr,
+                 "ZeRO-3 reduce-scatters float32 gradients; gradient compression and comm hooks are DDP's only "
+                 "(set ddp.compression: none, or use strategy.type: ddp)");
+  Impl& s = *impl_;
+  s.module = std::move(module);
+  s.layers = std::move(layers);
+  s.comm = std::move(comm);
+  s.options = options;
+  for (const auto& p : s.module->named_parameters(true)) {
+    if (!p.value().requires_grad()) continue;
+    LOCKSTEP_CHECK(p.value().scalar_type() == at::kFloat && p.value().device().is_cpu() && p.value().is_contiguous(),
+                   "ZeRO-3: parameter '", p.key(), "' is ", describeTensor(p.value()), " on ", p.value().device().str(),
+                   "; strategy zero3 shards contiguous float32 CPU parameters");
+    s.params.push_back(p.value());
+    s.names.push_back(p.key());
+    s.numels.push_back(p.value().numel());
+  }
+  LOCKSTEP_CHECK(!s.params.empty(), "ZeRO-3: the module has no trainable parameters");
+  auto members = planUnits(s.params, s.names, s.layers);
+  if (options.checkConsistency) checkModuleConsistency(*s.module, *s.comm);
+  broadcastModule(*s.module, *s.comm);
+  s.buildUnits(members);
+  s.pieces = gradientPieces(s.plan, s.numels, s.world(), s.rank());
+  for (const auto& piece : s.pieces) {
+    s.pieceViews.push_back(s.units[piece.bucket].shard.narrow(0, piece.chunkOffset, piece.length));
+  }
+  s.buildOptimizer(*optimizer);
+  s.arrived.assign(s.params.size(), false);
+  s.reset();
+
+  std::weak_ptr<Impl> weak = impl_;
+  s.self = weak;
+  for (size_t i = 0; i < s.params.size(); ++i) {
+    auto accumulator = torch::autograd::impl::grad_accumulator(s.params[i]);
+    LOCKSTEP_ASSERT(accumulator != nullptr, "no gradient accumulator for '", s.names[i], "'");
+    s.hookKeys.push_back(accumulator->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
+        [weak, i](const torch::autograd::variable_list& outputs, const torch::autograd::variable_list&) {
+          if (auto impl = weak.lock()) impl->onAccumulated(i);
+          return outputs;
+        })));
+    s.accumulators.push_back(std::move(accumulator));
+  }
+  log::debug(fmt::format("ZeRO-3: {} parameters in {} unit(s), {} piece(s) on rank {}", s.params.size(), s.units.size(),
+                         s.pieces.size(), s.rank()));
+}
+
+FullyShardedDataParallel::~FullyShardedDataParallel() {
+  for (size_t i = 0; i < impl_->accumulators.size(); ++i) impl_->accumulators[i]->del_post_hook(impl_->hookKeys[i]);
+  if (!impl_->restored) {
+    // The values live in the shards, which go now: leave empty parameters rather than dangling views.
+    for (auto& unit : impl_->units) {
+      if (unit.gathering) unit.gathering->wait();
+    }
+    for (auto& p : impl_->params) p.set_data(at::empty({0}, p.options()));
+  }
+}
+
+at::Tensor FullyShardedDataParallel::forward(const at::Tensor& input) { return impl_->forward(input); }
+void FullyShardedDataParallel::gatherAll() {
+  LOCKSTEP_CHECK(!impl_->restored, "FullyShardedDataParallel: restoreModule() ended the sharded training");
+  for (size_t u = 0; u < impl_->units.size(); ++u) impl_->launchGather(u);
+  for (size_t u = 0; u < impl_->units.size(); ++u) impl_->ensureGathered(u);
+}
+void FullyShardedDataParallel::release() { impl_->freeAll(); }
+
+void FullyShardedDataParallel::restoreModule() {
+  Impl& s = *impl_;
+  if (s.restored) return;
+  at::NoGradGuard noGrad;
+  for (size_t u = 0; u < s.units.size(); ++u) {
+    s.ensureGathered(u);
+    if (u + 1 < s.units.size()) s.launchGather(u + 1);
+    for (size_t i : s.units[u].params) s.params[i].set_data(s.params[i].detach().clone());
+    s.free(u);
+  }
+  s.restored = true;
+}
+void FullyShardedDataParallel::finishGradientSync() { impl_->finish(); }
+
+double FullyShardedDataParallel::clipGradNorm(double maxNorm) {
+  at::Tensor sum = at::zeros({1}, at::kDouble);
+  for (const auto& view : impl_->pieceViews) {
+    if (view.grad().defined()) sum += view.grad().to(at::kDouble).pow(2).sum();
+  }
+  std::vector<at::Tensor> total{sum};
+  impl_->comm->allreduce(total, ReduceOp::kSum)->wait();
+  const double norm = std::sqrt(total[0].item<double>());
+  const double coefficient = maxNorm / (norm + 1e-6);
+  if (coefficient < 1) {
+    for (auto& view : impl_->pieceViews) {
+      if (view.grad().defined()) view.mutable_grad().mul_(coefficient);
+    }
+  }
+  return norm;
+}
+
+void FullyShardedDataParallel::step() { impl_->optimizer->step(); }
+
+void FullyShardedDataParallel::setSyncEnabled(bool enabled) { impl_->syncEnabled = enabled; }
+bool FullyShardedDataParallel::syncEnabled() const { return impl_->syncEnabled; }
+FullyShardedDataParallel::NoSyncGuard::NoSyncGuard(FullyShardedDataParallel& owner)
+    : owner_(owner), previous_(owner.syncEnabled()) {
+  owner_.setSyncEnabled(false);
+}
+FullyShardedDataParallel::NoSyncGuard::~NoSyncGuard() { owner_.setSyncEnabled(previous_); }
+
+torch::optim::Optimizer& FullyShardedDataParallel::optimizer() { return *impl_->optimizer; }
+void FullyShardedDataParallel::saveState(TensorArchive* archive) {
+  impl_->saveModel(archive);
+  impl_->save(archive);
+}
+void FullyShardedDataParallel::loadState(const TensorArchive& archive, bool report) {
+  impl_->loadModel(archive);
+  impl_->load(archive, report);
+}
+
+int FullyShardedDataParallel::numUnits() const { return static_cast<int>(impl_->units.size()); }
+int64_t FullyShardedDataParallel::gathers() const { return impl_->gathers; }
+const DdpStats& FullyShardedDataParallel::stats() const { return impl_->stats; }
+const std::vector<BucketTiming>& FullyShardedDataParallel::lastSyncTimings() const { return impl_->lastTimings; }
+
+int64_t FullyShardedDataParallel::ownedElements() const {
+  int64_t n = 0;
+  for (const auto& piece : impl_->pieces) n += piece.length;
+  return n;
+}
+
+int64_t FullyShardedDataParallel::parameterBytes() const {
+  int64_t bytes = 0;
+  for (const auto& unit : impl_->units) {
+    bytes += static_cast<int64_t>(unit.shard.nbytes());
+    if (unit.gathered || unit.gathering) bytes += static_cast<int64_t>(unit.whole.nbytes());
+  }
+  return bytes;
+}
+
+int64_t FullyShardedDataParallel::gradientBytes() const {
+  int64_t bytes = 0;
+  for (const auto& unit : impl_->units) {
+    if (unit.output.defined()) bytes += static_cast<int64_t>(unit.output.nbytes());
+  }
+  for (const auto& p : impl_->params) {
+    if (p.grad().defined()) bytes += static_cast<int64_t>(p.grad().nbytes());  // accumulated under noSync()
+  }
+  return bytes;
+}
+
+int64_t FullyShardedDataParallel::stateBytes() const { return optimizerStateBytes(*impl_->optimizer); }
+
+int64_t FullyShardedDataParallel::bufferBytes() const {
+  int64_t bytes = 0;
+  for (const auto& unit : impl_->units) {
+    if (unit.buffer.defined()) bytes += static_cast<int64_t>(unit.buffer.nbytes());
+  }
+  return bytes;
+}
+
+}  // namespace lockstep

@@ -1,0 +1,224 @@
+// ZeRO stage 3 (ddp/fully_sharded_data_parallel.h; the Trainer's strategy
+// zero3): training equals DDP's bit for bit at 2 ranks without clipping (each
+// layer a unit, and the whole model one unit), to rounding with clipping at 3
+// and 4 ranks (each parameter's relative difference in 2-norm at most 1e-6 for SGD, 2e-6 for
+// Adam; bit for bit equal to zero2); checkpoints are DDP's byte for byte and resume across
+// strategies; each unit is gathered only around its use, and between steps a
+// rank holds 1/N of the parameters, gradients and state. Threads as ranks over Gloo.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+#include <torch/optim/adam.h>
+#include <torch/optim/sgd.h>
+
+#include <fmt/format.h>
+
+#include "lockstep/ddp/fully_sharded_data_parallel.h"
+#include "lockstep/models/char_lstm.h"
+#include "lockstep/optim/optimizer.h"
+#include "lockstep/train/strategy.h"
+#include "lockstep/train/trainer.h"
+#include "support/expect.h"
+#include "support/subprocess.h"
+#include "support/thread_ranks.h"
+#include "train/zero_harness.h"
+
+namespace lockstep {
+namespace {
+
+using test::borrow;
+using test::expectBitwiseEqual;
+using test::readFile;
+using test::train;
+
+TEST(Zero3, TrainsLikeDdpBitForBitAtTwoRanksAndWritesTheSameCheckpoints) {
+  for (bool layered : {true, false}) {
+    for (OptimizerType optimizer : {OptimizerType::kSgd, OptimizerType::kAdam, OptimizerType::kAdamW}) {
+      std::string label =
+          fmt::format("{} at 2 ranks, {}", toString(optimizer), layered ? "a unit per layer" : "one unit");
+      SCOPED_TRACE(label);
+      std::string ddpDir = test::makeTempDir();
+      std::string zeroDir = test::makeTempDir();
+      auto ddp = train({optimizer, StrategyType::kDdp, 2, 100, ddpDir, 0});
+      auto zero = train({optimizer, StrategyType::kZero3, 2, 100, zeroDir, 0, layered});
+      for (int r = 0; r < 2; ++r) expectBitwiseEqual(ddp[0], zero[r], label + ", rank " + std::to_string(r));
+      for (int step : {25, 100}) {
+        std::string name = fmt::format("/step-{:09d}.ckpt", step);
+        std::string expected = readFile(ddpDir + name);
+        ASSERT_FALSE(expected.empty()) << ddpDir + name;
+        EXPECT_TRUE(expected == readFile(zeroDir + name)) << label << ": " << name << " differs from DDP's";
+      }
+    }
+  }
+}
+
+TEST(Zero3, WithClippingAtThreeAndFourRanksEqualsZero2AndDdpToRounding) {
+  // The reduce-scatter adds the ranks' gradients in another order than DDP's ring allreduce: SGD stays
+  // within 1e-6 of DDP after 200 steps; Adam, whose update divides by the gradients' scale, drifts to
+  // 1.6e-6 at 4 ranks (zero2 by exactly as much: zero3 equals it bit for bit).
+  for (OptimizerType optimizer : {OptimizerType::kSgd, OptimizerType::kAdam}) {
+    for (int world : {3, 4}) {
+      std::string label = fmt::format("{} at {} ranks, clipped at 0.5, 200 steps", toString(optimizer), world);
+      SCOPED_TRACE(label);
+      auto ddp = train({optimizer, StrategyType::kDdp, world, 200, "", 0.5});
+      auto zero2 = train({optimizer, StrategyType::kZero2, world, 200, "", 0.5});
+      auto zero = train({optimizer, StrategyType::kZero3, world, 200, "", 0.5, true});
+      const double bound = optimizer == OptimizerType::kSgd ? 1e-6 : 2e-6;
+      for (int r = 0; r < world; ++r) {
+        test::expectRelativeDifference(ddp[0], zero[r], label + ", rank " + std::to_string(r), bound);
+        expectBitwiseEqual(zero2[0], zero[r], label + ": equal to zero2, rank " + std::to_string(r));
+      }
+    }
+  }
+}
+
+TEST(Zero3, OneRankIsPlainTraining) {
+  auto ddp = train({OptimizerType::kAdam, StrategyType::kDdp, 1, 20, "", 0});
+  auto zero = train({OptimizerType::kAdam, StrategyType::kZero3, 1, 20, "", 0, true});
+  expectBitwiseEqual(ddp[0], zero[0], "one rank");
+}
+
+TEST(Zero3, ResumesAcrossStrategiesByteForByte) {
+  for (auto [first, second] :
+       {std::pair{StrategyType::kDdp, StrategyType::kZero3}, std::pair{StrategyType::kZero3, StrategyType::kDdp},
+        std::pair{StrategyType::kZero3, StrategyType::kZero2}, std::pair{StrategyType::kZero3, StrategyType::kZero3}}) {
+    std::string label = fmt::format("{} then {}", toString(first), toString(second));
+    SCOPED_TRACE(label);
+    std::string straightDir = test::makeTempDir();
+    std::string resumedDir = test::makeTempDir();
+    auto straight = train({OptimizerType::kAdam, StrategyType::kDdp, 2, 50, straightDir, 0});
+    train({OptimizerType::kAdam, first, 2, 25, resumedDir, 0, true});
+    auto resumed = train({OptimizerType::kAdam, second, 2, 50, resumedDir, 0, true});
+    for (int r = 0; r < 2; ++r) expectBitwiseEqual(straight[0], resumed[r], label + ", rank " + std::to_string(r));
+    EXPECT_TRUE(readFile(straightDir + "/step-000000050.ckpt") == readFile(resumedDir + "/step-000000050.ckpt"));
+  }
+}
+
+bool allocated(const at::Tensor& p) { return p.storage().nbytes() > 0; }
+
+TEST(Zero3, GathersEachUnitOnlyAroundItsUseAndKeepsAShardBetweenSteps) {
+  const int world = 3;
+  const std::vector<int64_t> hidden{16, 8, 8};
+  int64_t total = 0;
+  for (const auto& p : Mlp(MlpOptions{12, hidden, 5})->parameters()) total += p.numel();
+  std::vector<int64_t> owned(world), paramBytes(world), gradBytes(world), stateBytes(world), buffers(world);
+  test::runRanks(world, [&](int rank, Communicator& comm) {
+    torch::manual_seed(1);
+    Mlp local(MlpOptions{12, hidden, 5});
+    auto layers = test::mlpLayers(local);
+    const size_t n = layers.size();
+    std::vector<std::vector<at::Tensor>> unitParams;
+    for (const auto& layer : layers) unitParams.push_back(layer.modules[0]->parameters());
+    auto gathered = [&](size_t u) { return allocated(unitParams[u][0]); };
+    std::vector<std::string> problems;
+    for (size_t k = 0; k < n; ++k) {
+      auto inner = layers[k].forward;
+      layers[k].forward = [&, k, inner](const at::Tensor& x) {
+        // Forward: this unit is whole; those before it were freed; at most the next one is on its way.
+        if (!gathered(k)) problems.push_back(fmt::format("forward of unit {}: not gathered", k));
+        for (size_t u = 0; u < k; ++u) {
+          if (gathered(u)) problems.push_back(fmt::format("forward of unit {}: unit {} still gathered", k, u));
+        }
+        for (size_t u = k + 2; u < n; ++u) {
+          if (gathered(u)) problems.push_back(fmt::format("forward of unit {}: unit {} already gathered", k, u));
+        }
+        if (k > 0 && x.requires_grad()) {
+          // Backward reached unit k's input: unit k-1 is whole again, the units after k are freed.
+          x.register_hook([&, k](const at::Tensor& grad) {
+            if (!gathered(k - 1)) problems.push_back(fmt::format("backward of unit {}: not gathered", k - 1));
+            for (size_t u = k + 1; u < n; ++u) {
+              if (gathered(u)) problems.push_back(fmt::format("backward of unit {}: unit {} not freed", k - 1, u));
+            }
+            return grad;
+          });
+        }
+        return inner(x);
+      };
+    }
+    FullyShardedDataParallel zero(
+        local.ptr(), layers, borrow(comm),
+        std::make_unique<torch::optim::Adam>(local->parameters(), torch::optim::AdamOptions(0.01)));
+    EXPECT_EQ(zero.numUnits(), static_cast<int>(n));
+    for (size_t u = 0; u < n; ++u) EXPECT_FALSE(gathered(u)) << "unit " << u << " whole after construction";
+    const int64_t gathersBefore = zero.gathers();
+    for (int step = 0; step < 3; ++step) {
+      at::mse_loss(zero.forward(at::randn({4, 12})), at::randn({4, 5})).backward();
+      zero.finishGradientSync();
+      zero.step();
+      for (size_t u = 0; u < n; ++u) EXPECT_FALSE(gathered(u)) << "unit " << u << " whole after step " << step;
+    }
+    // Each step gathers every unit for forward and, but the last, again for backward.
+    EXPECT_EQ(zero.gathers() - gathersBefore, 3 * static_cast<int64_t>(2 * n - 1));
+    for (const auto& p : problems) ADD_FAILURE() << "rank " << rank << ": " << p;
+    owned[rank] = zero.ownedElements();
+    paramBytes[rank] = zero.parameterBytes();
+    gradBytes[rank] = zero.gradientBytes();
+    stateBytes[rank] = zero.stateBytes();
+    buffers[rank] = zero.bufferBytes();
+    zero.restoreModule();
+    for (const auto& p : local->parameters()) EXPECT_TRUE(allocated(p) && p.storage().nbytes() == p.nbytes());
+  });
+  int64_t ownedSum = 0;
+  for (int r = 0; r < world; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    EXPECT_GT(owned[r], 0);
+    // Its shard of every unit, padding included: at most one element per unit more than it owns.
+    EXPECT_GE(paramBytes[r], 4 * owned[r]);
+    EXPECT_LE(paramBytes[r], 4 * owned[r] + 4 * (world - 1) * 4);
+    EXPECT_EQ(gradBytes[r], paramBytes[r]) << "the averaged gradients of its shards, nothing whole";
+    EXPECT_EQ(stateBytes[r], 8 * owned[r]) << "Adam keeps exp_avg and exp_avg_sq, float32, for owned elements only";
+    EXPECT_EQ(buffers[r], 0) << "gradient buffers are freed once reduce-scattered";
+    ownedSum += owned[r];
+  }
+  EXPECT_EQ(ownedSum, total);
+}
+
+TEST(Zero3, UnusedParametersAreNamed) {
+  test::runRanks(2, [&](int, Communicator& comm) {
+    torch::manual_seed(1);
+    Mlp local(MlpOptions{6, {4}, 3});
+    FullyShardedDataParallel zero(
+        local.ptr(), {}, borrow(comm),
+        std::make_unique<torch::optim::Adam>(local->parameters(), torch::optim::AdamOptions(0.01)));
+    zero.gatherAll();
+    auto named = local->named_parameters();
+    (at::matmul(at::randn({2, 4}), named["fc1.weight"].t()) + named["fc1.bias"]).sum().backward();
+    EXPECT_HAS(test::errorOf([&] { zero.finishGradientSync(); }), "fc0.weight");
+  });
+}
+
+TEST(Zero3, BadInputNamesTheParameterOrTheStrategy) {
+  test::runRanks(1, [&](int, Communicator& comm) {
+    torch::manual_seed(1);
+    Mlp local(MlpOptions{6, {4}, 3});
+    auto adam = [&] {
+      return std::make_unique<torch::optim::Adam>(local->parameters(), torch::optim::AdamOptions(0.01));
+    };
+    auto layers = test::mlpLayers(local);
+    // A layer missing: its parameters belong to no unit.
+    std::vector<PipelineLayer> partial{layers[0]};
+    std::string message = test::errorOf([&] { FullyShardedDataParallel(local.ptr(), partial, borrow(comm), adam()); });
+    EXPECT_HAS(message, "fc1.weight");
+    EXPECT_HAS(message, "no layer");
+    // One module in two layers: a parameter in two units.
+    std::vector<PipelineLayer> shared{layers[0], layers[1], layers[1]};
+    shared[2].name = "again";
+    message = test::errorOf([&] { FullyShardedDataParallel(local.ptr(), shared, borrow(comm), adam()); });
+    EXPECT_HAS(message, "fc1.weight");
+    EXPECT_HAS(message, "again");
+    // Not float32.
+    Mlp wide(MlpOptions{6, {4}, 3});
+    wide->to(at::kDouble);
+    message = test::errorOf([&] {
+      FullyShardedDataParallel(
+          wide.ptr(), {}, borrow(comm),
+          std::make_unique<torch::optim::Adam>(wide->parameters(), torch::optim::AdamOptions(0.01)));
+    });
+    EXPECT_HAS(message, "fc0.weight");
+    EXPECT_HAS(message, "float32");
+    EXPECT_HAS(test::errorOf([&] { makeStrategy(StrategyType::kZero3, local.ptr(), borrow(comm), {}, adam()); }),
+               "FullyShardedDataParallel");
+  });
+}
+
+}  // namespace
+}  // namespace lockstep
