@@ -36,13 +36,14 @@ namespace lockstep::cli {
 namespace {
 
 constexpr const char* kMemoryUsage =
-    "usage: lockstep bench memory CONFIG.yaml --np 1,2[,...] [--strategies ddp,zero1,zero2] [--steps N] [--json]\n"
+    "usage: lockstep bench memory CONFIG.yaml --np 1,2[,...] [--strategies ddp,zero1,zero2,zero3] [--steps N] "
+    "[--json]\n"
     "                             [key=value ...]";
 
 struct MemoryOptions {
   std::string config;
   std::vector<int> worldSizes;
-  std::vector<std::string> strategies{"ddp", "zero1", "zero2"};
+  std::vector<std::string> strategies{"ddp", "zero1", "zero2", "zero3"};
   int64_t steps = 3;
   bool json = false;
   std::vector<std::string> overrides;
@@ -70,7 +71,7 @@ std::optional<int> parseMemoryArgs(const std::vector<std::string>& args, MemoryO
   std::string np, strategies;
   app.add_option("CONFIG.yaml key.path=value", words, "a training config, then overrides of its keys");
   auto* npOption = app.add_option("-n,--np", np, "the world sizes, comma-separated (e.g. 1,2,4)");
-  app.add_option("--strategies", strategies, "strategy.type values, comma-separated (default ddp,zero1,zero2)");
+  app.add_option("--strategies", strategies, "strategy.type values, comma-separated (default ddp,zero1,zero2,zero3)");
   app.add_option("--steps", o.steps, "training steps per run (default 3)")
       ->check(CLI::Range(int64_t(1), int64_t(1000000)));
   app.add_flag("--json", o.json, "print one JSON document (on the last line) instead of the table");
@@ -89,7 +90,7 @@ std::optional<int> parseMemoryArgs(const std::vector<std::string>& args, MemoryO
       if (type == StrategyType::kAsyncPs) {
         throw ConfigError(
             "--strategies 'async_ps': bench memory measures the synchronous strategies (ddp, zero1, "
-            "zero2); a parameter server's memory is its slice of the parameters and optimizer");
+            "zero2, zero3); a parameter server's memory is its slice of the parameters and optimizer");
       }
       o.strategies.push_back(toString(type));  // checked, canonical spelling
       if (comma == std::string::npos) break;

@@ -36,7 +36,8 @@ constexpr const char* kBenchUsage =
     "       lockstep bench loader CONFIG.yaml [key=value ...] [--batches N]   (image loader vs trainer)\n"
     "       lockstep bench scaling CONFIG.yaml --np 1,2[,...] [--steps N] [--threads T] [--backend NAME] [--json]\n"
     "                              [key=value ...]   (training throughput and step phases per world size)\n"
-    "       lockstep bench memory CONFIG.yaml --np 1,2[,...] [--strategies ddp,zero1,zero2] [--steps N] [--json]\n"
+    "       lockstep bench memory CONFIG.yaml --np 1,2[,...] [--strategies ddp,zero1,zero2,zero3] [--steps N] "
+    "[--json]\n"
     "                             [key=value ...]   (bytes per rank and strategy, next to the theory)\n"
     "       lockstep bench sampler [--objective branin|hartmann6] [--algorithm tpe|random] [--trials N] [--seeds S]\n"
     "                              [--json]   (the sweep's samplers on synthetic objectives)";

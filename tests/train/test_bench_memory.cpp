@@ -1,5 +1,5 @@
 // `lockstep bench memory` as a user runs it: real `lockstep run` children
-// training a tiny pet-name model with ddp, zero1 and zero2 at 1 and 2 workers; the
+// training a tiny pet-name model with ddp, zero1, zero2 and zero3 at 1 and 2 workers; the
 // JSON on its last line checked against the sizes the model implies; and
 // its usage errors.
 #include <gtest/gtest.h>
@@ -44,7 +44,7 @@ TEST(BenchMemory, Zero1RanksHoldLessThanDdpAndTheTheoryIsGiven) {
   ASSERT_NO_THROW(doc = nlohmann::json::parse(lastLine(r.out))) << r.out;
   EXPECT_EQ(doc.at("benchmark"), "memory");
   const auto& runs = doc.at("runs");
-  ASSERT_EQ(runs.size(), 6u) << "np 1 and 2, ddp, zero1 and zero2 (the default strategies)";
+  ASSERT_EQ(runs.size(), 8u) << "np 1 and 2, ddp, zero1, zero2 and zero3 (the default strategies)";
   int64_t params = -1;
   for (const auto& run : runs) {
     SCOPED_TRACE(run.dump());
@@ -53,17 +53,23 @@ TEST(BenchMemory, Zero1RanksHoldLessThanDdpAndTheTheoryIsGiven) {
     ASSERT_EQ(static_cast<int>(ranks.size()), np) << "one entry per rank";
     for (const auto& rank : ranks) {
       if (params < 0) params = rank.at("parameter_bytes").get<int64_t>();
-      EXPECT_EQ(rank.at("parameter_bytes").get<int64_t>(), params);
-      const bool zero2 = run.at("strategy") == "zero2";
-      if (zero2 && np == 2) {
+      const bool zero2 = run.at("strategy") == "zero2", zero3 = run.at("strategy") == "zero3";
+      if (zero3 && np == 2) {
+        // Its half of the one unit (the model), padded to an even element count.
+        EXPECT_GE(rank.at("parameter_bytes").get<int64_t>(), params / 2);
+        EXPECT_LE(rank.at("parameter_bytes").get<int64_t>(), params / 2 + 4);
+      } else {
+        EXPECT_EQ(rank.at("parameter_bytes").get<int64_t>(), params);
+      }
+      if ((zero2 || zero3) && np == 2) {
         // Half of each bucket, padded to an even element count: at most one float more per bucket.
         EXPECT_GE(rank.at("gradient_bytes").get<int64_t>(), params / 2 - 4 * 8);
         EXPECT_LE(rank.at("gradient_bytes").get<int64_t>(), params / 2 + 4 * 8);
       } else {
         EXPECT_EQ(rank.at("gradient_bytes").get<int64_t>(), params);
       }
-      EXPECT_EQ(rank.at("comm_buffer_bytes").get<int64_t>(), np == 1 || zero2 ? 0 : params)
-          << "zero2 frees its bucket buffers once reduce-scattered";
+      EXPECT_EQ(rank.at("comm_buffer_bytes").get<int64_t>(), np == 1 || zero2 || zero3 ? 0 : params)
+          << "zero2 and zero3 free their gradient buffers once reduce-scattered";
       EXPECT_GT(rank.at("step_peak_bytes").get<int64_t>(), 0);
       EXPECT_GT(rank.at("peak_rss_bytes").get<int64_t>(), 0);
       const double vsDdp = rank.at("model_state_vs_ddp").get<double>();
@@ -78,19 +84,23 @@ TEST(BenchMemory, Zero1RanksHoldLessThanDdpAndTheTheoryIsGiven) {
   }
   // At 2 workers, with O = 2P = 2G: zero1 (P + G + O/2) / (P + G + O) = 0.75, zero2 (P + (G + O)/2) / (P + G + O) =
   // 0.625.
-  EXPECT_EQ(runs[4].at("strategy"), "zero1");
-  EXPECT_NEAR(runs[4].at("theory_vs_ddp").get<double>(), 0.75, 1e-9);
-  EXPECT_EQ(runs[5].at("strategy"), "zero2");
-  EXPECT_NEAR(runs[5].at("theory_vs_ddp").get<double>(), 0.625, 1e-9);
-  EXPECT_LT(runs[5].at("ranks")[0].at("model_state_vs_ddp").get<double>(),
-            runs[4].at("ranks")[0].at("model_state_vs_ddp").get<double>());
+  EXPECT_EQ(runs[5].at("strategy"), "zero1");
+  EXPECT_NEAR(runs[5].at("theory_vs_ddp").get<double>(), 0.75, 1e-9);
+  EXPECT_EQ(runs[6].at("strategy"), "zero2");
+  EXPECT_NEAR(runs[6].at("theory_vs_ddp").get<double>(), 0.625, 1e-9);
+  EXPECT_LT(runs[6].at("ranks")[0].at("model_state_vs_ddp").get<double>(),
+            runs[5].at("ranks")[0].at("model_state_vs_ddp").get<double>());
+  EXPECT_EQ(runs[7].at("strategy"), "zero3");
+  EXPECT_NEAR(runs[7].at("theory_vs_ddp").get<double>(), 0.5, 1e-9);
+  for (const auto& rank : runs[7].at("ranks")) EXPECT_NEAR(rank.at("model_state_vs_ddp").get<double>(), 0.5, 0.001);
 }
 
 TEST(BenchMemory, BadArgumentsAreUsageErrors) {
   std::string dir = makeRunDir();
   auto r = lockstep(dir, {"bench", "memory", "tiny.yaml", "--np", "2", "--strategies", "ddp,zero9"});
   EXPECT_EQ(r.exitCode, 2);
-  EXPECT_NE(r.err.find("--strategies 'zero9' is unknown; expected ddp, zero1, zero2 or async_ps"), std::string::npos)
+  EXPECT_NE(r.err.find("--strategies 'zero9' is unknown; expected ddp, zero1, zero2, zero3 or async_ps"),
+            std::string::npos)
       << r.err;
   r = lockstep(dir, {"bench", "memory", "tiny.yaml", "--np", "2", "--strategies", "async_ps"});
   EXPECT_EQ(r.exitCode, 2);

@@ -61,7 +61,7 @@ TEST(TrainConfig, UnknownKeysAndWrongTypesNameThePath) {
   expectConfigError("", {"trainer.batch_size=0"}, "trainer.batch_size must be positive, got 0");
   expectConfigError("", {"optimizer.type=lion"}, "optimizer.type 'lion' is unknown");
   expectConfigError("", {"strategy.type=zero9"},
-                    "strategy.type 'zero9' is unknown; expected ddp, zero1, zero2 or async_ps");
+                    "strategy.type 'zero9' is unknown; expected ddp, zero1, zero2, zero3 or async_ps");
   expectConfigError("", {"trainer.validate=maybe"}, "expects true or false");
   auto broken = writeConfig("trainer: [unclosed\n");
   expectConfigError(broken, {}, broken + ": invalid YAML at line");
