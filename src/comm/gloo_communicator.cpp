@@ -27,8 +27,8 @@ namespace lockstep {
 
 namespace {
 
-/// Bytes moved by one all-to-all of a reduce-scatter (all ranks' blocks of a slice together).
-constexpr int64_t kReduceScatterSliceBytes = int64_t(8) << 20;
+/// Bytes moved by one all-to-all of a reduce-scatter, or one all-gather (all ranks' blocks of a slice together).
+constexpr int64_t kSliceBytes = int64_t(8) << 20;
 
 // c10d and Gloo report failures as exceptions with text only.
 std::string backendMessage(const std::exception& e) {
@@ -223,12 +223,21 @@ class GlooCommunicator final : public Communicator {
 
   WorkHandle submitAllgather(const at::Tensor& input, std::vector<at::Tensor> outputs, const CommErrorInfo& info,
                              const CollectiveOptions& options) {
-    return submit(info, options, [pg = pg_, input, outputs, info]() {
-      if (input.numel() == 0) return;
-      std::vector<std::vector<at::Tensor>> wireOut(1);
-      for (const auto& o : outputs) wireOut[0].push_back(wireView(o));
-      std::vector<at::Tensor> wireIn{wireView(input).view({-1})};
-      waitBackend(pg->allgather(wireOut, wireIn), info);
+    return submit(info, options, [pg = pg_, input, outputs, info, world = world_]() {
+      const int64_t n = input.numel();
+      if (n == 0) return;
+      // c10d's Gloo all-gather receives into a flat buffer of all the outputs and then copies them
+      // out: in slices of at most kSliceBytes that buffer stays small (ZeRO-3 gathers
+      // whole layers into memory it just allocated).
+      const int64_t slice = std::max<int64_t>(1, kSliceBytes / (world * static_cast<int64_t>(input.element_size())));
+      const at::Tensor in = input.view({-1});
+      for (int64_t first = 0; first < n; first += slice) {
+        const int64_t count = std::min(slice, n - first);
+        std::vector<std::vector<at::Tensor>> wireOut(1);
+        for (const auto& o : outputs) wireOut[0].push_back(wireView(o.narrow(0, first, count)));
+        std::vector<at::Tensor> wireIn{wireView(in.narrow(0, first, count))};
+        waitBackend(pg->allgather(wireOut, wireIn), info);
+      }
     });
   }
 
@@ -258,7 +267,7 @@ class GlooCommunicator final : public Communicator {
   }
 
   /// output (k elements) = reduction over ranks of chunk `rank` of input (world*k elements).
-  /// Large inputs go in slices of at most kReduceScatterSliceBytes per all-to-all, so the
+  /// Large inputs go in slices of at most kSliceBytes per all-to-all, so the
   /// transient buffers stay small (ZeRO-2 reduce-scatters whole gradient buckets).
   static void reduceScatterFlat(const PG& pg, const at::Tensor& input, at::Tensor& output, ReduceOp op, int world,
                                 const CommErrorInfo& info) {
@@ -267,8 +276,7 @@ class GlooCommunicator final : public Communicator {
       output.copy_(input);
       return;
     }
-    const int64_t slice =
-        std::max<int64_t>(1, kReduceScatterSliceBytes / (world * static_cast<int64_t>(input.element_size())));
+    const int64_t slice = std::max<int64_t>(1, kSliceBytes / (world * static_cast<int64_t>(input.element_size())));
     const at::Tensor blocks = input.view({world, k});
     for (int64_t first = 0; first < k; first += slice) {
       const int64_t count = std::min(slice, k - first);

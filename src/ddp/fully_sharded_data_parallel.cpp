@@ -27,8 +27,10 @@ namespace lockstep {
 namespace {
 
 /// Gives `t`'s storage `bytes` bytes (0 frees it); every view of the storage sees the change.
+/// (resize_bytes_cpu allocates and copies even to the same size: skip that.)
 void resizeStorage(const at::Tensor& t, size_t bytes) {
-  at::native::resize_bytes_cpu(t.storage().unsafeGetStorageImpl(), bytes);
+  c10::StorageImpl* storage = t.storage().unsafeGetStorageImpl();
+  if (storage->nbytes() != bytes) at::native::resize_bytes_cpu(storage, bytes);
 }
 
 }  // namespace
@@ -118,6 +120,10 @@ void FullyShardedDataParallel::Impl::ensureGathered(size_t u) {
 
 void FullyShardedDataParallel::Impl::free(size_t u) {
   Unit& unit = units[u];
+  if (unit.buffer.defined()) {  // lent to a reduce-scatter: finish() frees it once that is done
+    unit.gathered = false;
+    return;
+  }
   if (unit.gathering) ensureGathered(u);  // never free memory a collective is writing
   if (!unit.gathered) return;
   resizeStorage(unit.whole, 0);
@@ -146,6 +152,7 @@ at::Tensor FullyShardedDataParallel::Impl::forward(const at::Tensor& input) {
       // Runs when backward reaches this layer's output, before any of the layer's backward.
       y.register_hook([weak, u](const at::Tensor& grad) {
         if (auto impl = weak.lock()) {
+          impl->releaseFinished();
           impl->ensureGathered(u);
           if (u > 0) impl->launchGather(u - 1);
         }
@@ -168,14 +175,10 @@ void FullyShardedDataParallel::Impl::onAccumulated(size_t index) {
       for (auto& view : pieceViews) view.mutable_grad() = at::Tensor();
       for (auto& each : units) each.output.reset();
     }
-    ensureBuffer(unit);
-    at::Tensor& grad = params[index].mutable_grad();
-    unit.buffer.narrow(0, unit.offsets[slot], numels[index]).copy_(grad.reshape({-1}));
-    grad = at::Tensor();  // the buffer has it now: free the whole-size gradient
     arrived[index] = true;
     anyArrived = true;
     if (--unit.pending == 0) {
-      unit.ready = true;
+      packGradients(unit);
       launchReady(/*duringBackward=*/true);
     }
   }
@@ -183,11 +186,40 @@ void FullyShardedDataParallel::Impl::onAccumulated(size_t index) {
   if (unit.gathered && --unit.backwardPending == 0) free(u);
 }
 
-void FullyShardedDataParallel::Impl::ensureBuffer(Unit& unit) {
-  if (unit.buffer.defined()) return;
+void FullyShardedDataParallel::Impl::packGradients(Unit& unit) {
+  // The unit's backward is over, so the memory of its gathered parameters takes its gradients for the
+  // reduce-scatter (no second whole-unit buffer); it is freed when the reduce-scatter is done.
+  if (unit.gathering) {
+    unit.gathering->wait();
+    unit.gathering.reset();
+  }
+  releaseFinished();
+  resizeStorage(unit.whole, static_cast<size_t>(unit.part * world()) * sizeof(float));
+  unit.gathered = false;
+  for (size_t slot = 0; slot < unit.params.size(); ++slot) {
+    const size_t i = unit.params[slot];
+    at::Tensor slice = unit.whole.narrow(0, unit.offsets[slot], numels[i]);
+    at::Tensor& grad = params[i].mutable_grad();
+    if (grad.defined()) {
+      slice.copy_(grad.reshape({-1}));
+      grad = at::Tensor();  // free the whole-size gradient
+    } else {
+      slice.zero_();  // unused (findUnusedParameters)
+    }
+  }
   const int64_t padded = unit.part * world();
-  unit.buffer = at::empty({padded}, at::kFloat);
-  if (padded > unit.elements) unit.buffer.narrow(0, unit.elements, padded - unit.elements).zero_();
+  if (padded > unit.elements) unit.whole.narrow(0, unit.elements, padded - unit.elements).zero_();
+  unit.buffer = unit.whole;
+  unit.ready = true;
+}
+
+void FullyShardedDataParallel::Impl::releaseFinished() {
+  for (auto& unit : units) {
+    if (unit.buffer.defined() && unit.work && unit.work->isCompleted()) {
+      unit.buffer.reset();
+      resizeStorage(unit.whole, 0);
+    }
+  }
 }
 
 void FullyShardedDataParallel::Impl::launchReady(bool duringBackward) {
@@ -199,6 +231,8 @@ void FullyShardedDataParallel::Impl::launchReady(bool duringBackward) {
     if (unit.elements == 0 || world() == 1) {
       if (unit.elements > 0) unit.output.copy_(unit.buffer);
       unit.work.reset();
+      unit.buffer.reset();
+      resizeStorage(unit.whole, 0);
     } else {
       unit.work = comm->reduceScatter(unit.buffer, unit.output, ReduceOp::kAvg);
     }
@@ -217,20 +251,8 @@ void FullyShardedDataParallel::Impl::finish() {
     freeAll();
     throw Error(message);
   }
-  for (size_t i = 0; i < params.size(); ++i) {  // unused: what they accumulated locally, or zeros
-    if (arrived[i]) continue;
-    auto [u, slot] = slotOf[i];
-    Unit& unit = units[u];
-    ensureBuffer(unit);
-    at::Tensor slice = unit.buffer.narrow(0, unit.offsets[slot], numels[i]);
-    at::Tensor& grad = params[i].mutable_grad();
-    if (grad.defined()) {
-      slice.copy_(grad.reshape({-1}));
-      grad = at::Tensor();
-    } else {
-      slice.zero_();
-    }
-    if (--unit.pending == 0) unit.ready = true;
+  for (auto& unit : units) {  // units with unused parameters: what they accumulated locally, or zeros
+    if (!unit.ready) packGradients(unit);
   }
   launchReady(/*duringBackward=*/false);
   LOCKSTEP_ASSERT(nextToLaunch == units.size(), "not every unit's gradients were launched");
@@ -241,7 +263,10 @@ void FullyShardedDataParallel::Impl::finish() {
     auto completed = unit.work ? unit.work->completedAt() : std::chrono::steady_clock::time_point{};
     if (completed == std::chrono::steady_clock::time_point{}) completed = std::chrono::steady_clock::now();
     lastTimings[k] = BucketTiming{static_cast<int>(k), unit.elements * 4, unit.launched, completed};
-    unit.buffer.reset();
+    if (unit.buffer.defined()) {
+      unit.buffer.reset();
+      resizeStorage(unit.whole, 0);  // the parameters' memory, lent to the reduce-scatter
+    }
   }
   for (size_t k = 0; k < pieces.size(); ++k) {
     const Unit& unit = units[pieces[k].bucket];
@@ -263,7 +288,7 @@ void FullyShardedDataParallel::Impl::reset() {
     unit.pending = static_cast<int>(unit.params.size());
     unit.ready = unit.pending == 0;  // a layer without parameters has no gradients to wait for
     unit.work.reset();
-    unit.buffer.reset();
+    unit.buffer.reset();  // after an error its memory stays until the next gather: a collective may still write it
   }
   nextToLaunch = 0;
   anyArrived = false;

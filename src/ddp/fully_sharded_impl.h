@@ -30,7 +30,7 @@ struct FullyShardedDataParallel::Impl : detail::PieceOptimizer {
     WorkHandle gathering;          ///< the all-gather in flight into `whole`
     int backwardPending = 0;       ///< gradients still to accumulate before the unit can be freed
     // Gradient sync (synchronised backward only).
-    at::Tensor buffer;  ///< N * part gradient elements; from the unit's first gradient to its reduce-scatter's end
+    at::Tensor buffer;  ///< `whole` lent to the reduce-scatter: the unit's gradients, from its last one to the end
     at::Tensor output;  ///< this rank's part, averaged; its pieces' gradients are views of it
     int pending = 0;
     bool ready = false;
@@ -66,7 +66,10 @@ struct FullyShardedDataParallel::Impl : detail::PieceOptimizer {
   void freeAll();
   at::Tensor forward(const at::Tensor& input);
   void onAccumulated(size_t index);
-  void ensureBuffer(Unit& unit);
+  /// Copies the unit's gradients (zeros for those without) into `whole` and makes it the buffer.
+  void packGradients(Unit& unit);
+  /// Frees the memory of units whose reduce-scatter has finished.
+  void releaseFinished();
   void launchReady(bool duringBackward);
   void finish();
   void reset();

@@ -41,8 +41,9 @@ void FullyShardedDataParallel::Impl::loadModel(const TensorArchive& archive) {
   // Every unit whole for a moment (no communication: each rank reads the same archive), so the
   // model's own checks and copies apply; then each rank keeps its shard.
   for (auto& unit : units) {
-    at::native::resize_bytes_cpu(unit.whole.storage().unsafeGetStorageImpl(),
-                                 static_cast<size_t>(unit.part * world()) * sizeof(float));
+    const auto bytes = static_cast<size_t>(unit.part * world()) * sizeof(float);
+    c10::StorageImpl* storage = unit.whole.storage().unsafeGetStorageImpl();
+    if (storage->nbytes() != bytes) at::native::resize_bytes_cpu(storage, bytes);
     unit.whole.zero_();
     unit.gathered = true;
   }

@@ -110,6 +110,7 @@ TEST(Zero3, GathersEachUnitOnlyAroundItsUseAndKeepsAShardBetweenSteps) {
     for (const auto& layer : layers) unitParams.push_back(layer.modules[0]->parameters());
     auto gathered = [&](size_t u) { return allocated(unitParams[u][0]); };
     std::vector<std::string> problems;
+    FullyShardedDataParallel* fsdp = nullptr;  // set once built; the hooks run after
     for (size_t k = 0; k < n; ++k) {
       auto inner = layers[k].forward;
       layers[k].forward = [&, k, inner](const at::Tensor& x) {
@@ -125,8 +126,14 @@ TEST(Zero3, GathersEachUnitOnlyAroundItsUseAndKeepsAShardBetweenSteps) {
           // Backward reached unit k's input: unit k-1 is whole again, the units after k are freed.
           x.register_hook([&, k](const at::Tensor& grad) {
             if (!gathered(k - 1)) problems.push_back(fmt::format("backward of unit {}: not gathered", k - 1));
+            // The units after k hold no parameters: their memory is freed or lent to their reduce-scatter.
+            int64_t held = 0;
             for (size_t u = k + 1; u < n; ++u) {
-              if (gathered(u)) problems.push_back(fmt::format("backward of unit {}: unit {} not freed", k - 1, u));
+              if (gathered(u)) held += static_cast<int64_t>(unitParams[u][0].storage().nbytes());
+            }
+            if (held > fsdp->bufferBytes()) {
+              problems.push_back(fmt::format("backward of unit {}: units after {} hold {} bytes, {} lent", k - 1, k,
+                                             held, fsdp->bufferBytes()));
             }
             return grad;
           });
@@ -137,6 +144,7 @@ TEST(Zero3, GathersEachUnitOnlyAroundItsUseAndKeepsAShardBetweenSteps) {
     FullyShardedDataParallel zero(
         local.ptr(), layers, borrow(comm),
         std::make_unique<torch::optim::Adam>(local->parameters(), torch::optim::AdamOptions(0.01)));
+    fsdp = &zero;
     EXPECT_EQ(zero.numUnits(), static_cast<int>(n));
     for (size_t u = 0; u < n; ++u) EXPECT_FALSE(gathered(u)) << "unit " << u << " whole after construction";
     const int64_t gathersBefore = zero.gathers();
