@@ -12,6 +12,8 @@
 
 #include <fmt/format.h>
 
+#include <cstdlib>
+
 #include "lockstep/ddp/fully_sharded_data_parallel.h"
 #include "lockstep/models/char_lstm.h"
 #include "lockstep/optim/optimizer.h"
@@ -90,6 +92,21 @@ TEST(Zero3, ResumesAcrossStrategiesByteForByte) {
     auto resumed = train({OptimizerType::kAdam, second, 2, 50, resumedDir, 0, true});
     for (int r = 0; r < 2; ++r) expectBitwiseEqual(straight[0], resumed[r], label + ", rank " + std::to_string(r));
     EXPECT_TRUE(readFile(straightDir + "/step-000000050.ckpt") == readFile(resumedDir + "/step-000000050.ckpt"));
+  }
+}
+
+TEST(Zero3, ResumesWithAnotherWorldSizeByReshardingTheCheckpoint) {
+  // A 2-rank zero3 checkpoint, resumed by 3 ranks: zero3 cuts its shards (parameters and Adam
+  // state) for 3 ranks and continues as DDP does from the same file.
+  std::string dir = test::makeTempDir();
+  train({OptimizerType::kAdam, StrategyType::kZero3, 2, 25, dir, 0, true});
+  std::string copy = test::makeTempDir();
+  ASSERT_EQ(std::system(("cp " + dir + "/step-000000025.ckpt " + copy + "/").c_str()), 0);
+  auto zero = train({OptimizerType::kAdam, StrategyType::kZero3, 3, 40, dir, 0, true});
+  auto ddp = train({OptimizerType::kAdam, StrategyType::kDdp, 3, 40, copy, 0});
+  for (int r = 0; r < 3; ++r) {
+    test::expectRelativeDifference(ddp[0], zero[r], "3 ranks from a 2-rank checkpoint, rank " + std::to_string(r),
+                                   1e-6);
   }
 }
 
