@@ -61,8 +61,11 @@ void syncDirectory(const fs::path& dir) {
 
 }  // namespace
 
-void writeFileAtomically(const std::string& path, std::initializer_list<std::string_view> pieces,
-                         Durability durability) {
+namespace {
+
+/// Creates the temporary file beside `path`, lets `write` fill it, then syncs and renames it over `path`.
+void replaceAtomically(const std::string& path, Durability durability,
+                       const std::function<void(int, const std::string&)>& write) {
   const fs::path target(path);
   const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
   std::error_code ec;
@@ -78,14 +81,7 @@ void writeFileAtomically(const std::string& path, std::initializer_list<std::str
     mode_t mask = ::umask(0);  // mkstemp makes 0600; give the file the mode any new file gets
     ::umask(mask);
     ::fchmod(fd.get(), 0666 & ~mask);
-    size_t total = 0, done = 0;
-    for (std::string_view piece : pieces) total += piece.size();
-    for (std::string_view piece : pieces) {
-      if (int error = writeAll(fd.get(), piece)) {
-        fail(fmt::format("writing {} failed after {} of {} bytes", tmp, done, total), error);
-      }
-      done += piece.size();
-    }
+    write(fd.get(), tmp);
     if (durability == Durability::kMachineCrash && ::fsync(fd.get()) != 0) fail("syncing " + tmp + " failed", errno);
     if (::close(fd.release()) != 0) fail("closing " + tmp + " failed", errno);
     if (::rename(tmp.c_str(), path.c_str()) != 0) fail("renaming " + tmp + " to " + path + " failed", errno);
@@ -94,6 +90,56 @@ void writeFileAtomically(const std::string& path, std::initializer_list<std::str
     throw;
   }
   if (durability == Durability::kMachineCrash) syncDirectory(dir);
+}
+
+}  // namespace
+
+void writeFileAtomically(const std::string& path, std::initializer_list<std::string_view> pieces,
+                         Durability durability) {
+  replaceAtomically(path, durability, [&](int fd, const std::string& tmp) {
+    size_t total = 0, done = 0;
+    for (std::string_view piece : pieces) total += piece.size();
+    for (std::string_view piece : pieces) {
+      if (int error = writeAll(fd, piece)) {
+        fail(fmt::format("writing {} failed after {} of {} bytes", tmp, done, total), error);
+      }
+      done += piece.size();
+    }
+  });
+}
+
+void writeFileAtomically(const std::string& path, size_t headerSize,
+                         const std::function<void(const PieceSink&)>& produce,
+                         const std::function<std::string()>& header, Durability durability) {
+  constexpr size_t kBuffer = size_t(1) << 20;  // pieces smaller than this are gathered, larger ones go straight
+  replaceAtomically(path, durability, [&](int fd, const std::string& tmp) {
+    size_t done = 0;
+    std::string pending(headerSize, '\0');  // reserved for the header
+    pending.reserve(kBuffer);
+    auto flush = [&](std::string_view bytes) {
+      if (int error = writeAll(fd, bytes)) fail(fmt::format("writing {} failed after {} bytes", tmp, done), error);
+      done += bytes.size();
+    };
+    produce([&](std::string_view piece) {
+      if (pending.size() + piece.size() <= kBuffer) {
+        pending.append(piece);
+        return;
+      }
+      flush(pending);
+      pending.clear();
+      if (piece.size() >= kBuffer) {
+        flush(piece);
+      } else {
+        pending.append(piece);
+      }
+    });
+    flush(pending);
+    const std::string head = header();
+    LOCKSTEP_ASSERT(head.size() == headerSize, "file header of ", head.size(), " bytes, ", headerSize, " reserved");
+    if (::pwrite(fd, head.data(), head.size(), 0) != static_cast<ssize_t>(head.size())) {
+      fail("writing the header of " + tmp + " failed", errno);
+    }
+  });
 }
 
 std::string hostName() {

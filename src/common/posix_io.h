@@ -3,6 +3,7 @@
 // Internal to lockstep (not installed).
 #pragma once
 
+#include <functional>
 #include <initializer_list>
 #include <string>
 #include <string_view>
@@ -58,6 +59,17 @@ enum class Durability {
 /// naming the file and the system's reason.
 void writeFileAtomically(const std::string& path, std::initializer_list<std::string_view> pieces,
                          Durability durability);
+
+/// Hands each next piece of a file's contents to the writer (any number of calls).
+using PieceSink = std::function<void(std::string_view)>;
+/// The same, with the contents streamed: `headerSize` bytes are reserved at the
+/// start, `produce` writes the rest through the sink it is given (small pieces
+/// are buffered, large ones written as they are: nothing holds the whole file),
+/// then `header()` — exactly `headerSize` bytes, which may depend on what was
+/// produced (a length, a checksum) — is written over the reserved start.
+void writeFileAtomically(const std::string& path, size_t headerSize,
+                         const std::function<void(const PieceSink&)>& produce,
+                         const std::function<std::string()>& header, Durability durability);
 
 /// This machine's host name ("unknown" when it has none).
 std::string hostName();

@@ -258,18 +258,12 @@ std::vector<std::string> TensorArchive::keys(std::string_view prefix) const {
 size_t TensorArchive::size() const { return impl_->entries.size(); }
 const std::string& TensorArchive::label() const { return impl_->label; }
 
-std::string TensorArchive::serialize() const {
-  // Dense CPU tensors first (a copy only where one is not already), in entry
-  // order, so the output can be sized once.
-  std::vector<at::Tensor> dense;
+size_t TensorArchive::serializedSize() const {
   size_t total = sizeof(kMagic) + 4 + 4 + 8;
   for (const auto& [key, value] : impl_->entries) {
     total += 4 + key.size() + 1;
     if (const auto* t = std::get_if<at::Tensor>(&value)) {
-      at::Tensor c = t->is_cpu() ? *t : t->cpu();
-      c = c.contiguous();
-      total += 2 + 8 * static_cast<size_t>(c.dim()) + 8 + c.nbytes();
-      dense.push_back(std::move(c));
+      total += 2 + 8 * static_cast<size_t>(t->dim()) + 8 + t->nbytes();
     } else if (const auto* s = std::get_if<std::string>(&value)) {
       total += 8 + s->size();
     } else if (std::holds_alternative<bool>(value)) {
@@ -278,44 +272,57 @@ std::string TensorArchive::serialize() const {
       total += 8;
     }
   }
-  std::string out;
-  out.reserve(total);
-  out.append(kMagic, sizeof(kMagic));
-  appendU32(out, kVersion);
-  appendU32(out, 0);
-  appendU64(out, impl_->entries.size());
-  auto nextDense = dense.begin();
+  return total;
+}
+
+void TensorArchive::writeTo(const std::function<void(std::string_view)>& sink) const {
+  std::string head;  // the bytes before the next tensor's data
+  head.append(kMagic, sizeof(kMagic));
+  appendU32(head, kVersion);
+  appendU32(head, 0);
+  appendU64(head, impl_->entries.size());
   for (const auto& [key, value] : impl_->entries) {
-    appendU32(out, static_cast<uint32_t>(key.size()));
-    out += key;
-    appendU8(out, static_cast<uint8_t>(kindOf(value)));
+    appendU32(head, static_cast<uint32_t>(key.size()));
+    head += key;
+    appendU8(head, static_cast<uint8_t>(kindOf(value)));
     switch (kindOf(value)) {
       case Kind::kTensor: {
-        const at::Tensor& t = *nextDense++;
-        appendU8(out, byType(t.scalar_type())->code);
-        appendU8(out, static_cast<uint8_t>(t.dim()));
-        for (int64_t size : t.sizes()) appendU64(out, static_cast<uint64_t>(size));
-        appendU64(out, t.nbytes());
-        if (t.nbytes() > 0) out.append(static_cast<const char*>(t.data_ptr()), t.nbytes());
+        const at::Tensor& given = std::get<at::Tensor>(value);
+        const at::Tensor t = (given.is_cpu() ? given : given.cpu()).contiguous();  // a copy only where needed
+        appendU8(head, byType(t.scalar_type())->code);
+        appendU8(head, static_cast<uint8_t>(t.dim()));
+        for (int64_t size : t.sizes()) appendU64(head, static_cast<uint64_t>(size));
+        appendU64(head, t.nbytes());
+        sink(head);
+        head.clear();
+        if (t.nbytes() > 0) sink(std::string_view(static_cast<const char*>(t.data_ptr()), t.nbytes()));
         break;
       }
-      case Kind::kInt: appendU64(out, static_cast<uint64_t>(std::get<int64_t>(value))); break;
+      case Kind::kInt: appendU64(head, static_cast<uint64_t>(std::get<int64_t>(value))); break;
       case Kind::kDouble: {
         uint64_t bits = 0;
         double d = std::get<double>(value);
         std::memcpy(&bits, &d, sizeof(bits));
-        appendU64(out, bits);
+        appendU64(head, bits);
         break;
       }
-      case Kind::kBool: appendU8(out, std::get<bool>(value) ? 1 : 0); break;
+      case Kind::kBool: appendU8(head, std::get<bool>(value) ? 1 : 0); break;
       case Kind::kString: {
         const std::string& s = std::get<std::string>(value);
-        appendU64(out, s.size());
-        out += s;
+        appendU64(head, s.size());
+        head += s;
         break;
       }
     }
   }
+  if (!head.empty()) sink(head);
+}
+
+std::string TensorArchive::serialize() const {
+  std::string out;
+  const size_t total = serializedSize();
+  out.reserve(total);
+  writeTo([&out](std::string_view piece) { out.append(piece); });
   LOCKSTEP_ASSERT(out.size() == total, "tensor archive size estimate ", total, " != ", out.size());
   return out;
 }

@@ -77,4 +77,11 @@ int64_t peakResidentBytes() {
   return 0;
 }
 
+bool resetPeakResidentBytes() {
+  std::ofstream clear("/proc/self/clear_refs");
+  clear << "5";
+  clear.flush();
+  return static_cast<bool>(clear);
+}
+
 }  // namespace lockstep

@@ -28,15 +28,17 @@ constexpr size_t kHeaderSize = 32;
 
 std::string errnoText() { return std::strerror(errno); }
 
-/// The 32-byte frame header of `payload`.
-std::string frameHeader(std::string_view payload) {
+/// The 32-byte frame header of a payload of `size` bytes with CRC-32C `crc`.
+std::string frameHeader(uint64_t size, uint32_t crc) {
   std::string out(kHeaderSize, '\0');
   std::memcpy(out.data(), kMagic, sizeof(kMagic));
-  uint64_t size = payload.size();
-  uint32_t crc = crc32c(payload.data(), payload.size());
   for (int i = 0; i < 8; ++i) out[16 + i] = static_cast<char>((size >> (8 * i)) & 0xFF);
   for (int i = 0; i < 4; ++i) out[24 + i] = static_cast<char>((crc >> (8 * i)) & 0xFF);
   return out;
+}
+
+std::string frameHeader(std::string_view payload) {
+  return frameHeader(payload.size(), crc32c(payload.data(), payload.size()));
 }
 
 /// Reads up to `n` bytes into `out`, fewer only at the end of the file. Throws CheckpointError.
@@ -110,13 +112,35 @@ std::string CheckpointDir::pathFor(int64_t step) const {
 std::string CheckpointDir::save(int64_t step, const std::string& payload) {
   std::string path = pathFor(step);
   detail::writeFileAtomically(path, {frameHeader(payload), payload}, detail::Durability::kMachineCrash);
+  prune();
+  return path;
+}
+
+std::string CheckpointDir::save(int64_t step, const TensorArchive& archive) {
+  std::string path = pathFor(step);
+  uint64_t size = 0;
+  uint32_t crc = 0;
+  detail::writeFileAtomically(
+      path, kHeaderSize,
+      [&](const detail::PieceSink& write) {
+        archive.writeTo([&](std::string_view piece) {
+          crc = crc32c(piece.data(), piece.size(), crc);
+          size += piece.size();
+          write(piece);
+        });
+      },
+      [&] { return frameHeader(size, crc); }, detail::Durability::kMachineCrash);
+  prune();
+  return path;
+}
+
+void CheckpointDir::prune() const {
   auto entries = list();
   while (static_cast<int>(entries.size()) > keepLast_) {
     std::error_code ec;
     fs::remove(entries.front().path, ec);
     entries.erase(entries.begin());
   }
-  return path;
 }
 
 std::vector<CheckpointEntry> CheckpointDir::list() const {

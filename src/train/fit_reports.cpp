@@ -85,13 +85,25 @@ void FitRun::saveCheckpoint() {
   if (at_.step == totalSteps_) {
     metrics.final = {result_.lastTrainLoss, result_.lastValidationLoss, result_.lastValidationAccuracy};
   }
-  std::optional<TensorArchive> archive;
-  if (master_) archive.emplace();
-  strategy_->saveState(archive ? &*archive : nullptr);
+  // The peak resident set while saving, apart from training's (which it must not raise much).
+  const int64_t peakBefore = peakRss_ = std::max(peakRss_, peakResidentBytes());
+  const bool separate = resetPeakResidentBytes();
+  {
+    std::optional<TensorArchive> archive;
+    if (master_) archive.emplace();
+    strategy_->saveState(archive ? &*archive : nullptr);
+    if (master_) {
+      detail::putTrainingMeta(*archive, at_, dataWorld_, o_, metrics);
+      result_.lastCheckpoint = checkpoints_->save(at_.step, *archive);
+    }
+  }
+  const int64_t peakSaving = peakResidentBytes();
+  peakRss_ = std::max(peakRss_, peakSaving);
   if (master_) {
-    detail::putTrainingMeta(*archive, at_, dataWorld_, o_, metrics);
-    result_.lastCheckpoint = checkpoints_->save(at_.step, archive->serialize());
-    log::info(fmt::format("checkpoint {} written (step {})", result_.lastCheckpoint, at_.step));
+    std::string rss = separate ? fmt::format("; peak RSS while saving {:.0f} MB, before {:.0f} MB", peakSaving / 1e6,
+                                             peakBefore / 1e6)
+                               : "";
+    log::info(fmt::format("checkpoint {} written (step {}){}", result_.lastCheckpoint, at_.step, rss));
   }
   if (o_.crashAfterStep > 0 && at_.step == o_.crashAfterStep) {
     // Every rank gets here; the barrier keeps the others alive until rank 0
@@ -123,7 +135,7 @@ void FitRun::gatherMemory() {
   constexpr int64_t n = std::size(kFields);
   RankMemory mine = strategy_->memory();
   mine.stepPeakBytes = stepPeakBytes_;
-  mine.peakRssBytes = peakResidentBytes();
+  mine.peakRssBytes = std::max(peakRss_, peakResidentBytes());
   at::Tensor local = at::empty({n}, at::kLong);
   at::Tensor all = at::empty({world_ * n}, at::kLong);
   for (int64_t f = 0; f < n; ++f) local[f] = mine.*kFields[f];

@@ -32,6 +32,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -101,6 +102,12 @@ class TensorArchive {
 
   /// The archive as bytes (format above).
   std::string serialize() const;
+  /// The same bytes handed to `sink` piece by piece (entry headers, then each tensor's bytes straight
+  /// from its memory: a copy only of a tensor that is not contiguous on the CPU), so a checkpoint
+  /// can be written without holding a second copy of it.
+  void writeTo(const std::function<void(std::string_view)>& sink) const;
+  /// The number of bytes serialize() returns.
+  size_t serializedSize() const;
   /// Parses bytes written by serialize(). Throws CheckpointError (see above);
   /// a LibTorch zip archive is refused as written by an older lockstep.
   static TensorArchive parse(std::string_view bytes, std::string label);

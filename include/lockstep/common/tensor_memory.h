@@ -34,5 +34,8 @@ void resetPeakTensorBytes();
 
 /// This process's peak resident set size (VmHWM of /proc/self/status); 0 where unreadable.
 int64_t peakResidentBytes();
+/// Starts a new peak: VmHWM becomes the current resident size (Linux's /proc/self/clear_refs "5").
+/// Returns false where the kernel does not allow it (the peak then keeps counting from the start).
+bool resetPeakResidentBytes();
 
 }  // namespace lockstep

@@ -46,11 +46,15 @@ class CheckpointDir {
   /// Writes step's checkpoint (the frame header, then `payload` as it is: no
   /// framed copy) and deletes all but the newest keepLast. Returns its path.
   std::string save(int64_t step, const std::string& payload);
+  /// The same for `archive`'s bytes, streamed into the file as they are produced
+  /// (TensorArchive::writeTo): no serialized copy of the checkpoint is ever held.
+  std::string save(int64_t step, const TensorArchive& archive);
   std::vector<CheckpointEntry> list() const;
   const std::string& dir() const { return dir_; }
   std::string pathFor(int64_t step) const;
 
  private:
+  void prune() const;
   std::string dir_;
   int keepLast_;
 };
