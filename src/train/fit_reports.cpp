@@ -85,8 +85,10 @@ void FitRun::saveCheckpoint() {
   if (at_.step == totalSteps_) {
     metrics.final = {result_.lastTrainLoss, result_.lastValidationLoss, result_.lastValidationAccuracy};
   }
-  // The peak resident set while saving, apart from training's (which it must not raise much).
-  const int64_t peakBefore = peakRss_ = std::max(peakRss_, peakResidentBytes());
+  // The peak resident set while saving, apart from training's (which it must not raise much):
+  // VmHWM is reset before and after each save, so it measures training and saving separately.
+  trainingPeakRss_ = std::max(trainingPeakRss_, peakResidentBytes());
+  peakRss_ = std::max(peakRss_, trainingPeakRss_);
   const bool separate = resetPeakResidentBytes();
   {
     std::optional<TensorArchive> archive;
@@ -99,9 +101,10 @@ void FitRun::saveCheckpoint() {
   }
   const int64_t peakSaving = peakResidentBytes();
   peakRss_ = std::max(peakRss_, peakSaving);
+  if (separate) resetPeakResidentBytes();
   if (master_) {
-    std::string rss = separate ? fmt::format("; peak RSS while saving {:.0f} MB, before {:.0f} MB", peakSaving / 1e6,
-                                             peakBefore / 1e6)
+    std::string rss = separate ? fmt::format("; peak RSS while saving {:.0f} MB, training's {:.0f} MB",
+                                             peakSaving / 1e6, trainingPeakRss_ / 1e6)
                                : "";
     log::info(fmt::format("checkpoint {} written (step {}){}", result_.lastCheckpoint, at_.step, rss));
   }

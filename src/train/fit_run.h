@@ -78,6 +78,7 @@ class FitRun {
   int64_t savedStep_ = -1;
   int64_t validatedStep_ = -1;
   int64_t peakRss_ = 0;                   // the largest VmHWM before each reset (checkpoints measure their own peak)
+  int64_t trainingPeakRss_ = 0;           // the same, outside checkpoint saving
   int64_t stepPeakBytes_ = -1;            // max over steps of forward+backward tensor bytes, when tracked
   detail::RunMetrics::Reported regular_;  // what a checkpoint keeps of the reports (training_state.h)
   double windowLoss_ = 0;

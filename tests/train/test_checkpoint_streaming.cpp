@@ -29,9 +29,9 @@ std::string readBytes(const std::string& path) {
 TensorArchive sample() {
   TensorArchive archive("sample");
   at::manual_seed(3);
-  archive.putTensor("a/big", at::randn({700, 900}));                  // 2.5 MB: written straight from memory
-  archive.putTensor("a/transposed", at::randn({30, 40}).t());         // not contiguous: copied for the write
-  archive.putTensor("b/small", at::arange(5, at::kLong));             // gathered with its neighbours
+  archive.putTensor("a/big", at::randn({700, 900}));           // 2.5 MB: written straight from memory
+  archive.putTensor("a/transposed", at::randn({30, 40}).t());  // not contiguous: copied for the write
+  archive.putTensor("b/small", at::arange(5, at::kLong));      // gathered with its neighbours
   archive.putTensor("b/empty", at::empty({0, 3}));
   archive.putInt("c/int", -7);
   archive.putDouble("c/double", 0.25);
