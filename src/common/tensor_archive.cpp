@@ -30,16 +30,30 @@ constexpr uint64_t kMaxDimSize = uint64_t{1} << 48;
 // The smallest entry: a 1-byte key, its kind and a bool.
 constexpr size_t kMinEntryBytes = 4 + 1 + 1 + 1;
 
-using Value = std::variant<at::Tensor, int64_t, double, bool, std::string>;
+/// A tensor produced when the archive is written (putTensorSource).
+struct TensorSource {
+  at::ScalarType dtype;
+  std::vector<int64_t> sizes;
+  std::function<at::Tensor()> produce;
+};
+
+using Value = std::variant<at::Tensor, int64_t, double, bool, std::string, TensorSource>;
 
 TensorArchive::Kind kindOf(const Value& v) {
   switch (v.index()) {
-    case 0: return TensorArchive::Kind::kTensor;
+    case 0:
+    case 5: return TensorArchive::Kind::kTensor;
     case 1: return TensorArchive::Kind::kInt;
     case 2: return TensorArchive::Kind::kDouble;
     case 3: return TensorArchive::Kind::kBool;
     default: return TensorArchive::Kind::kString;
   }
+}
+
+int64_t numelOf(const std::vector<int64_t>& sizes) {
+  int64_t n = 1;
+  for (int64_t s : sizes) n *= s;
+  return n;
 }
 
 // lockstep's own dtype codes: fixed forever, independent of LibTorch's enum.
@@ -209,6 +223,14 @@ void TensorArchive::putTensor(const std::string& key, const at::Tensor& value) {
                  value.scalar_type(), " is not supported");
   impl_->entries[key] = value;
 }
+void TensorArchive::putTensorSource(const std::string& key, at::ScalarType dtype, std::vector<int64_t> sizes,
+                                    std::function<at::Tensor()> produce) {
+  impl_->checkKey(key);
+  LOCKSTEP_CHECK(produce != nullptr, "tensor archive entry '", key, "': no producer");
+  LOCKSTEP_CHECK(byType(dtype) != nullptr, "tensor archive entry '", key, "': dtype ", dtype, " is not supported");
+  for (int64_t s : sizes) LOCKSTEP_CHECK(s >= 0, "tensor archive entry '", key, "': negative size ", s);
+  impl_->entries[key] = TensorSource{dtype, std::move(sizes), std::move(produce)};
+}
 void TensorArchive::putInt(const std::string& key, int64_t value) {
   impl_->checkKey(key);
   impl_->entries[key] = value;
@@ -235,7 +257,10 @@ TensorArchive::Kind TensorArchive::kind(const std::string& key) const {
 }
 
 at::Tensor TensorArchive::getTensor(const std::string& key) const {
-  return std::get<at::Tensor>(impl_->get(key, Kind::kTensor));
+  const Value& value = impl_->get(key, Kind::kTensor);
+  LOCKSTEP_CHECK(std::holds_alternative<at::Tensor>(value), "tensor archive entry '", key, "' of ", impl_->label,
+                 " is produced only when the archive is written");
+  return std::get<at::Tensor>(value);
 }
 int64_t TensorArchive::getInt(const std::string& key) const { return std::get<int64_t>(impl_->get(key, Kind::kInt)); }
 double TensorArchive::getDouble(const std::string& key) const {
@@ -264,6 +289,9 @@ size_t TensorArchive::serializedSize() const {
     total += 4 + key.size() + 1;
     if (const auto* t = std::get_if<at::Tensor>(&value)) {
       total += 2 + 8 * static_cast<size_t>(t->dim()) + 8 + t->nbytes();
+    } else if (const auto* source = std::get_if<TensorSource>(&value)) {
+      total += 2 + 8 * source->sizes.size() + 8 +
+               static_cast<size_t>(numelOf(source->sizes)) * c10::elementSize(source->dtype);
     } else if (const auto* s = std::get_if<std::string>(&value)) {
       total += 8 + s->size();
     } else if (std::holds_alternative<bool>(value)) {
@@ -287,7 +315,15 @@ void TensorArchive::writeTo(const std::function<void(std::string_view)>& sink) c
     appendU8(head, static_cast<uint8_t>(kindOf(value)));
     switch (kindOf(value)) {
       case Kind::kTensor: {
-        const at::Tensor& given = std::get<at::Tensor>(value);
+        at::Tensor given;
+        if (const auto* source = std::get_if<TensorSource>(&value)) {
+          given = source->produce();
+          LOCKSTEP_CHECK(given.defined() && given.scalar_type() == source->dtype && given.sizes().equals(source->sizes),
+                         "tensor archive entry '", key, "': its producer returned a tensor other than the ",
+                         source->dtype, " ", at::IntArrayRef(source->sizes), " announced");
+        } else {
+          given = std::get<at::Tensor>(value);
+        }
         const at::Tensor t = (given.is_cpu() ? given : given.cpu()).contiguous();  // a copy only where needed
         appendU8(head, byType(t.scalar_type())->code);
         appendU8(head, static_cast<uint8_t>(t.dim()));

@@ -409,10 +409,7 @@ FullyShardedDataParallel::NoSyncGuard::NoSyncGuard(FullyShardedDataParallel& own
 FullyShardedDataParallel::NoSyncGuard::~NoSyncGuard() { owner_.setSyncEnabled(previous_); }
 
 torch::optim::Optimizer& FullyShardedDataParallel::optimizer() { return *impl_->optimizer; }
-void FullyShardedDataParallel::saveState(TensorArchive* archive) {
-  impl_->saveModel(archive);
-  impl_->save(archive);
-}
+void FullyShardedDataParallel::saveState(TensorArchive* archive) { impl_->saveModelAndOptimizer(archive); }
 void FullyShardedDataParallel::loadState(const TensorArchive& archive, bool report) {
   impl_->loadModel(archive);
   impl_->load(archive, report);

@@ -75,8 +75,9 @@ struct FullyShardedDataParallel::Impl : detail::PieceOptimizer {
   void reset();
 
   // fully_sharded_state.cpp
-  /// Collective: the model's entries to rank 0's archive (non-null there only), one unit at a time.
-  void saveModel(TensorArchive* archive);
+  /// Collective: the model's and the optimizer's entries to rank 0's archive (non-null there only),
+  /// each assembled from the ranks' shards when rank 0 writes it.
+  void saveModelAndOptimizer(TensorArchive* archive);
   /// Checks every model entry of `archive`, then keeps this rank's shards of it and the buffers.
   void loadModel(const TensorArchive& archive);
 };

@@ -1,10 +1,11 @@
-// fully_sharded_state.cpp — ZeRO-3's model entries of a checkpoint: written
-// whole by rank 0, one unit gathered at a time (the optimizer's entries are
-// PieceOptimizer's), and read back into this rank's shards from a DDP or a
-// sharded run's checkpoint.
+// fully_sharded_state.cpp — ZeRO-3's model entries of a checkpoint: each
+// parameter assembled on rank 0 from the ranks' shards while the file is
+// written (the optimizer's entries are PieceOptimizer's, made the same way),
+// and read back into this rank's shards from a DDP or a sharded run's checkpoint.
 #include <ATen/native/Resize.h>
 #include <torch/nn/module.h>
 
+#include <map>
 #include <set>
 
 #include "ddp/fully_sharded_impl.h"
@@ -13,19 +14,49 @@
 
 namespace lockstep {
 
-void FullyShardedDataParallel::Impl::saveModel(TensorArchive* archive) {
-  at::NoGradGuard noGrad;
+void FullyShardedDataParallel::Impl::saveModelAndOptimizer(TensorArchive* archive) {
+  // Each parameter is assembled on rank 0 from the ranks' pieces of their shards only when the file
+  // is written (PieceOptimizer::putAssembled), in the entries' key order; the others send theirs
+  // in that order now and wait for them with the optimizer's (save()).
+  constexpr int kModelTag = 7202;
+  std::map<std::string, size_t> byKey;
+  for (size_t i = 0; i < params.size(); ++i) byKey["model/" + names[i]] = i;
+  std::vector<std::vector<GradientPiece>> all(static_cast<size_t>(world()));
+  for (int r = 0; r < world(); ++r)
+    all[static_cast<size_t>(r)] = r == rank() ? pieces : gradientPieces(plan, numels, world(), r);
+  auto pieceOf = [&](int r, size_t i) -> const GradientPiece* {
+    for (const auto& piece : all[static_cast<size_t>(r)]) {
+      if (piece.param == i) return &piece;  // a rank holds at most one piece of a parameter
+    }
+    return nullptr;
+  };
+  auto dataOf = [&](const GradientPiece& piece) {
+    return units[piece.bucket].shard.narrow(0, piece.chunkOffset, piece.length);
+  };
+  if (rank() != 0) {
+    LOCKSTEP_CHECK(archive == nullptr, "ZeRO-3 saveState: rank ", rank(), " was given an archive; rank 0 writes");
+    // Posted after the optimizer's skeleton went (PieceOptimizer::save): sends complete in order.
+    save(nullptr, [&] {
+      for (const auto& [key, i] : byKey) {
+        if (const GradientPiece* piece = pieceOf(rank(), i)) {
+          pendingSends.push_back(comm->send(dataOf(*piece), 0, kModelTag));
+        }
+      }
+    });
+    return;
+  }
+  LOCKSTEP_CHECK(archive != nullptr, "ZeRO-3 saveState: rank 0 writes the checkpoint and needs an archive");
+  for (const auto& [key, i] : byKey) {
+    AssembledTensor whole{at::kFloat, params[i].sizes().vec(), {}};
+    for (int r = 0; r < world(); ++r) {
+      if (const GradientPiece* piece = pieceOf(r, i)) {
+        whole.parts.push_back({r, piece->paramOffset, piece->length, r == 0 ? dataOf(*piece) : at::Tensor()});
+      }
+    }
+    putAssembled(*archive, key, std::move(whole), kModelTag);
+  }
   std::set<const void*> sharded;
   for (const auto& p : params) sharded.insert(p.unsafeGetTensorImpl());
-  for (size_t u = 0; u < units.size(); ++u) {
-    ensureGathered(u);
-    if (u + 1 < units.size()) launchGather(u + 1);
-    if (archive != nullptr) {
-      for (size_t i : units[u].params) archive->putTensor("model/" + names[i], params[i].detach().clone());
-    }
-    free(u);
-  }
-  if (archive == nullptr) return;
   for (const auto& p : module->named_parameters(true)) {  // frozen parameters: whole on every rank
     if (p.value().defined() && !sharded.count(p.value().unsafeGetTensorImpl()))
       archive->putTensor("model/" + p.key(), p.value());
@@ -33,6 +64,7 @@ void FullyShardedDataParallel::Impl::saveModel(TensorArchive* archive) {
   for (const auto& b : module->named_buffers(true)) {
     if (b.value().defined()) archive->putTensor("model/" + b.key(), b.value());
   }
+  save(archive);
 }
 
 void FullyShardedDataParallel::Impl::loadModel(const TensorArchive& archive) {

@@ -22,7 +22,23 @@
 namespace lockstep::detail {
 namespace {
 
+// send/recv tags of the pieces a checkpoint is assembled from, in the order the writer writes them.
+constexpr int kStateTag = 7201;
+
 std::string paramPrefix(size_t index) { return fmt::format("optimizer/param{}/", index); }
+
+/// `archive` without tensor bytes: each tensor replaced by an empty one of its dtype.
+TensorArchive skeletonOf(const TensorArchive& archive) {
+  TensorArchive out(archive.label());
+  for (const auto& key : archive.keys()) {
+    if (archive.kind(key) == TensorArchive::Kind::kTensor) {
+      out.putTensor(key, at::empty({0}, at::TensorOptions().dtype(archive.getTensor(key).scalar_type())));
+    } else {
+      copyArchiveEntry(archive, key, out);
+    }
+  }
+  return out;
+}
 std::string groupPrefix(size_t index) { return fmt::format("optimizer/group{}/", index); }
 
 template <typename Optim, typename Options>
@@ -77,51 +93,92 @@ std::vector<std::pair<size_t, GradientPiece>> PieceOptimizer::optimizerOrder(int
   return order;
 }
 
-void PieceOptimizer::save(TensorArchive* archive) {
+void PieceOptimizer::save(TensorArchive* archive, const std::function<void()>& afterSkeleton) {
   const int writer = 0;
   TensorArchive local(fmt::format("rank {}'s optimizer pieces", rank()));
   saveOptimizerState(*optimizer, local);
   if (rank() != writer) {
-    LOCKSTEP_CHECK(archive == nullptr, "ShardedDataParallel::saveState: rank ", rank(),
+    LOCKSTEP_CHECK(archive == nullptr, "the sharded optimizer's saveState: rank ", rank(),
                    " was given an archive; only rank 0 writes the checkpoint");
-    sendArchive(*comm, local, writer);
+    // The writer learns which entries exist from a skeleton (no tensor bytes), then receives each
+    // piece while it writes the file, in the order it writes them: the entries' keys.
+    sendArchive(*comm, skeletonOf(local), writer);
+    if (afterSkeleton) afterSkeleton();
+    std::map<std::string, at::Tensor> outgoing;
+    auto order = optimizerOrder(rank());
+    for (size_t j = 0; j < order.size(); ++j) {
+      const std::string from = paramPrefix(j), to = paramPrefix(order[j].first);
+      for (const auto& key : local.keys(from)) {
+        if (local.kind(key) == TensorArchive::Kind::kTensor)
+          outgoing[to + key.substr(from.size())] = local.getTensor(key);
+      }
+    }
+    for (auto& [key, tensor] : outgoing) pendingSends.push_back(comm->send(tensor.contiguous(), writer, kStateTag));
+    finishSends();
     return;
   }
   LOCKSTEP_CHECK(archive != nullptr,
-                 "ShardedDataParallel::saveState: rank 0 writes the checkpoint and needs an archive");
+                 "the sharded optimizer's saveState: rank 0 writes the checkpoint and needs an archive");
   for (const auto& key : local.keys("optimizer/")) {
     if (key.rfind("optimizer/param", 0) != 0) copyArchiveEntry(local, key, *archive);
   }
   for (size_t g = 0; g < groupSizes.size(); ++g) archive->putInt(groupPrefix(g) + "params", groupSizes[g]);
-  // Each parameter's state tensors are filled from the ranks' pieces, one rank's archive alive at a time.
-  std::map<std::string, int64_t> filled;
+  // Each state tensor is assembled from the ranks' pieces only when the file is written, one at a time.
+  std::map<std::string, AssembledTensor> assembled;
   for (int r = 0; r < world(); ++r) {
-    TensorArchive received =
-        r == writer ? std::move(local) : receiveArchive(*comm, r, fmt::format("rank {}'s optimizer pieces", r));
+    TensorArchive skeleton =
+        r == writer ? TensorArchive() : receiveArchive(*comm, r, fmt::format("rank {}'s optimizer pieces", r));
+    const TensorArchive& entries = r == writer ? local : skeleton;
     auto order = optimizerOrder(r);
     for (size_t j = 0; j < order.size(); ++j) {
       const auto& [i, piece] = order[j];
       const std::string from = paramPrefix(j), to = paramPrefix(i);
-      for (const auto& key : received.keys(from)) {
+      for (const auto& key : entries.keys(from)) {
         const std::string target = to + key.substr(from.size());
-        if (received.kind(key) != TensorArchive::Kind::kTensor) {
-          if (!archive->contains(target)) copyArchiveEntry(received, key, *archive, target);
+        if (entries.kind(key) != TensorArchive::Kind::kTensor) {
+          if (!archive->contains(target)) copyArchiveEntry(entries, key, *archive, target);
           continue;
         }
-        at::Tensor part = received.getTensor(key);
-        if (!archive->contains(target)) archive->putTensor(target, at::empty_like(params[piece.param], part.options()));
-        archive->getTensor(target).view({-1}).narrow(0, piece.paramOffset, piece.length).copy_(part);
-        filled[target] += piece.length;
+        AssembledTensor& whole = assembled[target];
+        whole.dtype = entries.getTensor(key).scalar_type();
+        whole.sizes = params[piece.param].sizes().vec();
+        whole.parts.push_back(
+            {r, piece.paramOffset, piece.length, r == writer ? entries.getTensor(key) : at::Tensor()});
       }
     }
   }
-  for (const auto& [key, count] : filled) {
-    LOCKSTEP_ASSERT(count == archive->getTensor(key).numel(), "optimizer state '", key, "' was assembled from ", count,
-                    " of ", archive->getTensor(key).numel(), " elements");
-  }
+  for (auto& [key, whole] : assembled) putAssembled(*archive, key, std::move(whole), kStateTag);
   for (size_t i = 0; i < optimizerParams.size(); ++i) {
     if (!archive->contains(paramPrefix(i) + "present")) archive->putBool(paramPrefix(i) + "present", false);
   }
+}
+
+void PieceOptimizer::putAssembled(TensorArchive& archive, const std::string& key, AssembledTensor whole, int tag) {
+  int64_t covered = 0, numel = 1;
+  for (const auto& part : whole.parts) covered += part.length;
+  for (int64_t s : whole.sizes) numel *= s;
+  LOCKSTEP_ASSERT(covered == numel, "checkpoint entry '", key, "' is assembled from ", covered, " of ", numel,
+                  " elements");
+  auto sizes = whole.sizes;
+  const auto dtype = whole.dtype;
+  archive.putTensorSource(key, dtype, std::move(sizes), [this, whole = std::move(whole), tag]() {
+    at::Tensor full = at::empty(whole.sizes, at::TensorOptions().dtype(whole.dtype));
+    at::Tensor flat = full.view({-1});
+    for (const auto& part : whole.parts) {
+      at::Tensor slice = flat.narrow(0, part.offset, part.length);
+      if (part.rank == rank()) {
+        slice.copy_(part.local.reshape({-1}));
+      } else {
+        comm->recv(slice, part.rank, tag)->wait();
+      }
+    }
+    return full;
+  });
+}
+
+void PieceOptimizer::finishSends() {
+  for (auto& work : pendingSends) work->wait();
+  pendingSends.clear();
 }
 
 void PieceOptimizer::load(const TensorArchive& archive, bool report) {

@@ -43,6 +43,9 @@
 namespace at {
 class Tensor;
 }
+namespace c10 {
+enum class ScalarType : int8_t;
+}
 
 namespace lockstep {
 
@@ -83,6 +86,12 @@ class TensorArchive {
   void putDouble(const std::string& key, double value);
   void putBool(const std::string& key, bool value);
   void putString(const std::string& key, std::string value);
+  /// A tensor entry of `dtype` and `sizes` whose value `produce` returns only when the archive is
+  /// written (writeTo, serialize), once per write, entries in key order: a checkpoint assembled
+  /// from other ranks' pieces one tensor at a time. Its result must have that dtype and shape
+  /// (Error otherwise); getTensor on the entry throws Error.
+  void putTensorSource(const std::string& key, c10::ScalarType dtype, std::vector<int64_t> sizes,
+                       std::function<at::Tensor()> produce);
 
   bool contains(const std::string& key) const;
   /// The kind of `key`; throws CheckpointError when it is missing.

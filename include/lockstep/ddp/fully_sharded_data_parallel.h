@@ -36,7 +36,7 @@
 // equal DistributedDataParallel's bit for bit, as ZeRO-2's do.
 //
 // Checkpoints: saveState() writes the model's entries ("model/<name>", every
-// parameter whole, gathered one unit at a time, and the buffers) and the
+// parameter whole, assembled on rank 0 while it writes, and the buffers) and the
 // whole optimizer's entries (optim/optimizer.h), as a DDP run writes them;
 // loadState() takes either back. Buffers (BatchNorm statistics) are not
 // sharded: every rank holds them (and, with broadcastBuffers, gets rank 0's).
@@ -123,7 +123,9 @@ class FullyShardedDataParallel {
   /// The optimizer over this rank's pieces: same type and groups as the one given.
   torch::optim::Optimizer& optimizer();
   /// Collective. `archive` is non-null on rank 0 only, which receives the
-  /// model's and the whole optimizer's entries.
+  /// model's and the whole optimizer's entries, each assembled from the ranks'
+  /// shards only when rank 0 writes the archive, one tensor at a time; the other
+  /// ranks return once rank 0 has, so rank 0 must write it (once).
   void saveState(TensorArchive* archive);
   /// Restores the model and the optimizer from `archive` (a DDP or sharded
   /// run's), keeping this rank's shards; checks it all first. Every rank passes the same archive.

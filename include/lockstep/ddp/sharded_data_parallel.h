@@ -117,7 +117,10 @@ class ShardedDataParallel {
   /// The optimizer over this rank's pieces: same type and groups as the one given.
   torch::optim::Optimizer& optimizer();
   /// Collective. `archive` is non-null on rank 0 only, which receives the
-  /// whole optimizer's entries (as ShardedOptimizer::saveState).
+  /// whole optimizer's entries. Each state tensor is assembled from the ranks'
+  /// pieces only when rank 0 writes the archive (CheckpointDir::save, writeTo,
+  /// serialize), one at a time; the other ranks return once rank 0 has, so rank
+  /// 0 must write it (once).
   void saveState(TensorArchive* archive);
   /// Restores the whole optimizer's state from `archive` and keeps this rank's
   /// pieces of it; checks it all first. Every rank passes the same archive.
