@@ -19,6 +19,9 @@ namespace {
 
 std::string paramPrefix(size_t index) { return fmt::format("optimizer/param{}/", index); }
 
+// send/recv tag of the state tensors a worker sends the writer, in the order the file takes them.
+constexpr int kStateTag = 7301;
+
 }  // namespace
 
 std::vector<int> shardParameters(const std::vector<int64_t>& numels, int worldSize) {
@@ -110,17 +113,51 @@ void ShardedOptimizer::saveState(TensorArchive* archive) {
   }
 }
 
+// The writer first gets a skeleton of this worker's entries (each tensor as an empty one of its
+// dtype), then each state tensor while it writes the file, in key order: it never holds another
+// worker's whole shard.
 void ShardedOptimizer::sendShard(int writer) {
   TensorArchive shard("optimizer shard");
   saveOptimizerState(*optimizer_, shard);
-  sendArchive(*comm_, shard, writer);
+  TensorArchive skeleton("optimizer shard");
+  std::vector<at::Tensor> outgoing;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (owners_[i] != comm_->rank()) continue;
+    for (const auto& key : shard.keys(paramPrefix(i))) {
+      if (shard.kind(key) != TensorArchive::Kind::kTensor) {
+        copyArchiveEntry(shard, key, skeleton);
+        continue;
+      }
+      skeleton.putTensor(key, at::empty({0}, at::TensorOptions().dtype(shard.getTensor(key).scalar_type())));
+    }
+  }
+  for (const auto& key : skeleton.keys()) {  // the order the writer writes them
+    if (skeleton.kind(key) == TensorArchive::Kind::kTensor) outgoing.push_back(shard.getTensor(key).contiguous());
+  }
+  sendArchive(*comm_, skeleton, writer);
+  std::vector<WorkHandle> sends;
+  for (const auto& t : outgoing) sends.push_back(comm_->send(t, writer, kStateTag));
+  for (auto& work : sends) work->wait();
 }
 
 void ShardedOptimizer::receiveShard(int from, TensorArchive& archive) {
-  TensorArchive shard = receiveArchive(*comm_, from, fmt::format("rank {}'s optimizer shard", from));
+  TensorArchive skeleton = receiveArchive(*comm_, from, fmt::format("rank {}'s optimizer shard", from));
   for (size_t i = 0; i < params_.size(); ++i) {
     if (owners_[i] != from) continue;
-    for (const auto& key : shard.keys(paramPrefix(i))) copyArchiveEntry(shard, key, archive);
+    for (const auto& key : skeleton.keys(paramPrefix(i))) {
+      if (skeleton.kind(key) != TensorArchive::Kind::kTensor) {
+        copyArchiveEntry(skeleton, key, archive);
+        continue;
+      }
+      // SGD's momentum and Adam's moments have their parameter's shape.
+      const auto dtype = skeleton.getTensor(key).scalar_type();
+      std::vector<int64_t> sizes = params_[i].sizes().vec();
+      archive.putTensorSource(key, dtype, sizes, [comm = comm_, from, dtype, sizes] {
+        at::Tensor t = at::empty(sizes, at::TensorOptions().dtype(dtype));
+        comm->recv(t, from, kStateTag)->wait();
+        return t;
+      });
+    }
   }
 }
 

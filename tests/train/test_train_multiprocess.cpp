@@ -371,7 +371,8 @@ TEST(TrainMultiprocess, SavingACheckpointDoesNotRaiseThePeakResidentSet) {
   // MB to ~580).
   std::string dir = test::makeTempDir();
   std::string bin = test::lockstepBin();
-  for (auto [np, strategy] : {std::pair{1, "ddp"}, std::pair{2, "zero2"}, std::pair{2, "zero3"}}) {
+  for (auto [np, strategy] :
+       {std::pair{1, "ddp"}, std::pair{2, "zero1"}, std::pair{2, "zero2"}, std::pair{2, "zero3"}}) {
     SCOPED_TRACE(std::string(strategy) + " on " + std::to_string(np));
     std::string cmd = "cd " + quote(dir) + " && exec " + quote(bin) + " run -np " + std::to_string(np) + " -- " +
                       quote(bin) + " train " + quote(std::string(LOCKSTEP_SOURCE_DIR) + "/configs/mlp-bench.yaml") +

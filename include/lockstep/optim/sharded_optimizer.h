@@ -73,7 +73,9 @@ class ShardedOptimizer {
 
   /// Collective. `archive` is non-null on rank 0 only (the rank that writes
   /// checkpoints, as in the Trainer), which receives the whole optimizer's
-  /// entries; the others pass null and send it their shard.
+  /// entries; the others pass null and send it their shard: each state tensor
+  /// only when rank 0 writes the archive (its entry is a tensor source), so
+  /// they return once it has and rank 0 must write it (once).
   void saveState(TensorArchive* archive);
   /// Restores the whole optimizer's state from `archive` (as loadOptimizerState)
   /// and keeps only this rank's shard of it. Every rank passes the same archive.
