@@ -381,22 +381,7 @@ void FullyShardedDataParallel::restoreModule() {
 }
 void FullyShardedDataParallel::finishGradientSync() { impl_->finish(); }
 
-double FullyShardedDataParallel::clipGradNorm(double maxNorm) {
-  at::Tensor sum = at::zeros({1}, at::kDouble);
-  for (const auto& view : impl_->pieceViews) {
-    if (view.grad().defined()) sum += view.grad().to(at::kDouble).pow(2).sum();
-  }
-  std::vector<at::Tensor> total{sum};
-  impl_->comm->allreduce(total, ReduceOp::kSum)->wait();
-  const double norm = std::sqrt(total[0].item<double>());
-  const double coefficient = maxNorm / (norm + 1e-6);
-  if (coefficient < 1) {
-    for (auto& view : impl_->pieceViews) {
-      if (view.grad().defined()) view.mutable_grad().mul_(coefficient);
-    }
-  }
-  return norm;
-}
+double FullyShardedDataParallel::clipGradNorm(double maxNorm) { return impl_->clipGradNorm(maxNorm); }
 
 void FullyShardedDataParallel::step() { impl_->optimizer->step(); }
 
@@ -420,11 +405,7 @@ int64_t FullyShardedDataParallel::gathers() const { return impl_->gathers; }
 const DdpStats& FullyShardedDataParallel::stats() const { return impl_->stats; }
 const std::vector<BucketTiming>& FullyShardedDataParallel::lastSyncTimings() const { return impl_->lastTimings; }
 
-int64_t FullyShardedDataParallel::ownedElements() const {
-  int64_t n = 0;
-  for (const auto& piece : impl_->pieces) n += piece.length;
-  return n;
-}
+int64_t FullyShardedDataParallel::ownedElements() const { return impl_->ownedElements(); }
 
 int64_t FullyShardedDataParallel::parameterBytes() const {
   int64_t bytes = 0;
@@ -440,10 +421,7 @@ int64_t FullyShardedDataParallel::gradientBytes() const {
   for (const auto& unit : impl_->units) {
     if (unit.output.defined()) bytes += static_cast<int64_t>(unit.output.nbytes());
   }
-  for (const auto& p : impl_->params) {
-    if (p.grad().defined()) bytes += static_cast<int64_t>(p.grad().nbytes());  // accumulated under noSync()
-  }
-  return bytes;
+  return bytes + impl_->wholeGradientBytes();  // and what noSync() accumulated
 }
 
 int64_t FullyShardedDataParallel::stateBytes() const { return optimizerStateBytes(*impl_->optimizer); }

@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <map>
 #include <set>
 
@@ -48,6 +49,37 @@ std::unique_ptr<torch::optim::Optimizer> rebuild(std::vector<torch::optim::Optim
 }
 
 }  // namespace
+
+int64_t PieceOptimizer::ownedElements() const {
+  int64_t n = 0;
+  for (const auto& piece : pieces) n += piece.length;
+  return n;
+}
+
+double PieceOptimizer::clipGradNorm(double maxNorm) {
+  at::Tensor sum = at::zeros({1}, at::kDouble);
+  for (const auto& view : pieceViews) {
+    if (view.grad().defined()) sum += view.grad().to(at::kDouble).pow(2).sum();
+  }
+  std::vector<at::Tensor> total{sum};
+  comm->allreduce(total, ReduceOp::kSum)->wait();
+  const double norm = std::sqrt(total[0].item<double>());
+  const double coefficient = maxNorm / (norm + 1e-6);
+  if (coefficient < 1) {
+    for (auto& view : pieceViews) {
+      if (view.grad().defined()) view.mutable_grad().mul_(coefficient);
+    }
+  }
+  return norm;
+}
+
+int64_t PieceOptimizer::wholeGradientBytes() const {
+  int64_t bytes = 0;
+  for (const auto& p : params) {
+    if (p.grad().defined()) bytes += static_cast<int64_t>(p.grad().nbytes());
+  }
+  return bytes;
+}
 
 void PieceOptimizer::buildOptimizer(torch::optim::Optimizer& whole) {
   const OptimizerType type = optimizerTypeOf(whole);

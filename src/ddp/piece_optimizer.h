@@ -39,6 +39,14 @@ struct PieceOptimizer {
   int rank() const { return comm->rank(); }
   int world() const { return comm->size(); }
 
+  /// Parameter elements this rank updates (its pieces').
+  int64_t ownedElements() const;
+  /// Collective: scales the pieces' gradients so the norm over the whole model is at most maxNorm
+  /// (as torch::nn::utils::clip_grad_norm_, the squares summed in float64); returns the norm before.
+  double clipGradNorm(double maxNorm);
+  /// Bytes of the parameters' own .grad (what noSync() accumulated).
+  int64_t wholeGradientBytes() const;
+
   /// Rebuilds `whole` (over params) over pieceViews: same type (SGD, Adam, AdamW), groups and options.
   void buildOptimizer(torch::optim::Optimizer& whole);
   /// Position in the whole optimizer of each of `rank`'s pieces, in the

@@ -254,22 +254,7 @@ ShardedDataParallel::~ShardedDataParallel() {
 
 void ShardedDataParallel::finishGradientSync() { impl_->finish(); }
 
-double ShardedDataParallel::clipGradNorm(double maxNorm) {
-  at::Tensor sum = at::zeros({1}, at::kDouble);
-  for (const auto& view : impl_->pieceViews) {
-    if (view.grad().defined()) sum += view.grad().to(at::kDouble).pow(2).sum();
-  }
-  std::vector<at::Tensor> total{sum};
-  impl_->comm->allreduce(total, ReduceOp::kSum)->wait();
-  const double norm = std::sqrt(total[0].item<double>());
-  const double coefficient = maxNorm / (norm + 1e-6);
-  if (coefficient < 1) {
-    for (auto& view : impl_->pieceViews) {
-      if (view.grad().defined()) view.mutable_grad().mul_(coefficient);
-    }
-  }
-  return norm;
-}
+double ShardedDataParallel::clipGradNorm(double maxNorm) { return impl_->clipGradNorm(maxNorm); }
 
 void ShardedDataParallel::step() {
   impl_->optimizer->step();
@@ -292,21 +277,14 @@ const std::vector<GradientPiece>& ShardedDataParallel::pieces() const { return i
 const DdpStats& ShardedDataParallel::stats() const { return impl_->stats; }
 const std::vector<BucketTiming>& ShardedDataParallel::lastSyncTimings() const { return impl_->lastTimings; }
 
-int64_t ShardedDataParallel::ownedElements() const {
-  int64_t n = 0;
-  for (const auto& piece : impl_->pieces) n += piece.length;
-  return n;
-}
+int64_t ShardedDataParallel::ownedElements() const { return impl_->ownedElements(); }
 
 int64_t ShardedDataParallel::gradientBytes() const {
   int64_t bytes = 0;
   for (const auto& bucket : impl_->buckets) {
     if (bucket.output.defined()) bytes += static_cast<int64_t>(bucket.output.nbytes());
   }
-  for (const auto& p : impl_->params) {
-    if (p.grad().defined()) bytes += static_cast<int64_t>(p.grad().nbytes());  // accumulated under noSync()
-  }
-  return bytes;
+  return bytes + impl_->wholeGradientBytes();  // and what noSync() accumulated
 }
 
 int64_t ShardedDataParallel::stateBytes() const { return optimizerStateBytes(*impl_->optimizer); }
