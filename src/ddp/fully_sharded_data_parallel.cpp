@@ -310,15 +310,7 @@ FullyShardedDataParallel::FullyShardedDataParallel(std::shared_ptr<torch::nn::Mo
   s.layers = std::move(layers);
   s.comm = std::move(comm);
   s.options = options;
-  for (const auto& p : s.module->named_parameters(true)) {
-    if (!p.value().requires_grad()) continue;
-    LOCKSTEP_CHECK(p.value().scalar_type() == at::kFloat && p.value().device().is_cpu() && p.value().is_contiguous(),
-                   "ZeRO-3: parameter '", p.key(), "' is ", describeTensor(p.value()), " on ", p.value().device().str(),
-                   "; strategy zero3 shards contiguous float32 CPU parameters");
-    s.params.push_back(p.value());
-    s.names.push_back(p.key());
-    s.numels.push_back(p.value().numel());
-  }
+  s.collectParameters(*s.module, "ZeRO-3");
   LOCKSTEP_CHECK(!s.params.empty(), "ZeRO-3: the module has no trainable parameters");
   auto members = planUnits(s.params, s.names, s.layers);
   if (options.checkConsistency) checkModuleConsistency(*s.module, *s.comm);
@@ -334,22 +326,15 @@ FullyShardedDataParallel::FullyShardedDataParallel(std::shared_ptr<torch::nn::Mo
 
   std::weak_ptr<Impl> weak = impl_;
   s.self = weak;
-  for (size_t i = 0; i < s.params.size(); ++i) {
-    auto accumulator = torch::autograd::impl::grad_accumulator(s.params[i]);
-    LOCKSTEP_ASSERT(accumulator != nullptr, "no gradient accumulator for '", s.names[i], "'");
-    s.hookKeys.push_back(accumulator->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
-        [weak, i](const torch::autograd::variable_list& outputs, const torch::autograd::variable_list&) {
-          if (auto impl = weak.lock()) impl->onAccumulated(i);
-          return outputs;
-        })));
-    s.accumulators.push_back(std::move(accumulator));
-  }
+  s.hookAccumulation([weak](size_t i) {
+    if (auto impl = weak.lock()) impl->onAccumulated(i);
+  });
   log::debug(fmt::format("ZeRO-3: {} parameters in {} unit(s), {} piece(s) on rank {}", s.params.size(), s.units.size(),
                          s.pieces.size(), s.rank()));
 }
 
 FullyShardedDataParallel::~FullyShardedDataParallel() {
-  for (size_t i = 0; i < impl_->accumulators.size(); ++i) impl_->accumulators[i]->del_post_hook(impl_->hookKeys[i]);
+  impl_->unhook();
   if (!impl_->restored) {
     // The values live in the shards, which go now: leave empty parameters rather than dangling views.
     for (auto& unit : impl_->units) {

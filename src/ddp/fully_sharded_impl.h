@@ -42,12 +42,9 @@ struct FullyShardedDataParallel::Impl : detail::PieceOptimizer {
   std::shared_ptr<torch::nn::Module> module;
   std::vector<PipelineLayer> layers;
   DdpOptions options;
-  std::vector<std::string> names;
   std::vector<Unit> units;
   std::vector<std::pair<size_t, size_t>> slotOf;  ///< param -> (unit, slot)
 
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;
-  std::vector<uintptr_t> hookKeys;
   std::vector<bool> arrived;
   size_t nextToLaunch = 0;  ///< reduce-scatters launch in backward order: units.size() - 1 down to 0
   bool anyArrived = false;

@@ -7,6 +7,8 @@
 #pragma once
 
 #include <ATen/ATen.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 
 #include <functional>
@@ -27,6 +29,7 @@ namespace detail {
 struct PieceOptimizer {
   std::shared_ptr<Communicator> comm;
   std::vector<at::Tensor> params;  ///< trainable parameters, registration order (shapes, identity)
+  std::vector<std::string> names;
   std::vector<int64_t> numels;
   std::vector<std::vector<size_t>> plan;  ///< the groups (buckets, units): parameter indices, in order
   std::vector<GradientPiece> pieces;      ///< this rank's
@@ -36,7 +39,18 @@ struct PieceOptimizer {
   std::vector<size_t> optimizerParams;                 ///< whole optimizer position -> parameter index
   std::vector<int64_t> groupSizes;                     ///< parameters per group of the whole optimizer
 
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;
+  std::vector<uintptr_t> hookKeys;
+
   int rank() const { return comm->rank(); }
+
+  /// Takes `module`'s trainable parameters into params, names and numels; each must be a
+  /// contiguous float32 CPU tensor (Error naming it and `strategy` otherwise).
+  void collectParameters(torch::nn::Module& module, const char* strategy);
+  /// Calls `onAccumulated(i)` after autograd has accumulated parameter i's gradient (the hook
+  /// holds no owner: pass a function that checks its owner is alive); unhook() removes them.
+  void hookAccumulation(const std::function<void(size_t)>& onAccumulated);
+  void unhook();
   int world() const { return comm->size(); }
 
   /// Parameter elements this rank updates (its pieces').

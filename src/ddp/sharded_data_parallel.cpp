@@ -200,15 +200,7 @@ ShardedDataParallel::ShardedDataParallel(std::shared_ptr<torch::nn::Module> modu
   s.module = std::move(module);
   s.comm = std::move(comm);
   s.options = options;
-  for (const auto& p : s.module->named_parameters(true)) {
-    if (!p.value().requires_grad()) continue;
-    LOCKSTEP_CHECK(p.value().scalar_type() == at::kFloat && p.value().device().is_cpu() && p.value().is_contiguous(),
-                   "parameter '", p.key(), "' is ", describeTensor(p.value()), " on ", p.value().device().str(),
-                   "; ShardedDataParallel handles contiguous float32 CPU parameters");
-    s.params.push_back(p.value());
-    s.names.push_back(p.key());
-    s.numels.push_back(p.value().numel());
-  }
+  s.collectParameters(*s.module, "ZeRO-2");
   if (options.checkConsistency) checkModuleConsistency(*s.module, *s.comm);
   broadcastModule(*s.module, *s.comm);
 
@@ -234,23 +226,14 @@ ShardedDataParallel::ShardedDataParallel(std::shared_ptr<torch::nn::Module> modu
   s.reset();
 
   std::weak_ptr<Impl> weak = impl_;
-  for (size_t i = 0; i < s.params.size(); ++i) {
-    auto accumulator = torch::autograd::impl::grad_accumulator(s.params[i]);
-    LOCKSTEP_ASSERT(accumulator != nullptr, "no gradient accumulator for '", s.names[i], "'");
-    s.hookKeys.push_back(accumulator->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
-        [weak, i](const torch::autograd::variable_list& outputs, const torch::autograd::variable_list&) {
-          if (auto impl = weak.lock()) impl->onAccumulated(i);
-          return outputs;
-        })));
-    s.accumulators.push_back(std::move(accumulator));
-  }
+  s.hookAccumulation([weak](size_t i) {
+    if (auto impl = weak.lock()) impl->onAccumulated(i);
+  });
   log::debug(fmt::format("ZeRO-2: {} parameters in {} bucket(s), {} piece(s) on rank {}", s.params.size(),
                          s.buckets.size(), s.pieces.size(), s.rank()));
 }
 
-ShardedDataParallel::~ShardedDataParallel() {
-  for (size_t i = 0; i < impl_->accumulators.size(); ++i) impl_->accumulators[i]->del_post_hook(impl_->hookKeys[i]);
-}
+ShardedDataParallel::~ShardedDataParallel() { impl_->unhook(); }
 
 void ShardedDataParallel::finishGradientSync() { impl_->finish(); }
 

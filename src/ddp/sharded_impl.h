@@ -32,12 +32,9 @@ struct ShardedDataParallel::Impl : detail::PieceOptimizer {
 
   std::shared_ptr<torch::nn::Module> module;
   DdpOptions options;
-  std::vector<std::string> names;
   std::vector<Bucket> buckets;
   std::vector<std::pair<size_t, size_t>> slotOf;  ///< param -> (bucket, slot)
 
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;
-  std::vector<uintptr_t> hookKeys;
   std::vector<bool> arrived;
   size_t nextToLaunch = 0;
   bool anyArrived = false;
