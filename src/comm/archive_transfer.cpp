@@ -3,6 +3,8 @@
 
 #include <ATen/ATen.h>
 
+#include "lockstep/common/error.h"
+
 namespace lockstep {
 namespace {
 
@@ -39,6 +41,42 @@ void copyArchiveEntry(const TensorArchive& from, const std::string& key, TensorA
     case TensorArchive::Kind::kBool: to.putBool(target, from.getBool(key)); break;
     case TensorArchive::Kind::kString: to.putString(target, from.getString(key)); break;
   }
+}
+
+TensorArchive skeletonOf(const TensorArchive& archive) {
+  TensorArchive out(archive.label());
+  for (const auto& key : archive.keys()) {
+    if (archive.kind(key) == TensorArchive::Kind::kTensor) {
+      out.putTensor(key, at::empty({0}, at::TensorOptions().dtype(archive.getTensor(key).scalar_type())));
+    } else {
+      copyArchiveEntry(archive, key, out);
+    }
+  }
+  return out;
+}
+
+void putAssembledTensor(TensorArchive& archive, const std::string& key, AssembledTensor whole,
+                        std::shared_ptr<Communicator> comm, int tag) {
+  int64_t covered = 0, numel = 1;
+  for (const auto& part : whole.parts) covered += part.length;
+  for (int64_t s : whole.sizes) numel *= s;
+  LOCKSTEP_ASSERT(covered == numel, "checkpoint entry '", key, "' is assembled from ", covered, " of ", numel,
+                  " elements");
+  auto sizes = whole.sizes;
+  const auto dtype = whole.dtype;
+  archive.putTensorSource(key, dtype, std::move(sizes), [comm = std::move(comm), whole = std::move(whole), tag]() {
+    at::Tensor full = at::empty(whole.sizes, at::TensorOptions().dtype(whole.dtype));
+    at::Tensor flat = full.view({-1});
+    for (const auto& part : whole.parts) {
+      at::Tensor slice = flat.narrow(0, part.offset, part.length);
+      if (part.rank == comm->rank()) {
+        slice.copy_(part.local.reshape({-1}));
+      } else {
+        comm->recv(slice, part.rank, tag)->wait();
+      }
+    }
+    return full;
+  });
 }
 
 }  // namespace lockstep

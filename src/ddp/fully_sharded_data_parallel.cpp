@@ -35,6 +35,11 @@ void resizeStorage(const at::Tensor& t, size_t bytes) {
 
 }  // namespace
 
+void FullyShardedDataParallel::Impl::Unit::allocate() {
+  resizeStorage(whole, static_cast<size_t>(whole.numel()) * sizeof(float));
+}
+void FullyShardedDataParallel::Impl::Unit::release() { resizeStorage(whole, 0); }
+
 std::vector<std::vector<size_t>> planUnits(const std::vector<at::Tensor>& params, const std::vector<std::string>& names,
                                            const std::vector<PipelineLayer>& layers) {
   std::vector<std::vector<size_t>> units;
@@ -89,7 +94,7 @@ void FullyShardedDataParallel::Impl::buildUnits(const std::vector<std::vector<si
       p.set_data(view);  // the same parameter (autograd, optimizer, module), its data now in the unit
     }
     unit.shard = unit.whole.narrow(0, unit.part * rank(), unit.part).clone();
-    resizeStorage(unit.whole, 0);
+    unit.release();
   }
   plan = members;
 }
@@ -97,7 +102,7 @@ void FullyShardedDataParallel::Impl::buildUnits(const std::vector<std::vector<si
 void FullyShardedDataParallel::Impl::launchGather(size_t u) {
   Unit& unit = units[u];
   if (unit.gathered || unit.gathering) return;
-  resizeStorage(unit.whole, static_cast<size_t>(unit.part * world()) * sizeof(float));
+  unit.allocate();
   if (unit.elements > 0) ++gathers;
   if (unit.elements == 0 || world() == 1) {
     unit.whole.copy_(unit.shard);
@@ -126,7 +131,7 @@ void FullyShardedDataParallel::Impl::free(size_t u) {
   }
   if (unit.gathering) ensureGathered(u);  // never free memory a collective is writing
   if (!unit.gathered) return;
-  resizeStorage(unit.whole, 0);
+  unit.release();
   unit.gathered = false;
 }
 
@@ -194,7 +199,7 @@ void FullyShardedDataParallel::Impl::packGradients(Unit& unit) {
     unit.gathering.reset();
   }
   releaseFinished();
-  resizeStorage(unit.whole, static_cast<size_t>(unit.part * world()) * sizeof(float));
+  unit.allocate();
   unit.gathered = false;
   for (size_t slot = 0; slot < unit.params.size(); ++slot) {
     const size_t i = unit.params[slot];
@@ -217,7 +222,7 @@ void FullyShardedDataParallel::Impl::releaseFinished() {
   for (auto& unit : units) {
     if (unit.buffer.defined() && unit.work && unit.work->isCompleted()) {
       unit.buffer.reset();
-      resizeStorage(unit.whole, 0);
+      unit.release();
     }
   }
 }
@@ -232,7 +237,7 @@ void FullyShardedDataParallel::Impl::launchReady(bool duringBackward) {
       if (unit.elements > 0) unit.output.copy_(unit.buffer);
       unit.work.reset();
       unit.buffer.reset();
-      resizeStorage(unit.whole, 0);
+      unit.release();
     } else {
       unit.work = comm->reduceScatter(unit.buffer, unit.output, ReduceOp::kAvg);
     }
@@ -265,7 +270,7 @@ void FullyShardedDataParallel::Impl::finish() {
     lastTimings[k] = BucketTiming{static_cast<int>(k), unit.elements * 4, unit.launched, completed};
     if (unit.buffer.defined()) {
       unit.buffer.reset();
-      resizeStorage(unit.whole, 0);  // the parameters' memory, lent to the reduce-scatter
+      unit.release();  // the parameters' memory, lent to the reduce-scatter
     }
   }
   for (size_t k = 0; k < pieces.size(); ++k) {

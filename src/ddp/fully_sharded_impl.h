@@ -36,6 +36,11 @@ struct FullyShardedDataParallel::Impl : detail::PieceOptimizer {
     bool ready = false;
     WorkHandle work;
     std::chrono::steady_clock::time_point launched;
+
+    /// Gives `whole` its memory (contents undefined until written) or frees it; every view of it
+    /// (the parameters, what autograd saved of them) follows.
+    void allocate();
+    void release();
   };
 
   std::weak_ptr<Impl> self;  ///< for the hooks

@@ -2,13 +2,13 @@
 // parameter assembled on rank 0 from the ranks' shards while the file is
 // written (the optimizer's entries are PieceOptimizer's, made the same way),
 // and read back into this rank's shards from a DDP or a sharded run's checkpoint.
-#include <ATen/native/Resize.h>
 #include <torch/nn/module.h>
 
 #include <map>
 #include <set>
 
 #include "ddp/fully_sharded_impl.h"
+#include "lockstep/comm/archive_transfer.h"
 #include "lockstep/common/tensor_archive.h"
 #include "lockstep/train/checkpoint.h"
 
@@ -16,7 +16,7 @@ namespace lockstep {
 
 void FullyShardedDataParallel::Impl::saveModelAndOptimizer(TensorArchive* archive) {
   // Each parameter is assembled on rank 0 from the ranks' pieces of their shards only when the file
-  // is written (PieceOptimizer::putAssembled), in the entries' key order; the others send theirs
+  // is written (putAssembledTensor, comm/archive_transfer.h), in the entries' key order; the others send theirs
   // in that order now and wait for them with the optimizer's (save()).
   constexpr int kModelTag = 7202;
   std::map<std::string, size_t> byKey;
@@ -53,7 +53,7 @@ void FullyShardedDataParallel::Impl::saveModelAndOptimizer(TensorArchive* archiv
         whole.parts.push_back({r, piece->paramOffset, piece->length, r == 0 ? dataOf(*piece) : at::Tensor()});
       }
     }
-    putAssembled(*archive, key, std::move(whole), kModelTag);
+    putAssembledTensor(*archive, key, std::move(whole), comm, kModelTag);
   }
   std::set<const void*> sharded;
   for (const auto& p : params) sharded.insert(p.unsafeGetTensorImpl());
@@ -73,9 +73,7 @@ void FullyShardedDataParallel::Impl::loadModel(const TensorArchive& archive) {
   // Every unit whole for a moment (no communication: each rank reads the same archive), so the
   // model's own checks and copies apply; then each rank keeps its shard.
   for (auto& unit : units) {
-    const auto bytes = static_cast<size_t>(unit.part * world()) * sizeof(float);
-    c10::StorageImpl* storage = unit.whole.storage().unsafeGetStorageImpl();
-    if (storage->nbytes() != bytes) at::native::resize_bytes_cpu(storage, bytes);
+    unit.allocate();
     unit.whole.zero_();
     unit.gathered = true;
   }

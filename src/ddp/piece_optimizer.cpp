@@ -30,18 +30,6 @@ constexpr int kStateTag = 7201;
 
 std::string paramPrefix(size_t index) { return fmt::format("optimizer/param{}/", index); }
 
-/// `archive` without tensor bytes: each tensor replaced by an empty one of its dtype.
-TensorArchive skeletonOf(const TensorArchive& archive) {
-  TensorArchive out(archive.label());
-  for (const auto& key : archive.keys()) {
-    if (archive.kind(key) == TensorArchive::Kind::kTensor) {
-      out.putTensor(key, at::empty({0}, at::TensorOptions().dtype(archive.getTensor(key).scalar_type())));
-    } else {
-      copyArchiveEntry(archive, key, out);
-    }
-  }
-  return out;
-}
 std::string groupPrefix(size_t index) { return fmt::format("optimizer/group{}/", index); }
 
 template <typename Optim, typename Options>
@@ -212,33 +200,10 @@ void PieceOptimizer::save(TensorArchive* archive, const std::function<void()>& a
       }
     }
   }
-  for (auto& [key, whole] : assembled) putAssembled(*archive, key, std::move(whole), kStateTag);
+  for (auto& [key, whole] : assembled) putAssembledTensor(*archive, key, std::move(whole), comm, kStateTag);
   for (size_t i = 0; i < optimizerParams.size(); ++i) {
     if (!archive->contains(paramPrefix(i) + "present")) archive->putBool(paramPrefix(i) + "present", false);
   }
-}
-
-void PieceOptimizer::putAssembled(TensorArchive& archive, const std::string& key, AssembledTensor whole, int tag) {
-  int64_t covered = 0, numel = 1;
-  for (const auto& part : whole.parts) covered += part.length;
-  for (int64_t s : whole.sizes) numel *= s;
-  LOCKSTEP_ASSERT(covered == numel, "checkpoint entry '", key, "' is assembled from ", covered, " of ", numel,
-                  " elements");
-  auto sizes = whole.sizes;
-  const auto dtype = whole.dtype;
-  archive.putTensorSource(key, dtype, std::move(sizes), [this, whole = std::move(whole), tag]() {
-    at::Tensor full = at::empty(whole.sizes, at::TensorOptions().dtype(whole.dtype));
-    at::Tensor flat = full.view({-1});
-    for (const auto& part : whole.parts) {
-      at::Tensor slice = flat.narrow(0, part.offset, part.length);
-      if (part.rank == rank()) {
-        slice.copy_(part.local.reshape({-1}));
-      } else {
-        comm->recv(slice, part.rank, tag)->wait();
-      }
-    }
-    return full;
-  });
 }
 
 void PieceOptimizer::finishSends() {

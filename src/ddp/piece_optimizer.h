@@ -66,18 +66,6 @@ struct PieceOptimizer {
   /// Position in the whole optimizer of each of `rank`'s pieces, in the
   /// pieces optimizer's order, with the piece.
   std::vector<std::pair<size_t, GradientPiece>> optimizerOrder(int rank) const;
-  /// A tensor a checkpoint entry is assembled from while it is written: each rank's part of it.
-  struct AssembledTensor {
-    struct Part {
-      int rank;
-      int64_t offset, length;  ///< elements of the flattened tensor
-      at::Tensor local;        ///< the writer's own part; the others arrive by recv
-    };
-    at::ScalarType dtype = at::kFloat;
-    std::vector<int64_t> sizes;
-    std::vector<Part> parts;  ///< in rank order
-  };
-
   /// Collective: rank 0 (archive non-null) gets the whole optimizer's entries, each state tensor
   /// assembled from the ranks' pieces only when the archive is written (the other ranks send them
   /// then and return once sent): rank 0 holds one whole state tensor at a time.
@@ -85,9 +73,6 @@ struct PieceOptimizer {
   /// pieces are sent: sends of entries the writer writes before the optimizer's (ZeRO-3's model)
   /// go there, since a rank's sends complete in the order they were posted.
   void save(TensorArchive* archive, const std::function<void()>& afterSkeleton = {});
-  /// On the writer: `key` as a tensor source receiving the other ranks' parts (send/recv `tag`)
-  /// in rank order when written; they send theirs in the same key order.
-  void putAssembled(TensorArchive& archive, const std::string& key, AssembledTensor whole, int tag);
   /// Waits for the sends of this rank's pieces (they complete while rank 0 writes the file).
   void finishSends();
   std::vector<WorkHandle> pendingSends;

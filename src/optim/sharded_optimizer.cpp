@@ -113,30 +113,16 @@ void ShardedOptimizer::saveState(TensorArchive* archive) {
   }
 }
 
-// The writer first gets a skeleton of this worker's entries (each tensor as an empty one of its
-// dtype), then each state tensor while it writes the file, in key order: it never holds another
-// worker's whole shard.
 void ShardedOptimizer::sendShard(int writer) {
   TensorArchive shard("optimizer shard");
-  saveOptimizerState(*optimizer_, shard);
-  TensorArchive skeleton("optimizer shard");
-  std::vector<at::Tensor> outgoing;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    if (owners_[i] != comm_->rank()) continue;
-    for (const auto& key : shard.keys(paramPrefix(i))) {
-      if (shard.kind(key) != TensorArchive::Kind::kTensor) {
-        copyArchiveEntry(shard, key, skeleton);
-        continue;
-      }
-      skeleton.putTensor(key, at::empty({0}, at::TensorOptions().dtype(shard.getTensor(key).scalar_type())));
+  saveOptimizerState(*optimizer_, shard);  // state only for the owned parameters
+  sendArchive(*comm_, skeletonOf(shard), writer);
+  std::vector<WorkHandle> sends;
+  for (const auto& key : shard.keys()) {  // the order the writer writes them
+    if (shard.kind(key) == TensorArchive::Kind::kTensor) {
+      sends.push_back(comm_->send(shard.getTensor(key).contiguous(), writer, kStateTag));
     }
   }
-  for (const auto& key : skeleton.keys()) {  // the order the writer writes them
-    if (skeleton.kind(key) == TensorArchive::Kind::kTensor) outgoing.push_back(shard.getTensor(key).contiguous());
-  }
-  sendArchive(*comm_, skeleton, writer);
-  std::vector<WorkHandle> sends;
-  for (const auto& t : outgoing) sends.push_back(comm_->send(t, writer, kStateTag));
   for (auto& work : sends) work->wait();
 }
 
@@ -149,14 +135,10 @@ void ShardedOptimizer::receiveShard(int from, TensorArchive& archive) {
         copyArchiveEntry(skeleton, key, archive);
         continue;
       }
-      // SGD's momentum and Adam's moments have their parameter's shape.
-      const auto dtype = skeleton.getTensor(key).scalar_type();
-      std::vector<int64_t> sizes = params_[i].sizes().vec();
-      archive.putTensorSource(key, dtype, sizes, [comm = comm_, from, dtype, sizes] {
-        at::Tensor t = at::empty(sizes, at::TensorOptions().dtype(dtype));
-        comm->recv(t, from, kStateTag)->wait();
-        return t;
-      });
+      // SGD's momentum and Adam's moments have their parameter's shape; the owner sends it whole.
+      AssembledTensor whole{skeleton.getTensor(key).scalar_type(), params_[i].sizes().vec(), {}};
+      whole.parts.push_back({from, 0, params_[i].numel(), at::Tensor()});
+      putAssembledTensor(archive, key, std::move(whole), comm_, kStateTag);
     }
   }
 }
