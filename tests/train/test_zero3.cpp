@@ -80,19 +80,10 @@ TEST(Zero3, OneRankIsPlainTraining) {
 }
 
 TEST(Zero3, ResumesAcrossStrategiesByteForByte) {
-  for (auto [first, second] :
-       {std::pair{StrategyType::kDdp, StrategyType::kZero3}, std::pair{StrategyType::kZero3, StrategyType::kDdp},
-        std::pair{StrategyType::kZero3, StrategyType::kZero2}, std::pair{StrategyType::kZero3, StrategyType::kZero3}}) {
-    std::string label = fmt::format("{} then {}", toString(first), toString(second));
-    SCOPED_TRACE(label);
-    std::string straightDir = test::makeTempDir();
-    std::string resumedDir = test::makeTempDir();
-    auto straight = train({OptimizerType::kAdam, StrategyType::kDdp, 2, 50, straightDir, 0});
-    train({OptimizerType::kAdam, first, 2, 25, resumedDir, 0, true});
-    auto resumed = train({OptimizerType::kAdam, second, 2, 50, resumedDir, 0, true});
-    for (int r = 0; r < 2; ++r) expectBitwiseEqual(straight[0], resumed[r], label + ", rank " + std::to_string(r));
-    EXPECT_TRUE(readFile(straightDir + "/step-000000050.ckpt") == readFile(resumedDir + "/step-000000050.ckpt"));
-  }
+  test::expectResumesAcross(
+      {std::pair{StrategyType::kDdp, StrategyType::kZero3}, std::pair{StrategyType::kZero3, StrategyType::kDdp},
+       std::pair{StrategyType::kZero3, StrategyType::kZero2}, std::pair{StrategyType::kZero3, StrategyType::kZero3}},
+      0);
 }
 
 TEST(Zero3, ResumesWithAnotherWorldSizeByReshardingTheCheckpoint) {

@@ -16,6 +16,7 @@
 
 #include "lockstep/models/char_lstm.h"
 #include "lockstep/train/trainer.h"
+#include "support/subprocess.h"
 #include "support/thread_ranks.h"
 
 namespace lockstep::test {
@@ -114,6 +115,25 @@ inline void expectBitwiseEqual(Mlp& expected, Mlp& actual, const std::string& wh
   for (size_t i = 0; i < a.size(); ++i) {
     EXPECT_TRUE(at::equal(a[i], b[i])) << what << ": parameter " << i << " differs by up to "
                                        << (a[i] - b[i]).abs().max().item<double>();
+  }
+}
+
+/// For each (first, second): trains 2 ranks to step 25 with `first`, resumes to step 50 with `second`
+/// (Adam, clipping `clip`; zero3 over the layers) and expects every rank's parameters and the step-50
+/// checkpoint of one uninterrupted DDP run, bit for bit and byte for byte.
+inline void expectResumesAcross(const std::vector<std::pair<StrategyType, StrategyType>>& pairs, double clip) {
+  std::string straightDir = test::makeTempDir();
+  auto straight = train({OptimizerType::kAdam, StrategyType::kDdp, 2, 50, straightDir, clip});
+  const std::string expected = readFile(straightDir + "/step-000000050.ckpt");
+  ASSERT_FALSE(expected.empty());
+  for (auto [first, second] : pairs) {
+    std::string label = fmt::format("{} then {}", toString(first), toString(second));
+    SCOPED_TRACE(label);
+    std::string resumedDir = test::makeTempDir();
+    train({OptimizerType::kAdam, first, 2, 25, resumedDir, clip, first == StrategyType::kZero3});
+    auto resumed = train({OptimizerType::kAdam, second, 2, 50, resumedDir, clip, second == StrategyType::kZero3});
+    for (int r = 0; r < 2; ++r) expectBitwiseEqual(straight[0], resumed[r], label + ", rank " + std::to_string(r));
+    EXPECT_TRUE(expected == readFile(resumedDir + "/step-000000050.ckpt")) << label;
   }
 }
 
