@@ -9,11 +9,15 @@
 #   charlstm  configs/charlstm-bench.yaml  (Python side: synthetic windows of the same shape)
 #   convnet   configs/fashion_convnet.yaml (both: Fashion-MNIST)
 #   mlp       configs/mlp-bench.yaml       (both: Fashion-MNIST; 20 M parameters, batch 32)
+#   mlp-powersgd  the mlp with PowerSGD at rank 4 from the 3rd step on both sides (lockstep's
+#             ddp.compression powersgd against PyTorch's powerSGD_hook); not in the default list
 # Rows: PyTorch DDP (bench/pytorch/ddp_bench.py, torch.multiprocessing.spawn),
 # `lockstep run -np 2 --threads 1`, and `lockstep run --backend mpi ...` when the
 # lockstep binary has that option. Runs are interleaved (python, lockstep, ... then
 # the reverse order in the next round) so that machine noise hits every side; the
-# table gives the median of each side and the ratio lockstep / PyTorch.
+# table (bench/summarize_rounds.py) gives each side's median, min and max over the
+# rounds and the ratio of medians lockstep / PyTorch with a 90% bootstrap interval
+# (rounds resampled, each round's runs kept together).
 #
 # Trainer overhead: bench/bare_loop (the convnet in a minimal LibTorch loop, one
 # process, 1 thread) against `lockstep run -np 1 --threads 1 -- lockstep train
@@ -24,7 +28,7 @@
 #
 # Environment: LOCKSTEP_BUILD_DIR (default build: uses $LOCKSTEP_BUILD_DIR/lockstep and,
 # if built with -DLOCKSTEP_BUILD_BENCHMARKS=ON, $LOCKSTEP_BUILD_DIR/bench/bare_loop),
-# ROUNDS (default 2), OVERHEAD_ROUNDS (default 3), WORKLOADS (default
+# ROUNDS (default 5), OVERHEAD_ROUNDS (default 3), WORKLOADS (default
 # "charlstm convnet mlp overhead"), KEEP_LOGS=1 to keep the run logs.
 # Nothing is built here. python3-torch (Debian) is installed when missing: it is a
 # benchmark-only dependency (docs/dependencies.md).
@@ -35,7 +39,8 @@ BIN="$BUILD/lockstep"
 BARE="$BUILD/bench/bare_loop"
 PY=/usr/bin/python3  # Debian's interpreter, the one python3-torch installs into
 STEPS="${1:-30}"
-ROUNDS="${ROUNDS:-2}"
+ROUNDS="${ROUNDS:-5}"
+ROUND=0
 OVERHEAD_ROUNDS="${OVERHEAD_ROUNDS:-3}"
 OVERHEAD_STEPS="${OVERHEAD_STEPS:-$((2 * STEPS))}"
 WORKLOADS="${WORKLOADS:-charlstm convnet mlp overhead}"
@@ -73,23 +78,37 @@ measure() {
     tail -5 "$log" | sed 's/^/    /' >&2
     rate="fail"
   fi
-  printf '  %-9s %-14s %8s samples/s\n' "$workload" "$side" "$rate"
+  printf '  %-12s %-14s %8s samples/s\n' "$workload" "$side" "$rate"
   RESULTS["$workload/$side"]="${RESULTS["$workload/$side"]:-} $rate"
+  [ "$workload" = overhead ] || echo "$workload $side $ROUND $rate" >> "$OUT/rounds"
 }
 
 config_of() {
   case "$1" in
     charlstm) echo configs/charlstm-bench.yaml ;;
     convnet) echo configs/fashion_convnet.yaml ;;
-    mlp) echo configs/mlp-bench.yaml ;;
+    mlp | mlp-powersgd) echo configs/mlp-bench.yaml ;;
   esac
 }
 
-lockstep_train() {  # backend np steps config
+# Extra `lockstep train` overrides and ddp_bench.py arguments of a workload.
+lockstep_extra_of() {
+  [ "$1" = mlp-powersgd ] && echo "ddp.compression=powersgd ddp.powersgd_rank=4 ddp.powersgd_start_step=2"
+  return 0
+}
+pytorch_args_of() {
+  case "$1" in
+    mlp-powersgd) echo "mlp --powersgd 4 --powersgd-start 2" ;;
+    *) echo "$1" ;;
+  esac
+}
+
+lockstep_train() {  # backend np steps config [overrides...]
   local backend="$1" np="$2" steps="$3" config="$4" flags=()
+  shift 4
   [ "$backend" = gloo ] || flags=(--backend "$backend")
   "$BIN" run -np "$np" --threads 1 "${flags[@]}" -- "$BIN" train "$config" trainer.max_steps="$steps" \
-    trainer.validate=false checkpoint.dir=off checkpoint.resume=none generate.samples=0
+    trainer.validate=false checkpoint.dir=off checkpoint.resume=none generate.samples=0 "$@"
 }
 
 bare_loop() {  # steps; the thread variables as `lockstep run --threads 1` sets them
@@ -97,8 +116,9 @@ bare_loop() {  # steps; the thread variables as `lockstep run --threads 1` sets 
 }
 
 pytorch_ddp() {  # workload steps
+  # shellcheck disable=SC2046  # the workload's arguments are words
   OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 \
-    "$PY" bench/pytorch/ddp_bench.py "$1" --steps "$2" --nproc 2 --threads 1
+    "$PY" bench/pytorch/ddp_bench.py $(pytorch_args_of "$1") --steps "$2" --nproc 2 --threads 1
 }
 
 median() {  # numbers... ("fail" entries are left out) -> median, or "-"
@@ -107,9 +127,6 @@ median() {  # numbers... ("fail" entries are left out) -> median, or "-"
                               else printf "%.0f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }
 
-ratio() {  # a b -> a / b with 2 decimals, or "-"
-  awk -v a="$1" -v b="$2" 'BEGIN { if (a ~ /^[0-9]+$/ && b ~ /^[0-9]+$/ && b > 0) printf "%.2f", a / b; else print "-" }'
-}
 
 echo "lockstep ($BIN) vs PyTorch DDP (torch $("$PY" -c 'import torch; print(torch.__version__)')):" \
      "$STEPS steps per run, $ROUNDS interleaved rounds, $(nproc) cores"
@@ -117,14 +134,17 @@ for workload in $WORKLOADS; do
   [ "$workload" = overhead ] && continue
   config="$(config_of "$workload")"
   [ -n "$config" ] || { echo "compare_pytorch.sh: unknown workload '$workload'" >&2; exit 2; }
+  # shellcheck disable=SC2207  # overrides are words
+  extra=($(lockstep_extra_of "$workload"))
   for ((round = 1; round <= ROUNDS; round++)); do
+    ROUND=$round
     sides=(pytorch "${BACKENDS[@]}")
     if ((round % 2 == 0)); then sides=("${BACKENDS[@]}" pytorch); fi  # alternate who goes first
     for side in "${sides[@]}"; do
       if [ "$side" = pytorch ]; then
         measure "$workload" "pytorch-ddp" pytorch_ddp "$workload" "$STEPS"
       else
-        measure "$workload" "lockstep-$side" lockstep_train "$side" 2 "$STEPS" "$config"
+        measure "$workload" "lockstep-$side" lockstep_train "$side" 2 "$STEPS" "$config" "${extra[@]}"
       fi
     done
   done
@@ -134,6 +154,7 @@ overhead_done=0
 if [[ " $WORKLOADS " == *" overhead "* ]]; then
   if [ -x "$BARE" ]; then
     for ((round = 1; round <= OVERHEAD_ROUNDS; round++)); do
+      ROUND=$round
       if ((round % 2)); then
         measure overhead bare-loop bare_loop "$OVERHEAD_STEPS"
         measure overhead lockstep-np1 lockstep_train gloo 1 "$OVERHEAD_STEPS" configs/fashion_convnet.yaml
@@ -150,24 +171,10 @@ fi
 
 if [ "${WORKLOADS// /}" != overhead ]; then
 echo
-echo "Samples/s (global, first step excluded), median of the interleaved runs; ratio = lockstep / PyTorch DDP"
-header="$(printf '%-9s %12s %14s %6s' workload "PyTorch DDP" "lockstep gloo" ratio)"
-for b in "${BACKENDS[@]}"; do [ "$b" = gloo ] || header+="$(printf ' %14s %6s' "lockstep $b" ratio)"; done
-echo "$header"
-for workload in $WORKLOADS; do
-  [ "$workload" = overhead ] && continue
-  # shellcheck disable=SC2086  # the runs are a space-separated list
-  py="$(median ${RESULTS["$workload/pytorch-ddp"]})"
-  line="$(printf '%-9s %12s' "$workload" "$py")"
-  for b in "${BACKENDS[@]}"; do
-    # shellcheck disable=SC2086
-    ls="$(median ${RESULTS["$workload/lockstep-$b"]})"
-    line+="$(printf ' %14s %6s' "$ls" "$(ratio "$ls" "$py")")"
-  done
-  echo "$line"
-done
+echo "Samples/s (global, first step excluded) over $ROUNDS interleaved rounds; ratio = median lockstep / median PyTorch DDP"
+"$PY" bench/summarize_rounds.py "$OUT/rounds" pytorch-ddp
 echo "every run:"
-for key in "${!RESULTS[@]}"; do printf '  %-24s%s\n' "$key" "${RESULTS[$key]}"; done | sort
+for key in "${!RESULTS[@]}"; do printf '  %-27s%s\n' "$key" "${RESULTS[$key]}"; done | sort
 fi
 
 if ((overhead_done)); then

@@ -146,6 +146,12 @@ def worker(rank, args, port):
     batch = spec["batch"]
     model, loss_fn, inputs, targets = build(args, rank, world)
     ddp = DistributedDataParallel(model)
+    if args.powersgd:
+        # PyTorch's own PowerSGD hook, the reference for lockstep's ddp.compression powersgd.
+        from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersgd
+        state = powersgd.PowerSGDState(process_group=None, matrix_approximation_rank=args.powersgd,
+                                       start_powerSGD_iter=args.powersgd_start)
+        ddp.register_comm_hook(state, powersgd.powerSGD_hook)
     factor = world if spec["scaling"] == "linear" else math.sqrt(world)
     lr = spec["lr"] * factor
     if spec["optimizer"] == "adam":
@@ -214,6 +220,9 @@ def main():
     p.add_argument("--samples", type=int, default=65536, help="charlstm: synthetic windows per worker")
     p.add_argument("--hidden-sizes", type=int, nargs="+", default=[4096, 4096], help="mlp hidden layers")
     p.add_argument("--data", default=FASHION_MNIST, help="folder with Fashion-MNIST's IDX .gz files")
+    p.add_argument("--powersgd", type=int, default=0, help="PowerSGD comm hook at this rank (0: plain allreduce)")
+    p.add_argument("--powersgd-start", type=int, default=2,
+                   help="iterations of plain allreduce before PowerSGD (PyTorch needs at least 2)")
     args = p.parse_args()
     if args.steps < 2:
         p.error("--steps must be at least 2 (the first step is not timed)")

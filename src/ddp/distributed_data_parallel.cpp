@@ -80,6 +80,7 @@ struct DistributedDataParallel::Impl {
     std::vector<int64_t> offsets;
     at::Tensor buffer;
     at::Tensor scratch;
+    std::vector<at::Tensor> gradients;  ///< views of buffer shaped like the parameters (comm hooks)
     int pending = 0;
     bool ready = false;
     WorkHandle work;
@@ -131,9 +132,10 @@ struct DistributedDataParallel::Impl {
     // Strictly in bucket order, so every rank issues the same sequence.
     while (nextToLaunch < buckets.size() && buckets[nextToLaunch].ready) {
       Bucket& bucket = buckets[nextToLaunch];
-      GradBucket view{static_cast<int>(nextToLaunch), &bucket.buffer, &bucket.scratch};
+      GradBucket view{static_cast<int>(nextToLaunch), &bucket.buffer, &bucket.scratch, &bucket.gradients};
       bucket.launched = std::chrono::steady_clock::now();
       bucket.work = hook->start(*comm, view);
+      stats.bytesSent += view.bytesSent;
       ++stats.bucketsLaunched;
       if (duringBackward) ++stats.bucketsLaunchedDuringBackward;
       stats.bytesReduced += bucket.buffer.numel() * 4;
@@ -179,8 +181,9 @@ struct DistributedDataParallel::Impl {
       auto completed = bucket.work->completedAt();
       if (completed == std::chrono::steady_clock::time_point{}) completed = std::chrono::steady_clock::now();
       lastTimings[b] = BucketTiming{static_cast<int>(b), bucket.buffer.numel() * 4, bucket.launched, completed};
-      GradBucket view{static_cast<int>(b), &bucket.buffer, &bucket.scratch};
+      GradBucket view{static_cast<int>(b), &bucket.buffer, &bucket.scratch, &bucket.gradients};
       hook->finish(*comm, view);
+      stats.bytesSent += view.bytesSent;
       for (size_t slot = 0; slot < bucket.params.size(); ++slot) {
         at::Tensor& p = params[bucket.params[slot]];
         at::Tensor slice = bucket.buffer.narrow(0, bucket.offsets[slot], p.numel()).view(p.sizes());
@@ -224,7 +227,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
   s.module = std::move(module);
   s.comm = std::move(comm);
   s.options = options;
-  s.hook = options.hook ? options.hook : makeCommHook(options.compression);
+  s.hook = options.hook ? options.hook : makeCommHook(options.compression, options.powerSgd);
 
   for (const auto& p : s.module->named_parameters(true)) {
     if (!p.value().requires_grad()) continue;
@@ -257,7 +260,12 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
   for (auto& bucket : s.buckets) {
     int64_t total = 0;
     for (size_t slot = 0; slot < bucket.params.size(); ++slot) total += s.params[bucket.params[slot]].numel();
-    if (!s.alone) bucket.buffer = at::zeros({total}, at::kFloat);
+    if (s.alone) continue;
+    bucket.buffer = at::zeros({total}, at::kFloat);
+    for (size_t slot = 0; slot < bucket.params.size(); ++slot) {
+      const at::Tensor& p = s.params[bucket.params[slot]];
+      bucket.gradients.push_back(bucket.buffer.narrow(0, bucket.offsets[slot], p.numel()).view(p.sizes()));
+    }
   }
   s.arrived.assign(s.params.size(), false);
   s.reset();
@@ -293,7 +301,7 @@ int64_t DistributedDataParallel::bufferBytes() const {
     if (b.buffer.defined()) total += static_cast<int64_t>(b.buffer.nbytes());
     if (b.scratch.defined()) total += static_cast<int64_t>(b.scratch.nbytes());
   }
-  return total;
+  return total + impl_->hook->stateBytes();
 }
 const DdpStats& DistributedDataParallel::stats() const { return impl_->stats; }
 const std::vector<BucketTiming>& DistributedDataParallel::lastSyncTimings() const { return impl_->lastTimings; }

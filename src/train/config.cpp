@@ -93,6 +93,11 @@ std::vector<Field> fieldsOf(TrainConfig& c) {
       {"ddp.find_unused_parameters", &c.trainer.ddp.findUnusedParameters},
       {"ddp.broadcast_buffers", &c.trainer.ddp.broadcastBuffers},
       {"ddp.compression", choice(&c.trainer.ddp.compression, parseGradCompression)},
+      {"ddp.powersgd_rank", &c.trainer.ddp.powerSgd.rank},
+      {"ddp.powersgd_start_step", &c.trainer.ddp.powerSgd.startStep},
+      {"ddp.powersgd_min_compression_rate", &c.trainer.ddp.powerSgd.minCompressionRate},
+      {"ddp.powersgd_error_feedback", &c.trainer.ddp.powerSgd.errorFeedback},
+      {"ddp.powersgd_warm_start", &c.trainer.ddp.powerSgd.warmStart},
       {"checkpoint.dir", &c.trainer.checkpoint.dir},
       {"checkpoint.every", &c.trainer.checkpoint.every},
       {"checkpoint.keep_last", &c.trainer.checkpoint.keepLast},
@@ -270,6 +275,7 @@ void validate(const TrainConfig& c) {
         "lr_scaling.base_batch and lr_scaling.warmup_steps must not be negative");
   check(c.trainer.ddp.bucketCapMb > 0, "ddp.bucket_cap_mb must be positive");
   check(c.trainer.ddp.firstBucketCapMb > 0, "ddp.first_bucket_cap_mb must be positive");
+  validatePowerSgdOptions(c.trainer.ddp.powerSgd);
   check(c.trainer.checkpoint.every >= 0, "checkpoint.every must not be negative");
   check(c.trainer.checkpoint.keepLast >= 1, "checkpoint.keep_last must be at least 1");
   check(c.generate.temperature > 0, "generate.temperature must be positive");

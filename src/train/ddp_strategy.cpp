@@ -10,6 +10,7 @@
 
 #include "lockstep/common/enum_names.h"
 #include "lockstep/common/error.h"
+#include "lockstep/common/logging.h"
 #include "lockstep/optim/optimizer.h"
 #include "lockstep/optim/sharded_optimizer.h"
 #include "lockstep/train/checkpoint.h"
@@ -35,6 +36,8 @@ class DdpStrategy final : public Strategy {
     LOCKSTEP_CHECK(model_ != nullptr && comm_ != nullptr && optimizer_ != nullptr,
                    "the DDP strategy needs a model, a communicator and an optimizer");
     if (shardOptimizer) sharded_ = std::make_unique<ShardedOptimizer>(std::move(optimizer_), comm_);
+    // The strategy keeps the hook so that a checkpoint can carry its state (PowerSGD's).
+    if (!options_.hook) options_.hook = makeCommHook(options_.compression, options_.powerSgd);
   }
 
   void start() override { ddp_ = std::make_unique<DistributedDataParallel>(model_, comm_, options_); }
@@ -70,6 +73,9 @@ class DdpStrategy final : public Strategy {
   std::string describe() const override {
     std::string text =
         fmt::format("DDP {} bucket(s), {} compression", ddp_ ? ddp_->numBuckets() : 0, toString(options_.compression));
+    if (options_.compression == GradCompression::kPowerSgd) {
+      text += fmt::format(" (rank {} from synchronised step {})", options_.powerSgd.rank, options_.powerSgd.startStep);
+    }
     if (sharded_) {
       int64_t total = 0;
       for (const auto& p : model_->parameters()) total += p.numel();
@@ -86,6 +92,18 @@ class DdpStrategy final : public Strategy {
     } else if (archive) {
       saveOptimizerState(*optimizer_, *archive);
     }
+    // After the shards: the hook's per-rank entries sort last in the file, and each rank's sends
+    // to the writer complete in the order the writer writes them.
+    if (comm_->size() > 1) options_.hook->saveState(comm_, archive);
+  }
+
+  void end() override {
+    if (!ddp_ || comm_->rank() != 0 || options_.compression == GradCompression::kNone) return;
+    const DdpStats& stats = ddp_->stats();
+    if (stats.bytesSent <= 0) return;
+    log::info(fmt::format("{}: {:.1f} MB of gradients averaged with {:.1f} MB sent ({:.1f}x fewer bytes)",
+                          options_.hook->name(), stats.bytesReduced / 1e6, stats.bytesSent / 1e6,
+                          static_cast<double>(stats.bytesReduced) / static_cast<double>(stats.bytesSent)));
   }
 
   RankMemory memory() const override {
@@ -95,7 +113,7 @@ class DdpStrategy final : public Strategy {
       if (p.grad().defined()) m.gradientBytes += static_cast<int64_t>(p.grad().nbytes());
     }
     m.optimizerBytes = sharded_ ? sharded_->stateBytes() : optimizerStateBytes(*optimizer_);
-    m.commBufferBytes = ddp_ ? ddp_->bufferBytes() : 0;
+    m.commBufferBytes = ddp_ ? ddp_->bufferBytes() : 0;  // with the hook's state
     return m;
   }
 
@@ -106,6 +124,7 @@ class DdpStrategy final : public Strategy {
     } else {
       loadOptimizerState(*optimizer_, archive, report);
     }
+    if (comm_->size() > 1) options_.hook->loadState(archive, comm_->rank(), comm_->size(), report);
   }
 
  private:

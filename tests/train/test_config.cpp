@@ -35,6 +35,13 @@ TEST(TrainConfig, FileThenOverrides) {
   EXPECT_DOUBLE_EQ(c.trainer.optimizer.lr, 0.5);
   EXPECT_EQ(c.trainer.ddp.compression, GradCompression::kBf16);
   EXPECT_EQ(c.trainer.strategy, StrategyType::kZero1);
+  auto p = loadTrainConfig(path, {"ddp.compression=powersgd", "ddp.powersgd_rank=2", "ddp.powersgd_start_step=0",
+                                  "ddp.powersgd_warm_start=false"});
+  EXPECT_EQ(p.trainer.ddp.compression, GradCompression::kPowerSgd);
+  EXPECT_EQ(p.trainer.ddp.powerSgd.rank, 2);
+  EXPECT_EQ(p.trainer.ddp.powerSgd.startStep, 0);
+  EXPECT_FALSE(p.trainer.ddp.powerSgd.warmStart);
+  EXPECT_TRUE(p.trainer.ddp.powerSgd.errorFeedback);
   EXPECT_EQ(c.data.sources, std::vector<std::string>{"x.txt"});
   EXPECT_EQ(c.data.csvColumn, "Name");
   EXPECT_FALSE(c.trainer.validate);
@@ -63,6 +70,11 @@ TEST(TrainConfig, UnknownKeysAndWrongTypesNameThePath) {
   expectConfigError("", {"strategy.type=zero9"},
                     "strategy.type 'zero9' is unknown; expected ddp, zero1, zero2, zero3 or async_ps");
   expectConfigError("", {"trainer.validate=maybe"}, "expects true or false");
+  expectConfigError("", {"ddp.compression=powersdg"},
+                    "ddp.compression 'powersdg' is unknown; expected none, fp16, bf16 or powersgd");
+  expectConfigError("", {"ddp.compression=powersgd", "ddp.powersgd_rank=0"},
+                    "ddp.powersgd_rank must be at least 1, got 0");
+  expectConfigError("", {"ddp.powersgd_start_step=-1"}, "ddp.powersgd_start_step must be 0 or more");
   auto broken = writeConfig("trainer: [unclosed\n");
   expectConfigError(broken, {}, broken + ": invalid YAML at line");
   expectConfigError("/no/such/config.yaml", {}, "cannot read config file /no/such/config.yaml");

@@ -52,6 +52,7 @@ struct DdpOptions {
       true;  ///< re-broadcast rank 0's buffers after each sync (BatchNorm statistics), as PyTorch's DDP does
   bool checkConsistency = true;  ///< exchange the parameter fingerprint at construction
   GradCompression compression = GradCompression::kNone;
+  PowerSgdOptions powerSgd;        ///< read when compression is kPowerSgd
   std::shared_ptr<CommHook> hook;  ///< overrides `compression` when set
 };
 
@@ -61,6 +62,7 @@ struct DdpStats {
   int64_t bucketsLaunched = 0;                ///< allreduce launches, all steps
   int64_t bucketsLaunchedDuringBackward = 0;  ///< of which from the autograd hooks (overlapped)
   int64_t bytesReduced = 0;                   ///< float32 bytes of gradients averaged
+  int64_t bytesSent = 0;  ///< bytes the comm hook handed to collectives (less than bytesReduced when compressing)
 };
 
 /// One bucket's allreduce in the last synchronised step (timelines, the
