@@ -3,13 +3,16 @@
 spread of samples/s, and each side's ratio to a reference side with a bootstrap
 interval.
 
-    summarize_rounds.py RESULTS_FILE REFERENCE_SIDE [--seed N] [--resamples N]
+    summarize_rounds.py RESULTS_FILE REFERENCE_SIDE [--fallback W=V]... [--seed N] [--resamples N]
 
 RESULTS_FILE holds one run per line: "workload side round samples_per_s" (a
 failed run: "fail" instead of the rate). The ratio is median(side) /
 median(reference) over the rounds; its 90% interval comes from resampling the
 rounds with replacement (pairs stay together: the runs of one round ran next to
-each other, under the same load), 2000 times by default. Standard library only.
+each other, under the same load), 2000 times by default. --fallback W=V: where
+workload W has no successful reference run, its ratios are taken against
+workload V's reference runs (e.g. mlp-powersgd=mlp when PyTorch's PowerSGD hook
+fails: lockstep's PowerSGD against PyTorch's plain DDP). Standard library only.
 """
 import argparse
 import random
@@ -52,16 +55,22 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("results")
     p.add_argument("reference")
+    p.add_argument("--fallback", action="append", default=[], metavar="W=V")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--resamples", type=int, default=2000)
     args = p.parse_args()
     runs, order = read_runs(args.results)
+    fallback = dict(item.split("=", 1) for item in args.fallback)
     rng = random.Random(args.seed)
     sides = sorted({side for (_, side) in runs if side != args.reference})
     print(f"{'workload':<13} {'side':<16} {'runs':>4} {'median':>8} {'min':>8} {'max':>8}   "
           f"ratio to {args.reference} [90% bootstrap]")
     for workload in order:
         ref = runs.get((workload, args.reference), {})
+        note = ""
+        if not ref and workload in fallback:
+            ref = runs.get((fallback[workload], args.reference), {})
+            note = f" (of {fallback[workload]}: no {args.reference} run of {workload} succeeded)" if ref else ""
         for side in [args.reference] + sides:
             values = runs.get((workload, side), {})
             if not values:
@@ -74,6 +83,7 @@ def main():
                 line += f"   {ratio:.2f}x"
                 if interval:
                     line += f" [{interval[0]:.2f}, {interval[1]:.2f}]"
+                line += note
             print(line)
 
 

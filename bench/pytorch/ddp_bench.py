@@ -145,13 +145,13 @@ def worker(rank, args, port):
     spec = WORKLOADS[args.workload]
     batch = spec["batch"]
     model, loss_fn, inputs, targets = build(args, rank, world)
-    ddp = DistributedDataParallel(model)
+    ddp = DistributedDataParallel(model, bucket_cap_mb=args.bucket_cap_mb)
     if args.powersgd:
         # PyTorch's own PowerSGD hook, the reference for lockstep's ddp.compression powersgd.
         from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersgd
         state = powersgd.PowerSGDState(process_group=None, matrix_approximation_rank=args.powersgd,
                                        start_powerSGD_iter=args.powersgd_start)
-        ddp.register_comm_hook(state, powersgd.powerSGD_hook)
+        ddp.register_comm_hook(state, powersgd.batched_powerSGD_hook if args.powersgd_batched else powersgd.powerSGD_hook)
     factor = world if spec["scaling"] == "linear" else math.sqrt(world)
     lr = spec["lr"] * factor
     if spec["optimizer"] == "adam":
@@ -220,7 +220,10 @@ def main():
     p.add_argument("--samples", type=int, default=65536, help="charlstm: synthetic windows per worker")
     p.add_argument("--hidden-sizes", type=int, nargs="+", default=[4096, 4096], help="mlp hidden layers")
     p.add_argument("--data", default=FASHION_MNIST, help="folder with Fashion-MNIST's IDX .gz files")
+    p.add_argument("--bucket-cap-mb", type=float, default=25, help="DDP's bucket_cap_mb (PyTorch's default: 25)")
     p.add_argument("--powersgd", type=int, default=0, help="PowerSGD comm hook at this rank (0: plain allreduce)")
+    p.add_argument("--powersgd-batched", action="store_true",
+                   help="PyTorch's batched_powerSGD_hook (the whole bucket as one square matrix) instead")
     p.add_argument("--powersgd-start", type=int, default=2,
                    help="iterations of plain allreduce before PowerSGD (PyTorch needs at least 2)")
     args = p.parse_args()

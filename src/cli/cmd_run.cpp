@@ -42,7 +42,7 @@ struct RunArgs {
   int threads = 0;
   double commTimeout = 0;
   bool noPrefix = false;
-  std::string backend = "gloo";
+  std::string backend;  ///< empty: not given
   std::string mpirunArgs;
   std::string hosts;
   std::string rsh;
@@ -69,8 +69,9 @@ void addRunOptions(CLI::App& app, RunArgs& r) {
   app.add_option("--stop-grace", r.stopGraceSeconds, "seconds between SIGTERM and SIGKILL when stopping workers");
   app.add_flag("--no-prefix", r.noPrefix, "do not prefix output lines with [rank]");
   app.add_option("--backend", r.backend,
-                 "gloo (default): workers started here, tensors over TCP; mpi: workers started through mpirun, "
-                 "tensors over OpenMPI (shared memory on one node); auto: mpi when built and mpirun is present");
+                 "gloo: workers started here, tensors over TCP; mpi: workers started through mpirun, tensors over "
+                 "OpenMPI (shared memory on one node); auto (default): mpi for lockstep programs on one node when "
+                 "built with MPI and mpirun is present, else gloo");
   app.add_option("--mpirun-args", r.mpirunArgs, "extra arguments for mpirun (with --backend mpi), one string");
 }
 
@@ -102,10 +103,17 @@ LaunchOptions launchOptionsFrom(const RunArgs& r, const std::vector<std::string>
   if (r.threads != 0) o.threadsPerWorker = r.threads;
   if (r.commTimeout != 0) o.commTimeoutSeconds = r.commTimeout;
   o.stopGrace = std::chrono::milliseconds(static_cast<int64_t>(r.stopGraceSeconds * 1000));
-  o.backend = r.backend;
-  if (o.backend == "auto") {
-    o.backend = mpiBackendBuilt() && o.nnodes == 1 && !detail::resolveProgram("mpirun").empty() ? "mpi" : "gloo";
-  }
+  detail::BackendFacts facts;
+  facts.program = o.command.empty() ? std::string() : o.command[0];
+  facts.isLockstep = detail::isLockstepProgram(detail::resolveProgram(facts.program));
+  facts.workers = o.nprocPerNode;
+  facts.nnodes = o.nnodes;
+  facts.hostsGiven = !o.hosts.empty();
+  facts.mpiBuilt = mpiBackendBuilt();
+  facts.mpirunFound = !detail::resolveProgram("mpirun").empty();
+  auto choice = detail::chooseBackend(r.backend, facts);
+  o.backend = choice.backend;
+  o.backendReason = choice.reason;
   o.mpirunArgs = splitWords(r.mpirunArgs);
   return o;
 }

@@ -1,6 +1,9 @@
 // The command lines the launcher builds and parses: -H host lists, the
 // `lockstep run` a -H launcher starts on each host, and the mpirun line of
 // backend "mpi". Pure functions of the options, tested without processes.
+#include <filesystem>
+#include <fstream>
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -119,6 +122,38 @@ std::string resolveProgram(const std::string& program) {
     start = end + 1;
   }
   return "";
+}
+
+BackendChoice chooseBackend(const std::string& requested, const BackendFacts& f) {
+  if (!requested.empty() && requested != "auto") return {requested, "--backend " + requested};
+  const std::string how = requested.empty() ? "the default, auto: " : "--backend auto: ";
+  if (!f.isLockstep) {
+    return {"gloo", how + f.program + " does not link lockstep; it gets the lockstep and torchrun variables"};
+  }
+  if (f.hostsGiven || f.nnodes > 1) return {"gloo", how + "workers on several nodes talk over TCP"};
+  if (f.workers < 2) return {"gloo", how + "one worker has nothing to communicate"};
+  if (!f.mpiBuilt) return {"gloo", how + "this lockstep was built without MPI"};
+  if (!f.mpirunFound) return {"gloo", how + "no mpirun on PATH (Debian package openmpi-bin)"};
+  return {"mpi", how + "one node, OpenMPI's shared memory between the workers"};
+}
+
+bool isLockstepProgram(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (path.empty()) return false;
+  if (!ec && std::filesystem::equivalent(path, self, ec) && !ec) return true;
+  // A program linked with liblockstep names it in its dynamic section; scan at most 256 MiB.
+  std::ifstream in(path, std::ios::binary);
+  const std::string needle = "liblockstep.so";
+  std::string carry;
+  std::vector<char> chunk(1 << 20);
+  for (int i = 0; i < 256 && in; ++i) {
+    in.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
+    std::string window = carry + std::string(chunk.data(), static_cast<size_t>(in.gcount()));
+    if (window.find(needle) != std::string::npos) return true;
+    carry = window.substr(window.size() > needle.size() ? window.size() - needle.size() : 0);
+  }
+  return false;
 }
 
 void validateLaunchOptions(const LaunchOptions& o) {

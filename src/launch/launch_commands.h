@@ -23,6 +23,33 @@ std::string remoteLaunchCommand(const LaunchOptions& options, int nodeRank, cons
 /// The mpirun command line launch() uses for backend "mpi" (for logs and tests).
 std::vector<std::string> mpirunCommand(const LaunchOptions& options, int usableCores, bool asRoot);
 
+/// The backend `lockstep run` uses and why, in words for its first line.
+struct BackendChoice {
+  std::string backend;  ///< "gloo" or "mpi"
+  std::string reason;
+};
+/// What the default backend depends on.
+struct BackendFacts {
+  std::string program;      ///< the program as given
+  bool isLockstep = false;  ///< it is this lockstep binary or links liblockstep (isLockstepProgram)
+  int workers = 1;          ///< on this node
+  int nnodes = 1;
+  bool hostsGiven = false;  ///< -H
+  bool mpiBuilt = false;
+  bool mpirunFound = false;
+};
+/// `requested` is --backend as given ("" when left out, which means "auto"):
+/// "gloo" and "mpi" are taken as they are; "auto" picks mpi when the program
+/// is a lockstep worker (it finds its rank under mpirun; a Python or shell
+/// program needs the torchrun/lockstep variables of a Gloo launch), there are
+/// two workers or more (one has nothing to communicate), all on one node (no
+/// --nnodes > 1, no -H), lockstep was built with MPI and mpirun is on PATH
+/// (OpenMPI moves tensors through shared memory there); else gloo. Anything
+/// else is left for validateLaunchOptions to refuse.
+BackendChoice chooseBackend(const std::string& requested, const BackendFacts& facts);
+/// Whether `path` is this process's own binary or an executable that links liblockstep.
+bool isLockstepProgram(const std::string& path);
+
 /// Finds `program` the way execvp would; empty when it cannot be run.
 std::string resolveProgram(const std::string& program);
 /// A TCP port on `host` that was free a moment ago.

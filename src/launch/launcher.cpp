@@ -148,6 +148,9 @@ class Runner {
 
   LaunchResult run(const std::map<std::string, std::string>& baseEnv) {
     SignalGuard signals;
+    if (!o_.backendReason.empty()) {
+      writeAll(STDERR_FILENO, fmt::format("lockstep run: backend {} ({})\n", o_.backend, o_.backendReason));
+    }
     if (!o_.hosts.empty()) return runHosts(baseEnv, signals.readFd());
     if (o_.backend == "mpi") {
       auto w = std::make_unique<Worker>();
@@ -376,7 +379,9 @@ class Runner {
           r.signal ? "was killed by " + signalName(r.signal) : fmt::format("exited with code {}", r.exitCode),
           r.seconds);
       if (failedRank >= 0) {
-        s += fmt::format("lockstep run: mpirun reports rank {} as the first worker to fail\n", failedRank);
+        const int signal = w.relay->mpiFailedSignal();
+        s += fmt::format("lockstep run: mpirun reports rank {} as the first worker to fail{}\n", failedRank,
+                         signal ? "; it was killed by " + signalName(signal) : std::string());
         const auto* tail = w.relay->rankTail(failedRank);
         if (!tail || tail->empty()) {
           s += fmt::format("lockstep run: rank {} wrote nothing on stderr\n", failedRank);

@@ -56,12 +56,14 @@ void OutputRelay::emitMpirun(bool isErr, std::string_view line) {
   static const std::regex tag(R"(\[\d+,(\d+)\]<(stdout|stderr)>:)");
   // "mpirun noticed that process rank 1 with PID ..." (signals) or "Process name: [[27543,1],1]" (exit codes).
   static const std::regex failedRank(R"(process rank (\d+)|Process name: \[\[\d+,\d+\],(\d+)\])");
+  static const std::regex failedSignal(R"(process rank \d+ with PID \d+ on node \S+ exited on signal (\d+))");
   std::string text(line);
   std::smatch m;
   if (!std::regex_search(text, m, tag) || m.position(0) != 0) {
     sink_(isErr ? STDERR_FILENO : STDOUT_FILENO, prefix_ ? "[mpirun] " + text + "\n" : text + "\n");
     if (mpiFailedRank_ < 0 && std::regex_search(text, m, failedRank)) {
       mpiFailedRank_ = std::stoi(m[1].matched ? m[1].str() : m[2].str());
+      if (std::regex_search(text, m, failedSignal)) mpiFailedSignal_ = std::stoi(m[1].str());
     }
     if (isErr) keep(tail_, text);
     return;

@@ -37,6 +37,8 @@ class OutputRelay {
   /// kMpirun: the last stderr lines of `rank`, and the rank mpirun named as failed (-1: none yet).
   const std::deque<std::string>* rankTail(int rank) const;
   int mpiFailedRank() const { return mpiFailedRank_; }
+  /// The signal that ended that rank, when mpirun reported one; 0 otherwise.
+  int mpiFailedSignal() const { return mpiFailedSignal_; }
 
  private:
   void emit(bool isErr, std::string_view line);
@@ -52,6 +54,7 @@ class OutputRelay {
   std::string errBuffer_;
   std::deque<std::string> tail_;
   int mpiFailedRank_ = -1;
+  int mpiFailedSignal_ = 0;
   std::map<int, std::deque<std::string>> mpiTails_;
   std::map<std::pair<int, bool>, std::string> mpiPartial_;  ///< (rank, stderr?) -> text of an unfinished line
 };

@@ -130,7 +130,9 @@ TEST(Launcher, KilledWorkerInCollectiveLoopEndsTheRunQuickly) {
   // The acceptance case: kill one of 3 workers in an allreduce loop.
   std::string dir = test::makeTempDir();
   auto future = std::async(std::launch::async, [&] {
-    return run({"-np", "3", "--comm-timeout", "60", "--", test::helperBin("comm_worker"), "loop", dir});
+    // Gloo: the launcher itself owns the workers here (under mpirun, mpirun does; test_comm_multiprocess).
+    return run(
+        {"-np", "3", "--backend", "gloo", "--comm-timeout", "60", "--", test::helperBin("comm_worker"), "loop", dir});
   });
   pid_t victim = 0;
   for (int i = 0; i < 300 && victim == 0; ++i) {
@@ -292,6 +294,52 @@ TEST(Launcher, MpiBackendCommandLine) {
   argv = mpirunCommand(o, 4, false);
   EXPECT_EQ(std::count(argv.begin(), argv.end(), "--oversubscribe"), 0);
   EXPECT_EQ(std::count(argv.begin(), argv.end(), "--allow-run-as-root"), 0);
+}
+
+TEST(Launcher, BackendChoiceAndItsReason) {
+  using detail::BackendFacts;
+  using detail::chooseBackend;
+  BackendFacts lockstep{"lockstep", true, 2, 1, false, true, true};
+  // Left out: auto. A lockstep program, 2 workers on one node, MPI built, mpirun found: MPI.
+  auto c = chooseBackend("", lockstep);
+  EXPECT_EQ(c.backend, "mpi");
+  EXPECT_EQ(c.reason, "the default, auto: one node, OpenMPI's shared memory between the workers");
+  c = chooseBackend("", BackendFacts{"python3", false, 2, 1, false, true, true});
+  EXPECT_EQ(c.backend, "gloo");
+  EXPECT_EQ(c.reason, "the default, auto: python3 does not link lockstep; it gets the lockstep and torchrun variables");
+  auto with = [&](auto change) {
+    BackendFacts f = lockstep;
+    change(f);
+    return chooseBackend("", f);
+  };
+  EXPECT_EQ(with([](BackendFacts& f) { f.nnodes = 2; }).backend, "gloo");
+  EXPECT_EQ(with([](BackendFacts& f) { f.hostsGiven = true; }).reason,
+            "the default, auto: workers on several nodes talk over TCP");
+  EXPECT_EQ(with([](BackendFacts& f) { f.workers = 1; }).reason,
+            "the default, auto: one worker has nothing to communicate");
+  EXPECT_EQ(with([](BackendFacts& f) { f.mpiBuilt = false; }).reason,
+            "the default, auto: this lockstep was built without MPI");
+  EXPECT_EQ(with([](BackendFacts& f) { f.mpirunFound = false; }).backend, "gloo");
+  EXPECT_EQ(chooseBackend("auto", lockstep).reason,
+            "--backend auto: one node, OpenMPI's shared memory between the workers");
+  EXPECT_EQ(chooseBackend("gloo", lockstep).reason, "--backend gloo");
+  EXPECT_EQ(chooseBackend("mpi", BackendFacts{"sh", false, 1, 3, false, true, true}).backend,
+            "mpi");  // validateLaunchOptions refuses it
+  // The lockstep binary is one; a shell is not.
+  EXPECT_TRUE(detail::isLockstepProgram(test::lockstepBin()));
+  EXPECT_FALSE(detail::isLockstepProgram(detail::resolveProgram("sh")));
+  EXPECT_FALSE(detail::isLockstepProgram(""));
+}
+
+TEST(Launcher, TheFirstLineNamesTheBackend) {
+  auto r = run({"-np", "2", "--", "true"});
+  EXPECT_EQ(r.exitCode, 0) << r.err;
+  EXPECT_EQ(r.err.rfind("lockstep run: backend gloo (the default, auto: true does not link lockstep", 0), 0u) << r.err;
+  r = run({"-np", "2", "--", test::lockstepBin(), "--version"});
+  EXPECT_EQ(r.exitCode, 0) << r.err;
+  EXPECT_EQ(r.err.rfind("lockstep run: backend mpi (the default, auto: one node", 0), 0u) << r.err;
+  r = run({"-np", "2", "--backend", "gloo", "--", "true"});
+  EXPECT_EQ(r.err.rfind("lockstep run: backend gloo (--backend gloo)\n", 0), 0u) << r.err;
 }
 
 TEST(Launcher, MpiBackendPrefixesRanksAndReassemblesSplitLines) {

@@ -15,10 +15,10 @@ namespace {
 std::string quote(const std::string& s) { return "'" + s + "'"; }
 
 /// `lockstep run -np 4 -- lockstep train fashion_convnet.yaml strategy.type=async_ps ... ARGS` (run in the test's dir).
-std::string command(const std::string& args) {
+std::string command(const std::string& args, const std::string& runArgs = "") {
   const std::string bin = test::lockstepBin();
   const std::string config = std::string(LOCKSTEP_SOURCE_DIR) + "/configs/fashion_convnet.yaml";
-  return quote(bin) + " run -np 4 --comm-timeout 60 -- " + quote(bin) + " train " + quote(config) +
+  return quote(bin) + " run -np 4 --comm-timeout 60 " + runArgs + " -- " + quote(bin) + " train " + quote(config) +
          " strategy.type=async_ps checkpoint.dir=off monitor.dir=off optimizer.lr=0.003 " + args;
 }
 
@@ -49,7 +49,8 @@ TEST(PsMultiprocess, AKilledServerEndsTheRunNamingIt) {
   // Start the run, wait for worker 0's first progress line, SIGKILL rank 3 (the server) by the pid
   // the launcher's first line gives; the launcher stops the workers and names rank 3.
   const std::string script = "cd " + quote(dir) + "\n" +
-                             command("ps.staleness=2 trainer.max_steps=100000 trainer.log_every=5") +
+                             // Gloo: the launcher's first line gives every rank's pid.
+                             command("ps.staleness=2 trainer.max_steps=100000 trainer.log_every=5", "--backend gloo") +
                              " > log 2>&1 &\nrun=$!\n"
                              "for i in $(seq 1 600); do grep -q 'update ' log && break; sleep 0.2; done\n"
                              "pid=$(sed -n 's/.*rank 3 pid \\([0-9]*\\).*/\\1/p' log | head -1)\n"

@@ -54,6 +54,8 @@ struct LaunchOptions {
   /// mpirun's tagged output back into "[rank] " lines. ("auto" is resolved by
   /// the CLI before launch.)
   std::string backend = "gloo";
+  /// Why this backend, in words: the launcher's first line says "lockstep run: backend B (WHY)".
+  std::string backendReason;
   std::vector<std::string> mpirunArgs;  ///< extra arguments for mpirun (backend "mpi")
   /// The job token handed to the workers (LOCKSTEP_JOB_TOKEN). Empty: from
   /// LOCKSTEP_JOB_TOKEN / LOCKSTEP_JOB_TOKEN_FILE, else a random one — which
