@@ -107,6 +107,7 @@ LaunchOptions launchOptionsFrom(const RunArgs& r, const std::vector<std::string>
   facts.program = o.command.empty() ? std::string() : o.command[0];
   facts.isLockstep = detail::isLockstepProgram(detail::resolveProgram(facts.program));
   facts.workers = o.nprocPerNode;
+  facts.cores = detail::usableCores();
   facts.nnodes = o.nnodes;
   facts.hostsGiven = !o.hosts.empty();
   facts.mpiBuilt = mpiBackendBuilt();

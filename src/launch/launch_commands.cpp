@@ -1,21 +1,24 @@
 // The command lines the launcher builds and parses: -H host lists, the
-// `lockstep run` a -H launcher starts on each host, and the mpirun line of
-// backend "mpi". Pure functions of the options, tested without processes.
-#include <filesystem>
-#include <fstream>
+// `lockstep run` a -H launcher starts on each host, the mpirun line of
+// backend "mpi", and the default backend. Pure functions of the options (and
+// of what this machine has), tested without processes.
+#include "launch/launch_commands.h"
 
-#include <fmt/format.h>
+#include <sched.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <thread>
 
-#include "launch/launch_commands.h"
+#include <fmt/format.h>
+
 #include "lockstep/common/env.h"
 #include "lockstep/common/error.h"
-
-#include <sys/stat.h>
-#include <unistd.h>
 
 namespace lockstep {
 namespace {
@@ -132,9 +135,20 @@ BackendChoice chooseBackend(const std::string& requested, const BackendFacts& f)
   }
   if (f.hostsGiven || f.nnodes > 1) return {"gloo", how + "workers on several nodes talk over TCP"};
   if (f.workers < 2) return {"gloo", how + "one worker has nothing to communicate"};
+  if (f.workers > f.cores) {
+    return {"gloo", how + fmt::format("{} workers on {} cores: MPI's busy waiting would take the cores from compute",
+                                      f.workers, f.cores)};
+  }
   if (!f.mpiBuilt) return {"gloo", how + "this lockstep was built without MPI"};
   if (!f.mpirunFound) return {"gloo", how + "no mpirun on PATH (Debian package openmpi-bin)"};
   return {"mpi", how + "one node, OpenMPI's shared memory between the workers"};
+}
+
+int usableCores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+  return std::max(1u, std::thread::hardware_concurrency());
 }
 
 bool isLockstepProgram(const std::string& path) {

@@ -33,6 +33,7 @@ struct BackendFacts {
   std::string program;      ///< the program as given
   bool isLockstep = false;  ///< it is this lockstep binary or links liblockstep (isLockstepProgram)
   int workers = 1;          ///< on this node
+  int cores = 1;            ///< usable on this node
   int nnodes = 1;
   bool hostsGiven = false;  ///< -H
   bool mpiBuilt = false;
@@ -42,11 +43,14 @@ struct BackendFacts {
 /// "gloo" and "mpi" are taken as they are; "auto" picks mpi when the program
 /// is a lockstep worker (it finds its rank under mpirun; a Python or shell
 /// program needs the torchrun/lockstep variables of a Gloo launch), there are
-/// two workers or more (one has nothing to communicate), all on one node (no
+/// two workers or more (one has nothing to communicate) and no more than cores
+/// (OpenMPI's waiting ranks poll: oversubscribed, they slow the others), all on one node (no
 /// --nnodes > 1, no -H), lockstep was built with MPI and mpirun is on PATH
 /// (OpenMPI moves tensors through shared memory there); else gloo. Anything
 /// else is left for validateLaunchOptions to refuse.
 BackendChoice chooseBackend(const std::string& requested, const BackendFacts& facts);
+/// The cores this process may run on (its affinity mask).
+int usableCores();
 /// Whether `path` is this process's own binary or an executable that links liblockstep.
 bool isLockstepProgram(const std::string& path);
 

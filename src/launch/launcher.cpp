@@ -105,13 +105,6 @@ std::string selfPath() {
   return path.string();
 }
 
-int usableCores() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
-  return std::max(1u, std::thread::hardware_concurrency());
-}
-
 /// One child of this launcher (a worker, mpirun, or a launcher on another host) and its output.
 struct Worker {
   int rank = 0;
@@ -157,7 +150,7 @@ class Runner {
       w->isMpirun = true;
       w->relay = makeRelay(0, OutputRelay::Source::kMpirun);
       w->started = Clock::now();
-      w->process = std::make_unique<ChildProcess>(mpirunCommand(o_, usableCores(), ::geteuid() == 0), baseEnv);
+      w->process = std::make_unique<ChildProcess>(mpirunCommand(o_, detail::usableCores(), ::geteuid() == 0), baseEnv);
       w->result.pid = w->process->pid();
       workers_.push_back(std::move(w));
       loop(signals.readFd());
@@ -479,7 +472,7 @@ std::string jobToken(const LaunchOptions& o, const std::map<std::string, std::st
 /// An explicit --threads wins; else a count the user exported is kept and
 /// followed by the variables they left unset; else cores / workers.
 void setThreadVariables(const LaunchOptions& o, std::map<std::string, std::string>& env) {
-  std::string threadText = std::to_string(std::max(1, usableCores() / o.nprocPerNode));
+  std::string threadText = std::to_string(std::max(1, detail::usableCores() / o.nprocPerNode));
   if (o.threadsPerWorker)
     threadText = std::to_string(*o.threadsPerWorker);
   else if (env.count(env::kNumThreads))

@@ -299,12 +299,12 @@ TEST(Launcher, MpiBackendCommandLine) {
 TEST(Launcher, BackendChoiceAndItsReason) {
   using detail::BackendFacts;
   using detail::chooseBackend;
-  BackendFacts lockstep{"lockstep", true, 2, 1, false, true, true};
+  BackendFacts lockstep{"lockstep", true, 2, 2, 1, false, true, true};
   // Left out: auto. A lockstep program, 2 workers on one node, MPI built, mpirun found: MPI.
   auto c = chooseBackend("", lockstep);
   EXPECT_EQ(c.backend, "mpi");
   EXPECT_EQ(c.reason, "the default, auto: one node, OpenMPI's shared memory between the workers");
-  c = chooseBackend("", BackendFacts{"python3", false, 2, 1, false, true, true});
+  c = chooseBackend("", BackendFacts{"python3", false, 2, 2, 1, false, true, true});
   EXPECT_EQ(c.backend, "gloo");
   EXPECT_EQ(c.reason, "the default, auto: python3 does not link lockstep; it gets the lockstep and torchrun variables");
   auto with = [&](auto change) {
@@ -317,13 +317,15 @@ TEST(Launcher, BackendChoiceAndItsReason) {
             "the default, auto: workers on several nodes talk over TCP");
   EXPECT_EQ(with([](BackendFacts& f) { f.workers = 1; }).reason,
             "the default, auto: one worker has nothing to communicate");
+  EXPECT_EQ(with([](BackendFacts& f) { f.workers = 4; }).reason,
+            "the default, auto: 4 workers on 2 cores: MPI's busy waiting would take the cores from compute");
   EXPECT_EQ(with([](BackendFacts& f) { f.mpiBuilt = false; }).reason,
             "the default, auto: this lockstep was built without MPI");
   EXPECT_EQ(with([](BackendFacts& f) { f.mpirunFound = false; }).backend, "gloo");
   EXPECT_EQ(chooseBackend("auto", lockstep).reason,
             "--backend auto: one node, OpenMPI's shared memory between the workers");
   EXPECT_EQ(chooseBackend("gloo", lockstep).reason, "--backend gloo");
-  EXPECT_EQ(chooseBackend("mpi", BackendFacts{"sh", false, 1, 3, false, true, true}).backend,
+  EXPECT_EQ(chooseBackend("mpi", BackendFacts{"sh", false, 1, 2, 3, false, true, true}).backend,
             "mpi");  // validateLaunchOptions refuses it
   // The lockstep binary is one; a shell is not.
   EXPECT_TRUE(detail::isLockstepProgram(test::lockstepBin()));
