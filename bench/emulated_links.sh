@@ -21,7 +21,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD="${LOCKSTEP_BUILD_DIR:-build}"
-BIN="$PWD/$BUILD/lockstep"
+case "$BUILD" in /*) ;; *) BUILD="$PWD/$BUILD" ;; esac
+BIN="$BUILD/lockstep"
 RSH="$PWD/tests/support/netns_rsh.sh"
 STEPS="${1:-20}"
 LINKS="${LINKS:-10gbit 1gbit 100mbit}"

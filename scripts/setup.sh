@@ -14,7 +14,7 @@ PACKAGES=(
   libyaml-cpp-dev         # training configs (lockstep train CONFIG.yaml)
   zlib1g-dev              # gzip-compressed IDX files (Fashion-MNIST)
   libssl-dev              # libcrypto: HMAC-SHA256 and random job tokens for the rendezvous store
-  iproute2                # `ip netns`/veth: the multi-host tests make hosts out of network namespaces
+  iproute2                # `ip netns`/veth/tc: multi-host tests and emulated links make hosts out of network namespaces
   libstb-dev              # stb_image: PNG/JPEG decoding for image folders
   libcpp-httplib-dev      # HTTP server of `lockstep dashboard` (and the client in its tests)
   chromium                # headless browser: the dashboard's end-to-end test renders the page
