@@ -5,7 +5,6 @@
 // end-of-run line reports the bytes saved.
 #include <gtest/gtest.h>
 
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 
@@ -25,8 +24,6 @@ const std::string kConfig =
                           "checkpoint:\n  dir: ckpt\n  every: 5\n  keep_last: 4\n"
                           "ddp:\n  compression: powersgd\n  powersgd_rank: 2\n  powersgd_start_step: 3\n");
 
-std::string quote(const std::string& s) { return "'" + s + "'"; }
-
 std::string makeRunDir() {
   std::string dir = test::makeTempDir();
   std::ofstream(dir + "/tiny.yaml") << kConfig;
@@ -35,23 +32,12 @@ std::string makeRunDir() {
 
 ProcessResult train(const std::string& dir, const std::string& runArgs, const std::string& args,
                     ProcessOptions o = {}) {
-  std::string bin = test::lockstepBin();
-  std::string cmd = "cd " + quote(dir) + " && exec " + quote(bin) + " run -np 2 --comm-timeout 60 " + runArgs + " -- " +
-                    quote(bin) + " train tiny.yaml " + args;
-  o.timeout = std::chrono::seconds(240);
-  return test::runProcess({"sh", "-c", cmd}, o);
+  return test::trainTiny(dir, 2, args, std::move(o), runArgs);
 }
 
-std::string readAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
+using test::readAll;
 
-std::string ckpt(const std::string& dir, int step) {
-  char name[64];
-  std::snprintf(name, sizeof(name), "/ckpt/step-%09d.ckpt", step);
-  return dir + name;
-}
+std::string ckpt(const std::string& dir, int step) { return test::ckptPath(dir, step); }
 
 void expectResumeIsBitIdentical(const std::string& runArgs, const std::string& args) {
   std::string straight = makeRunDir();

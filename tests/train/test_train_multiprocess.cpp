@@ -44,23 +44,12 @@ std::string quote(const std::string& s) { return "'" + s + "'"; }
 /// Runs `lockstep run -np N RUNARGS -- lockstep train tiny.yaml ARGS` inside `dir`.
 ProcessResult train(const std::string& dir, int np, const std::string& args, ProcessOptions o = {},
                     const std::string& runArgs = "") {
-  std::string bin = test::lockstepBin();
-  std::string cmd = "cd " + quote(dir) + " && exec " + quote(bin) + " run -np " + std::to_string(np) +
-                    " --comm-timeout 60 " + runArgs + " -- " + quote(bin) + " train tiny.yaml " + args;
-  o.timeout = std::chrono::seconds(240);
-  return test::runProcess({"sh", "-c", cmd}, o);
+  return test::trainTiny(dir, np, args, std::move(o), runArgs);
 }
 
-std::string readAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
+using test::readAll;
 
-std::string ckpt(const std::string& dir, int step) {
-  char name[64];
-  std::snprintf(name, sizeof(name), "/ckpt/step-%09d.ckpt", step);
-  return dir + name;
-}
+std::string ckpt(const std::string& dir, int step) { return test::ckptPath(dir, step); }
 
 TEST(TrainMultiprocess, ResumeAfterAKilledRunIsBitIdentical) {
   std::string straight = makeRunDir();
