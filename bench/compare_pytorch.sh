@@ -106,10 +106,10 @@ pytorch_args_of() {
 }
 
 lockstep_train() {  # backend np steps config [overrides...]
-  local backend="$1" np="$2" steps="$3" config="$4" flags=()
+  local backend="$1" np="$2" steps="$3" config="$4"
   shift 4
-  flags=(--backend "$backend")  # named on both sides: the default (auto) is MPI on one node
-  "$BIN" run -np "$np" --threads 1 "${flags[@]}" -- "$BIN" train "$config" trainer.max_steps="$steps" \
+  # The backend is named on every side: the default (auto) is MPI on one node.
+  "$BIN" run -np "$np" --threads 1 --backend "$backend" -- "$BIN" train "$config" trainer.max_steps="$steps" \
     trainer.validate=false checkpoint.dir=off checkpoint.resume=none generate.samples=0 "$@"
 }
 

@@ -104,14 +104,16 @@ LaunchOptions launchOptionsFrom(const RunArgs& r, const std::vector<std::string>
   if (r.commTimeout != 0) o.commTimeoutSeconds = r.commTimeout;
   o.stopGrace = std::chrono::milliseconds(static_cast<int64_t>(r.stopGraceSeconds * 1000));
   detail::BackendFacts facts;
-  facts.program = o.command.empty() ? std::string() : o.command[0];
-  facts.isLockstep = detail::isLockstepProgram(detail::resolveProgram(facts.program));
-  facts.workers = o.nprocPerNode;
-  facts.cores = detail::usableCores();
-  facts.nnodes = o.nnodes;
-  facts.hostsGiven = !o.hosts.empty();
-  facts.mpiBuilt = mpiBackendBuilt();
-  facts.mpirunFound = !detail::resolveProgram("mpirun").empty();
+  if (r.backend.empty() || r.backend == "auto") {  // a named backend needs no facts (the program is not read)
+    facts.program = o.command.empty() ? std::string() : o.command[0];
+    facts.isLockstep = detail::isLockstepProgram(detail::resolveProgram(facts.program));
+    facts.workers = o.nprocPerNode;
+    facts.cores = detail::usableCores();
+    facts.nnodes = o.nnodes;
+    facts.hostsGiven = !o.hosts.empty();
+    facts.mpiBuilt = mpiBackendBuilt();
+    facts.mpirunFound = !detail::resolveProgram("mpirun").empty();
+  }
   auto choice = detail::chooseBackend(r.backend, facts);
   o.backend = choice.backend;
   o.backendReason = choice.reason;

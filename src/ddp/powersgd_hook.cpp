@@ -14,12 +14,29 @@
 
 #include <fmt/format.h>
 
+#include <optional>
+
 #include "ddp/powersgd_hook.h"
 #include "lockstep/common/error.h"
 
 namespace lockstep::detail {
 
 namespace {
+
+/// The same random stream on every rank for a bucket's step, made on first use (most steps need none).
+class StepRandom {
+ public:
+  StepRandom(const PowerSgdOptions& options, int bucket, int64_t step)
+      : seed_(options.seed + 1000003ULL * static_cast<uint64_t>(bucket) + static_cast<uint64_t>(step)) {}
+  at::Generator& get() {
+    if (!generator_) generator_ = at::detail::createCPUGenerator(seed_);
+    return *generator_;
+  }
+
+ private:
+  uint64_t seed_;
+  std::optional<at::Generator> generator_;
+};
 
 /// Orthonormalises the columns of `matrix` (n x r, r <= n, r small) in place,
 /// left to right, each projected off the earlier ones twice (Gram-Schmidt
@@ -28,7 +45,7 @@ namespace {
 /// fresh random direction from `refill` when given (Q: so that a warm start
 /// never loses rank for good), else zeros (P: it carries nothing) — never
 /// rounding noise blown up to unit length, which is not orthogonal to the rest.
-void orthogonalize(const at::Tensor& matrix, at::Generator* refill) {
+void orthogonalize(const at::Tensor& matrix, StepRandom* refill) {
   constexpr double kDependent = 1e-4;
   const int64_t columns = matrix.size(1);
   for (int64_t i = 0; i < columns; ++i) {
@@ -41,7 +58,7 @@ void orthogonalize(const at::Tensor& matrix, at::Generator* refill) {
     projectOff();
     double norm = column.norm().item<double>();
     if (!(norm > kDependent * before) && refill != nullptr) {
-      column.copy_(at::randn({column.size(0), 1}, *refill, at::kFloat));
+      column.normal_(0, 1, refill->get());
       before = column.norm().item<double>();
       projectOff();
       norm = column.norm().item<double>();
@@ -52,12 +69,6 @@ void orthogonalize(const at::Tensor& matrix, at::Generator* refill) {
       column.zero_();
     }
   }
-}
-
-/// The same random stream on every rank for a bucket's step.
-at::Generator generatorFor(const PowerSgdOptions& options, int bucket, int64_t step) {
-  return at::detail::createCPUGenerator(options.seed + 1000003ULL * static_cast<uint64_t>(bucket) +
-                                        static_cast<uint64_t>(step));
 }
 
 }  // namespace
@@ -79,7 +90,7 @@ PowerSgdHook::BucketState& PowerSgdHook::stateOf(const GradBucket& bucket) {
       const int64_t m = g.numel() / n;
       const int64_t r = std::min<int64_t>({n, m, options_.rank});
       if (static_cast<double>((n + m) * r) * options_.minCompressionRate < static_cast<double>(n * m)) {
-        s.matrices.push_back(Matrix{i, n, m, r, s.pNumel, s.qNumel, s.errorNumel});
+        s.matrices.push_back(Matrix{i, n, m, r, s.pNumel, s.qNumel, s.errorNumel, {}, {}, {}, {}});
         s.pNumel += n * r;
         s.qNumel += m * r;
         s.errorNumel += n * m;
@@ -94,6 +105,19 @@ PowerSgdHook::BucketState& PowerSgdHook::stateOf(const GradBucket& bucket) {
   return s;
 }
 
+void PowerSgdHook::prepare(BucketState& s, const std::vector<at::Tensor>& grads) {
+  if (!s.q.defined()) s.q = at::empty({s.qNumel}, at::kFloat);  // else restored from a checkpoint
+  if (options_.errorFeedback && !s.error.defined()) s.error = at::zeros({s.errorNumel}, at::kFloat);
+  s.pack = at::empty({s.plainNumel + s.pNumel}, at::kFloat);
+  for (Matrix& k : s.matrices) {
+    k.grad = grads[k.index].view({k.n, k.m});
+    k.p = s.pack.narrow(0, s.plainNumel + k.pOffset, k.n * k.r).view({k.n, k.r});
+    k.q = s.q.narrow(0, k.qOffset, k.m * k.r).view({k.m, k.r});
+    if (options_.errorFeedback) k.error = s.error.narrow(0, k.errorOffset, k.n * k.m).view({k.n, k.m});
+  }
+  s.prepared = true;
+}
+
 WorkHandle PowerSgdHook::start(Communicator& comm, GradBucket& bucket) {
   BucketState& s = stateOf(bucket);
   s.compressing = s.steps >= options_.startStep && !s.matrices.empty();
@@ -103,26 +127,22 @@ WorkHandle PowerSgdHook::start(Communicator& comm, GradBucket& bucket) {
     return comm.allreduce(tensors, ReduceOp::kAvg);
   }
   const auto& grads = *bucket.gradients;
-  at::Generator generator = generatorFor(options_, bucket.index, s.steps);
-  if (!s.q.defined() || !options_.warmStart) s.q = at::randn({s.qNumel}, generator, at::kFloat);
-  if (!s.pack.defined()) s.pack = at::empty({s.plainNumel + s.pNumel}, at::kFloat);
-  if (options_.errorFeedback && !s.error.defined()) s.error = at::zeros({s.errorNumel}, at::kFloat);
+  StepRandom random(options_, bucket.index, s.steps);
+  const bool fresh = !s.q.defined() || !options_.warmStart;
+  if (!s.prepared) prepare(s, grads);
+  if (fresh) s.q.normal_(0, 1, random.get());
   int64_t offset = 0;
   for (size_t i : s.plain) {
     s.pack.narrow(0, offset, grads[i].numel()).copy_(grads[i].reshape({-1}));
     offset += grads[i].numel();
   }
-  for (const Matrix& k : s.matrices) {
-    at::Tensor m = grads[k.index].view({k.n, k.m});
+  for (Matrix& k : s.matrices) {
     if (options_.errorFeedback) {
-      at::Tensor error = s.error.narrow(0, k.errorOffset, k.n * k.m).view({k.n, k.m});
-      m.add_(error);
-      error.copy_(m);
+      k.grad.add_(k.error);
+      k.error.copy_(k.grad);
     }
-    at::Tensor q = s.q.narrow(0, k.qOffset, k.m * k.r).view({k.m, k.r});
-    orthogonalize(q, &generator);
-    at::Tensor p = s.pack.narrow(0, s.plainNumel + k.pOffset, k.n * k.r).view({k.n, k.r});
-    at::mm_out(p, m, q);
+    orthogonalize(k.q, &random);
+    at::mm_out(k.p, k.grad, k.q);
   }
   bucket.bytesSent += s.pack.numel() * 4;
   std::vector<at::Tensor> tensors{s.pack};
@@ -141,22 +161,17 @@ void PowerSgdHook::finish(Communicator& comm, GradBucket& bucket) {
     at::div_out(average, s.pack.narrow(0, offset, grads[i].numel()).view(grads[i].sizes()), world);
     offset += grads[i].numel();
   }
-  for (const Matrix& k : s.matrices) {
-    at::Tensor p = s.pack.narrow(0, s.plainNumel + k.pOffset, k.n * k.r).view({k.n, k.r});
-    orthogonalize(p, nullptr);
-    at::Tensor q = s.q.narrow(0, k.qOffset, k.m * k.r).view({k.m, k.r});
-    at::mm_out(q, grads[k.index].view({k.n, k.m}).t(), p);
+  for (Matrix& k : s.matrices) {
+    orthogonalize(k.p, nullptr);
+    at::mm_out(k.q, k.grad.t(), k.p);
   }
   bucket.bytesSent += s.q.numel() * 4;
   std::vector<at::Tensor> tensors{s.q};
   comm.allreduce(tensors, ReduceOp::kSum)->wait();
   s.q.div_(world);
-  for (const Matrix& k : s.matrices) {
-    at::Tensor m = grads[k.index].view({k.n, k.m});
-    at::Tensor p = s.pack.narrow(0, s.plainNumel + k.pOffset, k.n * k.r).view({k.n, k.r});
-    at::Tensor q = s.q.narrow(0, k.qOffset, k.m * k.r).view({k.m, k.r});
-    at::mm_out(m, p, q.t());
-    if (options_.errorFeedback) s.error.narrow(0, k.errorOffset, k.n * k.m).view({k.n, k.m}).sub_(m);
+  for (Matrix& k : s.matrices) {
+    at::mm_out(k.grad, k.p, k.q.t());
+    if (options_.errorFeedback) k.error.sub_(k.grad);
   }
 }
 

@@ -30,11 +30,13 @@ class PowerSgdHook final : public CommHook {
   void loadState(const TensorArchive& archive, int rank, int world, bool report) override;
 
  private:
-  /// A gradient compressed as an n x m matrix at rank r; offsets into P, Q and the error.
+  /// A gradient compressed as an n x m matrix at rank r: offsets into P, Q and the error, and,
+  /// from the bucket's first compressed step on, the views the steps work on.
   struct Matrix {
     size_t index;
     int64_t n, m, r;
     int64_t pOffset, qOffset, errorOffset;
+    at::Tensor grad, p, q, error;  ///< n x m (the bucket's memory), n x r, m x r, n x m (undefined without feedback)
   };
   struct BucketState {
     bool planned = false;
@@ -46,6 +48,7 @@ class PowerSgdHook final : public CommHook {
     at::Tensor pack;    ///< [uncompressed gradients | every matrix's P], the first allreduce
     int64_t steps = 0;  ///< synchronised steps this bucket has seen
     bool compressing = false;
+    bool prepared = false;  ///< q, error and pack allocated (or restored) and the matrices' views made
   };
   /// What a checkpoint restored for a bucket, applied when the bucket is planned.
   struct Restored {
@@ -54,6 +57,7 @@ class PowerSgdHook final : public CommHook {
   };
   BucketState& stateOf(const GradBucket& bucket);
   void restore(int index, BucketState& s);
+  void prepare(BucketState& s, const std::vector<at::Tensor>& grads);
 
   PowerSgdOptions options_;
   std::vector<BucketState> buckets_;

@@ -8,6 +8,7 @@
 
 #include "lockstep/ddp/distributed_data_parallel.h"
 #include "lockstep/models/char_lstm.h"
+#include "support/regression_data.h"
 #include "support/thread_ranks.h"
 
 namespace lockstep {
@@ -18,16 +19,6 @@ using test::runRanks;
 Mlp makeMlp(uint64_t seed, std::vector<int64_t> hidden = {24, 16}) {
   torch::manual_seed(seed);
   return Mlp(MlpOptions{12, hidden, 5});
-}
-
-struct Data {
-  at::Tensor x;
-  at::Tensor y;
-};
-
-Data makeData(int64_t n, int64_t steps) {
-  torch::manual_seed(4242);
-  return {at::randn({steps, n, 12}), at::randn({steps, n, 5})};
 }
 
 void expectSameParameters(torch::nn::Module& a, torch::nn::Module& b, double rtol, double atol,
@@ -47,7 +38,7 @@ void expectSameParameters(torch::nn::Module& a, torch::nn::Module& b, double rto
 void checkEquivalence(int world, double bucketCapMb, GradCompression compression, double rtol, double atol) {
   const int64_t perRank = 6;
   const int64_t steps = 5;
-  Data data = makeData(world * perRank, steps);
+  test::RegressionSteps data = test::makeRegressionSteps(world * perRank, steps);
   Mlp reference = makeMlp(1);
   torch::optim::SGD refOpt(reference->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
   for (int64_t s = 0; s < steps; ++s) {
@@ -161,7 +152,7 @@ TEST(DdpAccumulation, FourMicroBatchesUnderNoSyncEqualOneBigStep) {
   const int world = 2;
   const int micro = 4;
   const int64_t perMicro = 3;
-  Data data = makeData(world * micro * perMicro, 1);
+  test::RegressionSteps data = test::makeRegressionSteps(world * micro * perMicro, 1);
   Mlp reference = makeMlp(1);
   torch::optim::SGD refOpt(reference->parameters(), torch::optim::SGDOptions(0.2));
   refOpt.zero_grad();
@@ -302,7 +293,7 @@ TEST(DdpWorldOfOne, CommunicatesNothingAndLeavesAutogradsGradients) {
   DdpOptions options;
   options.bucketCapMb = 0.0001;  // many buckets, none of which may be launched
   DistributedDataParallel ddp(wrapped.ptr(), comm, options);
-  Data data = makeData(8, 2);
+  test::RegressionSteps data = test::makeRegressionSteps(8, 2);
   for (int step = 0; step < 2; ++step) {
     for (auto* m : {&reference, &wrapped}) {
       (*m)->zero_grad();

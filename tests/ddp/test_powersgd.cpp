@@ -7,24 +7,17 @@
 #include <torch/nn/functional/loss.h>
 #include <torch/optim/sgd.h>
 
+#include <iostream>
+
 #include "lockstep/ddp/distributed_data_parallel.h"
 #include "lockstep/models/char_lstm.h"
+#include "support/regression_data.h"
 #include "support/thread_ranks.h"
 
 namespace lockstep {
 namespace {
 
 using test::runRanks;
-
-struct Data {
-  at::Tensor x;
-  at::Tensor y;
-};
-
-Data makeData(int64_t n, int64_t steps) {
-  torch::manual_seed(4242);
-  return {at::randn({steps, n, 12}), at::randn({steps, n, 5})};
-}
 
 Mlp makeMlp() {
   torch::manual_seed(1);
@@ -41,7 +34,7 @@ struct Trained {
 /// `micro` micro-batches each (all but the last under noSync), SGD with momentum at `lr`.
 Trained train(int world, const DdpOptions& options, int64_t steps, int micro = 1, double lr = 0.1) {
   const int64_t perRank = 16;  // 32 samples or more a step: every gradient matrix has full rank
-  Data data = makeData(world * perRank * micro, steps);
+  test::RegressionSteps data = test::makeRegressionSteps(world * perRank * micro, steps);
   Trained run;
   for (int r = 0; r < world; ++r) run.models.push_back(makeMlp());
   run.stats.resize(world);
@@ -161,6 +154,8 @@ TEST(PowerSgd, ErrorFeedbackKeepsWhatCompressionLost) {
   };
   double with = gapAfter(true);
   double without = gapAfter(false);
+  std::cout << "relative gap after " << steps << " steps: with error feedback " << with << ", without " << without
+            << "\n";
   EXPECT_LT(with, 0.25 * without) << "relative gap with error feedback " << with << ", without " << without;
 }
 
