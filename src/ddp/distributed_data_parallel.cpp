@@ -80,7 +80,7 @@ struct DistributedDataParallel::Impl {
     std::vector<int64_t> offsets;
     at::Tensor buffer;
     at::Tensor scratch;
-    std::vector<at::Tensor> gradients;  ///< views of buffer shaped like the parameters (comm hooks)
+    std::vector<at::Tensor> gradients;  ///< views of buffer shaped like the parameters, one per slot
     int pending = 0;
     bool ready = false;
     WorkHandle work;
@@ -116,10 +116,10 @@ struct DistributedDataParallel::Impl {
     auto [b, slot] = slotOf[index];
     Bucket& bucket = buckets[b];
     const at::Tensor& p = params[index];
-    at::Tensor slice = bucket.buffer.narrow(0, bucket.offsets[slot], p.numel());
-    slice.copy_(grad.reshape({-1}));
+    at::Tensor& slice = bucket.gradients[slot];
+    slice.copy_(grad);
     // Gradients accumulated under noSync() are part of what gets averaged.
-    if (p.grad().defined()) slice.add_(p.grad().reshape({-1}));
+    if (p.grad().defined()) slice.add_(p.grad());
     arrived[index] = true;
     anyArrived = true;
     if (--bucket.pending == 0) {
@@ -165,9 +165,9 @@ struct DistributedDataParallel::Impl {
       if (arrived[i]) continue;
       auto [b, slot] = slotOf[i];
       Bucket& bucket = buckets[b];
-      at::Tensor slice = bucket.buffer.narrow(0, bucket.offsets[slot], params[i].numel());
+      at::Tensor& slice = bucket.gradients[slot];
       if (params[i].grad().defined())
-        slice.copy_(params[i].grad().reshape({-1}));
+        slice.copy_(params[i].grad());
       else
         slice.zero_();
       if (--bucket.pending == 0) bucket.ready = true;
@@ -186,7 +186,7 @@ struct DistributedDataParallel::Impl {
       stats.bytesSent += view.bytesSent;
       for (size_t slot = 0; slot < bucket.params.size(); ++slot) {
         at::Tensor& p = params[bucket.params[slot]];
-        at::Tensor slice = bucket.buffer.narrow(0, bucket.offsets[slot], p.numel()).view(p.sizes());
+        const at::Tensor& slice = bucket.gradients[slot];
         if (p.grad().defined()) {
           p.mutable_grad().copy_(slice);
         } else {

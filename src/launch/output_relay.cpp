@@ -55,15 +55,16 @@ void OutputRelay::emit(bool isErr, std::string_view line) {
 void OutputRelay::emitMpirun(bool isErr, std::string_view line) {
   static const std::regex tag(R"(\[\d+,(\d+)\]<(stdout|stderr)>:)");
   // "mpirun noticed that process rank 1 with PID ..." (signals) or "Process name: [[27543,1],1]" (exit codes).
-  static const std::regex failedRank(R"(process rank (\d+)|Process name: \[\[\d+,\d+\],(\d+)\])");
-  static const std::regex failedSignal(R"(process rank \d+ with PID \d+ on node \S+ exited on signal (\d+))");
+  // "... process rank 1 with PID 0 on node vm exited on signal 9 (Killed)." also names the signal.
+  static const std::regex failedRank(
+      R"(process rank (\d+)(?: with PID \d+(?: on node \S+)? exited on signal (\d+))?|Process name: \[\[\d+,\d+\],(\d+)\])");
   std::string text(line);
   std::smatch m;
   if (!std::regex_search(text, m, tag) || m.position(0) != 0) {
     sink_(isErr ? STDERR_FILENO : STDOUT_FILENO, prefix_ ? "[mpirun] " + text + "\n" : text + "\n");
     if (mpiFailedRank_ < 0 && std::regex_search(text, m, failedRank)) {
-      mpiFailedRank_ = std::stoi(m[1].matched ? m[1].str() : m[2].str());
-      if (std::regex_search(text, m, failedSignal)) mpiFailedSignal_ = std::stoi(m[1].str());
+      mpiFailedRank_ = std::stoi(m[1].matched ? m[1].str() : m[3].str());
+      if (m[2].matched) mpiFailedSignal_ = std::stoi(m[2].str());
     }
     if (isErr) keep(tail_, text);
     return;

@@ -52,6 +52,16 @@ TEST(OutputRelay, MpirunSegmentsAreJoinedPerRankAndItsFailureReportIsRead) {
   EXPECT_EQ(c.out, "[0] ok\n");
   EXPECT_EQ(c.err, "[2] half whole\n[mpirun] mpirun noticed that process rank 2 with PID 77 exited on signal 9\n");
   EXPECT_EQ(relay.mpiFailedRank(), 2);
+  EXPECT_EQ(relay.mpiFailedSignal(), 9);
+  // OpenMPI 4's wording names the node; an exit code names no signal.
+  OutputRelay other(0, OutputRelay::Source::kMpirun, true, 5, c.sink());
+  other.feed(true, "mpirun noticed that process rank 1 with PID 0 on node vm exited on signal 15 (Terminated).\n");
+  EXPECT_EQ(other.mpiFailedRank(), 1);
+  EXPECT_EQ(other.mpiFailedSignal(), 15);
+  OutputRelay exited(0, OutputRelay::Source::kMpirun, true, 5, c.sink());
+  exited.feed(true, "  Process name: [[27543,1],3]\n");
+  EXPECT_EQ(exited.mpiFailedRank(), 3);
+  EXPECT_EQ(exited.mpiFailedSignal(), 0);
   ASSERT_NE(relay.rankTail(2), nullptr);
   EXPECT_EQ(relay.rankTail(2)->back(), "half whole");
   EXPECT_EQ(relay.rankTail(0), nullptr) << "stdout lines are not kept";
