@@ -39,6 +39,8 @@ constexpr const char* kBenchUsage =
     "       lockstep bench memory CONFIG.yaml --np 1,2[,...] [--strategies ddp,zero1,zero2,zero3] [--steps N] "
     "[--json]\n"
     "                             [key=value ...]   (bytes per rank and strategy, next to the theory)\n"
+    "       lockstep bench predict CONFIG.yaml [--link 10gbit,1gbit,100mbit] [--workers 2,4,8,64,512] [--json]\n"
+    "                              [--html FILE] [key=value ...]   (step time and efficiency on N machines)\n"
     "       lockstep bench sampler [--objective branin|hartmann6] [--algorithm tpe|random] [--trials N] [--seeds S]\n"
     "                              [--json]   (the sweep's samplers on synthetic objectives)";
 
@@ -96,11 +98,9 @@ int allreduceCommand(const std::vector<std::string>& args) {
 
 int benchCommand(const std::vector<std::string>& args) {
   using Bench = int (*)(const std::vector<std::string>&);
-  static const std::pair<const char*, Bench> kBenches[] = {{"allreduce", &allreduceCommand},
-                                                           {"loader", &benchLoader},
-                                                           {"scaling", &benchScaling},
-                                                           {"memory", &benchMemory},
-                                                           {"sampler", &benchSampler}};
+  static const std::pair<const char*, Bench> kBenches[] = {
+      {"allreduce", &allreduceCommand}, {"loader", &benchLoader},   {"scaling", &benchScaling},
+      {"memory", &benchMemory},         {"predict", &benchPredict}, {"sampler", &benchSampler}};
   if (!args.empty() && (args[0] == "-h" || args[0] == "--help")) {
     std::cout << kBenchUsage << "\n";
     return kExitOk;

@@ -53,6 +53,9 @@ int benchSampler(const std::vector<std::string>& args);
 /// `lockstep bench memory CONFIG --np 1,2 [--strategies ddp,zero1] [--steps N] [--json] [key=value ...]`.
 int benchMemory(const std::vector<std::string>& args);
 
+/// `lockstep bench predict CONFIG [--link L,...] [--workers N,...] [--json] [--html FILE] [key=value ...]`.
+int benchPredict(const std::vector<std::string>& args);
+
 /// The callback behind `lockstep train --result-json PATH`: at the end of fit(),
 /// rank 0 writes the FitResult (throughput, per-step phase breakdown,
 /// communication figures, world size, threads) to PATH as one JSON object,

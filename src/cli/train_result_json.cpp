@@ -9,7 +9,9 @@
 //    "last_validation_accuracy":..., "step_seconds":..., "step_seconds_max":...,
 //    "phases_seconds":{"data_wait":..., "forward":..., "backward":..., "comm_wait":..., "optimizer":...},
 //    "comm":{"seconds":..., "exposed_seconds":..., "exposed_seconds_max":...,
-//            "hidden_fraction":0.8 or null, "buckets":1, "bucket_bytes":1686568},
+//            "hidden_fraction":0.8 or null, "buckets":1, "bucket_bytes":1686568,
+//            "bucket_profile":[{"bytes":..., "ready_seconds":..., "comm_seconds":...}, ...]},
+//            (per bucket in launch order: release after backward's start, service time; trainer.h)
 //    "memory":{"ranks":[{"rank":0, "parameter_bytes":..., "gradient_bytes":..., "optimizer_bytes":...,
 //              "comm_buffer_bytes":..., "step_peak_bytes":... or null, "peak_rss_bytes":...}, ...]}}
 #include <nlohmann/json.hpp>
@@ -38,6 +40,10 @@ nlohmann::json toJson(const FitResult& r, int rank, int threads) {
                          {"buckets", b.buckets},
                          {"bucket_bytes", b.bucketBytes}};
   if (b.commHiddenFraction >= 0) comm["hidden_fraction"] = b.commHiddenFraction;
+  nlohmann::json profile = nlohmann::json::array();
+  for (const BucketProfile& p : b.bucketProfile)
+    profile.push_back({{"bytes", p.bytes}, {"ready_seconds", p.readySeconds}, {"comm_seconds", p.commSeconds}});
+  comm["bucket_profile"] = profile;
   nlohmann::json ranks = detail::rankMemoryJson<nlohmann::json>(r.memory);
   return {{"rank", rank},
           {"world_size", r.worldSize},

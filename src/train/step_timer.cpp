@@ -19,6 +19,7 @@ void StepTimer::beginStep() {
 
 void StepTimer::endPhase(Phase phase) {
   auto now = Clock::now();
+  if (phase == Phase::kBackward) backwardStart_ = mark_;
   double us = std::chrono::duration<double, std::micro>(now - mark_).count();
   phaseUs_[static_cast<size_t>(phase)] += us;
   if (recording_) record_.phases.push_back(PhaseSpan{phase, sinceOrigin(mark_), us});
@@ -79,9 +80,28 @@ void StepTimer::endStep(const std::vector<BucketTiming>& timings) {
     commTotalUs_ += commUs;
     pipelineTotalUs_ += pipelineUs_;
     pipelineComputeTotalUs_ += pipelineComputeUs_;
+    addBucketProfile(timings);
   }
   record_.startUs = sinceOrigin(stepStart_);
   record_.durationUs = stepUs;
+}
+
+void StepTimer::addBucketProfile(const std::vector<BucketTiming>& timings) {
+  if (timings.empty()) return;
+  if (timings.size() != bucketTotals_.size()) {  // the first profiled step, or the buckets changed: start over
+    bucketTotals_.assign(timings.size(), BucketProfile{});
+    profiledSteps_ = 0;
+  }
+  Clock::time_point previousDone = timings.front().launched;
+  for (size_t b = 0; b < timings.size(); ++b) {
+    const BucketTiming& t = timings[b];
+    BucketProfile& total = bucketTotals_[b];
+    total.bytes = t.bytes;
+    total.readySeconds += std::chrono::duration<double>(t.launched - backwardStart_).count();
+    total.commSeconds += std::chrono::duration<double>(t.completed - std::max(t.launched, previousDone)).count();
+    previousDone = std::max(previousDone, t.completed);
+  }
+  ++profiledSteps_;
 }
 
 double StepTimer::timedSeconds() const { return std::chrono::duration<double>(timedEnd_ - timedStart_).count(); }
@@ -90,6 +110,11 @@ StepBreakdown StepTimer::breakdown(Communicator& comm) const {
   StepBreakdown b;
   b.buckets = buckets_;
   b.bucketBytes = bucketBytes_;
+  for (BucketProfile p : bucketTotals_) {
+    p.readySeconds /= static_cast<double>(profiledSteps_);
+    p.commSeconds /= static_cast<double>(profiledSteps_);
+    b.bucketProfile.push_back(p);
+  }
   if (timedSteps_ > 0) {
     const double perStep = 1e-6 / static_cast<double>(timedSteps_);
     b.steps = timedSteps_;

@@ -49,11 +49,14 @@ class StepTimer {
   StepBreakdown breakdown(Communicator& comm) const;
 
  private:
+  void addBucketProfile(const std::vector<BucketTiming>& timings);
+
   Clock::time_point origin_;
   bool recording_;
   StepRecord record_;
   Clock::time_point mark_;
   Clock::time_point stepStart_;
+  Clock::time_point backwardStart_;                 // this step's last backward phase
   std::array<double, kPhaseCount> phaseUs_{};       // this step
   std::array<double, kPhaseCount> phaseTotalUs_{};  // timed steps
   double stepTotalUs_ = 0;
@@ -62,6 +65,8 @@ class StepTimer {
   double pipelineTotalUs_ = 0, pipelineComputeTotalUs_ = 0;  // timed steps
   int buckets_ = 0;
   int64_t bucketBytes_ = 0;
+  std::vector<BucketProfile> bucketTotals_;  // timed steps: sums of ready and service times
+  int64_t profiledSteps_ = 0;                // timed steps that fed bucketTotals_
   int64_t timedSteps_ = -1;
   Clock::time_point timedStart_;
   Clock::time_point timedEnd_;

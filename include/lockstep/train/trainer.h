@@ -140,6 +140,15 @@ struct TrainerOptions {
   std::vector<std::shared_ptr<TrainerCallback>> callbacks;
 };
 
+/// One gradient bucket of a data-parallel step as this rank released and
+/// communicated it, means over the timed steps (what `lockstep bench predict`
+/// builds its model from).
+struct BucketProfile {
+  int64_t bytes = 0;        ///< float32 gradient bytes
+  double readySeconds = 0;  ///< from the start of the step's (last) backward to the bucket's launch
+  double commSeconds = 0;   ///< its service: from launch, or the previous bucket's completion if later, to completion
+};
+
 /// Where an optimizer step's time went, averaged over the run's timed steps
 /// (the first step of the run is excluded, like FitResult::samplesPerSecond).
 /// Values are this rank's, except the *Max fields (the maximum over ranks).
@@ -165,8 +174,9 @@ struct StepBreakdown {
   /// Min over ranks: the busiest stage's idle share, the bubble that limits the pipeline's throughput
   /// (less loaded stages idle more, waiting for it).
   double pipelineBubble = -1;
-  int buckets = 0;          ///< gradient buckets per step (0 with one worker)
-  int64_t bucketBytes = 0;  ///< float32 gradient bytes allreduced per step
+  int buckets = 0;                           ///< gradient buckets per step (0 with one worker)
+  int64_t bucketBytes = 0;                   ///< float32 gradient bytes allreduced per step
+  std::vector<BucketProfile> bucketProfile;  ///< per bucket, in launch order (empty with one worker)
 
   double phase(Phase p) const { return phaseSeconds[static_cast<size_t>(p)]; }
 };

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Checks `lockstep bench predict` against measured runs: for each workload it
+# predicts samples/s of 2, 3 and 4 hosts at each link speed from the two
+# profiles on this machine, then measures the same points with
+# bench/emulated_links.sh (network namespaces, tc tbf links) and prints
+# predicted, measured and the error per point. Needs root (ip netns, tc).
+#
+#   bench/predict_validate.sh [STEPS]     (default 12 optimizer steps per run)
+#
+# Environment: LINKS (default "10gbit 1gbit 100mbit"), HOSTS (default "2 3 4"),
+# WORKLOADS (default "convnet mlp"), LOCKSTEP_BUILD_DIR (default build).
+#
+# The emulated hosts share this machine's cores, so the prediction is told so
+# (--shared-cores): with more hosts than cores, compute stretches by hosts/cores.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD="${LOCKSTEP_BUILD_DIR:-build}"
+case "$BUILD" in /*) ;; *) BUILD="$PWD/$BUILD" ;; esac
+BIN="$BUILD/lockstep"
+STEPS="${1:-12}"
+LINKS="${LINKS:-10gbit 1gbit 100mbit}"
+HOSTS="${HOSTS:-2 3 4}"
+WORKLOADS="${WORKLOADS:-convnet mlp}"
+[ -x "$BIN" ] || { echo "predict_validate.sh: $BIN not found; build lockstep first (scripts/build.sh)" >&2; exit 1; }
+OUT="$(mktemp -d)"
+trap 'rm -rf "$OUT"' EXIT
+
+config_of() {
+  case "$1" in
+    charlstm) echo configs/charlstm-bench.yaml ;;
+    convnet) echo configs/fashion_convnet.yaml ;;
+    mlp) echo configs/mlp-bench.yaml ;;
+    alexnet) echo configs/cifar_alexnet.yaml ;;
+    *) echo "predict_validate.sh: unknown workload '$1'" >&2; exit 2 ;;
+  esac
+}
+
+for workload in $WORKLOADS; do
+  echo "== $workload: prediction (profiles of 1 and 2 workers on this machine)" >&2
+  "$BIN" bench predict "$(config_of "$workload")" --link "$(echo "$LINKS" | tr ' ' ',')" \
+    --workers "$(echo "$HOSTS" | tr ' ' ',')" --threads 1 --backend gloo --shared-cores "$(nproc)" \
+    --steps "$STEPS" --json generate.samples=0 > "$OUT/$workload-predict.json"
+done
+echo "== measured: bench/emulated_links.sh $STEPS" >&2
+LINKS="$LINKS" HOSTS="$HOSTS" WORKLOADS="$WORKLOADS" LOCKSTEP_BUILD_DIR="$BUILD" bench/emulated_links.sh "$STEPS" \
+  | tee "$OUT/measured.txt" >&2
+
+python3 - "$OUT" $WORKLOADS <<'EOF'
+import json, sys
+out, workloads = sys.argv[1], sys.argv[2:]
+measured = {}
+for line in open(f"{out}/measured.txt"):
+    f = line.split()
+    if len(f) >= 4 and f[0] in workloads and f[1] != "none" and f[3].isdigit():
+        measured[(f[0], f[1], int(f[2]))] = float(f[3])
+print(f"{'workload':<9} {'link':<8} {'hosts':>5} {'predicted':>10} {'measured':>9} {'error':>7}")
+errors = []
+for w in workloads:
+    doc = json.load(open(f"{out}/{w}-predict.json"))
+    for row in doc["rows"]:
+        key = (w, row["link"], row["workers"])
+        if key not in measured:
+            print(f"{w:<9} {row['link']:<8} {row['workers']:>5} {row['samples_per_second']:>10.0f} {'FAILED':>9}")
+            continue
+        m = measured[key]
+        err = row["samples_per_second"] / m - 1
+        errors.append(abs(err))
+        print(f"{w:<9} {row['link']:<8} {row['workers']:>5} {row['samples_per_second']:>10.0f} {m:>9.0f} "
+              f"{100 * err:>+6.0f}%")
+if errors:
+    within = sum(e <= 0.15 for e in errors)
+    print(f"{within} of {len(errors)} points within 15%; largest error {100 * max(errors):.0f}%")
+EOF
