@@ -5,6 +5,8 @@
 //   lockstep run -np 1 --threads T --backend B -- lockstep train CONFIG ... --result-json single.json
 //   lockstep run -np 2 --threads T --backend B -- lockstep train CONFIG ... --result-json pair.json
 // (per-step phases, the buckets' sizes, release moments and service times),
+// measures the backend's own cost per byte between two workers,
+//   lockstep run -np 2 --threads T --backend B -- lockstep bench allreduce --bytes 64K,16M --json
 // then predicts step time, samples/s and efficiency for each (link, N) with
 // the model of scaling_model.h, and prints them as a table, JSON or an HTML
 // page with a plot (predict_report.cpp).
@@ -152,6 +154,49 @@ StepProfile profile(const PredictOptions& o, int workers, int threads, const std
   return readProfile(resultPath);
 }
 
+/// The backend's cost per byte between two workers of this machine (allreduce.json in `dir`, reused
+/// when there): `lockstep bench allreduce` at two sizes, a line through them.
+SoftwareCost measureSoftwareCost(const PredictOptions& o, int threads, const std::string& dir) {
+  const std::string path = dir + "/allreduce.json";
+  if (!fs::exists(path)) {
+    const std::string self = fs::read_symlink("/proc/self/exe").string();
+    std::vector<std::string> argv{self,        "run",     "-np",         "2",     "--threads", std::to_string(threads),
+                                  "--backend", o.backend, "--no-prefix", "--",    self,        "bench",
+                                  "allreduce", "--bytes", "64K,16M",     "--json"};
+    std::cerr << fmt::format("lockstep bench predict: the backend's own cost: {}\n", shellJoin(argv));
+    const std::string logPath = dir + "/allreduce.log";
+    int rc = runLogged(argv, logPath);
+    if (rc != 0) {
+      throw Error(fmt::format("the allreduce benchmark failed (exit code {}); the last lines of its output ({}):\n{}",
+                              rc, logPath, lastLines(logPath, 20)));
+    }
+    // The log holds the launcher's lines too: the document is from the line "{" to the last "}".
+    std::ifstream log(logPath);
+    std::string line, text;
+    bool inside = false;
+    while (std::getline(log, line)) {
+      if (line == "{") inside = true;
+      if (inside) text += line + "\n";
+      if (line == "}") inside = false;
+    }
+    std::ofstream(path + ".partial") << text;
+    fs::rename(path + ".partial", path);
+  } else {
+    std::cerr << fmt::format("lockstep bench predict: reusing the allreduce timings {}\n", path);
+  }
+  std::ifstream in(path);
+  try {
+    std::vector<std::pair<int64_t, double>> timings;
+    const nlohmann::json doc = nlohmann::json::parse(in);
+    for (const auto& r : doc.at("results")) {
+      timings.emplace_back(r.at("bytes").get<int64_t>(), 1e-6 * r.at("time_us").get<double>());
+    }
+    return fitSoftwareCost(timings);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(fmt::format("{} is not a lockstep bench allreduce --json document: {}", path, e.what()));
+  }
+}
+
 std::vector<int> parseWorkerCounts(const std::string& text) {
   try {
     return parseWorldSizes(text);
@@ -178,7 +223,7 @@ int runPredict(const PredictOptions& o, const std::vector<LinkSpec>& links, cons
                     "data parallelism (strategy ddp)",
                     dir));
   }
-  in.software = fitSoftwareCost(in.pair);
+  in.software = measureSoftwareCost(o, threads, dir);
   in.algorithm = o.backend == "mpi" ? AllreduceAlgorithm::kFastest : AllreduceAlgorithm::kRing;
   in.sharedCores = o.sharedCores;
   PredictReport report{o.config, o.backend, threads, in, {}, links};

@@ -25,10 +25,10 @@ std::string profileLine(const PredictReport& r) {
   for (const auto& b : in.pair.buckets) bytes += b.bytes;
   return fmt::format(
       "profile: 1 worker {:.0f} samples/s (step {:.1f} ms); 2 workers on this machine: compute {:.1f} ms a step "
-      "(backward {:.1f}), {} bucket(s) of {} in all, the backend's own cost {:.2f} ns/byte + {:.0f} us/message",
+      "(backward {:.1f}), {} bucket(s) of {} in all; the backend's own cost {:.2f} ns/byte moved + {:.0f} us a call",
       in.single.samplesPerSecond, 1e3 * in.single.computeSeconds(), 1e3 * in.pair.computeSeconds(),
       1e3 * in.pair.backward, in.pair.buckets.size(), formatBytes(static_cast<double>(bytes)),
-      1e9 * in.software.perByteSeconds, 1e6 * in.software.perMessageSeconds);
+      1e9 * in.software.perByteSeconds, 1e6 * in.software.perCallSeconds);
 }
 
 /// x: log2 of the workers; y: efficiency 0..1. One polyline per link.
@@ -92,8 +92,9 @@ std::vector<std::string> predictAssumptions(const PredictReport& r) {
       fmt::format("gradients are allreduced bucket by bucket as backward releases them, one allreduce at a time, "
                   "{}",
                   toString(r.inputs.algorithm)),
-      "the backend's own cost per byte and per message (copies, reduction, TCP stack) is the one fitted on this "
-      "machine; wire time adds to it",
+      "the backend's own cost per byte (copies, reduction, TCP stack) is the one measured between two workers of "
+      "this machine, wire time adds to it; each bucket's fixed cost (per call, waiting for the others) stays as "
+      "profiled with two workers",
       "every link between workers has the given speed and latency, full duplex, with no other traffic; no "
       "stragglers"};
   if (r.inputs.sharedCores > 0) {
@@ -131,7 +132,7 @@ nlohmann::json predictJson(const PredictReport& r) {
           {"pair_compute_seconds", in.pair.computeSeconds()},
           {"buckets", in.pair.buckets.size()},
           {"software",
-           {{"per_byte_seconds", in.software.perByteSeconds}, {"per_message_seconds", in.software.perMessageSeconds}}},
+           {{"per_byte_seconds", in.software.perByteSeconds}, {"per_call_seconds", in.software.perCallSeconds}}},
           {"links", links},
           {"rows", rows},
           {"assumptions", predictAssumptions(r)}};

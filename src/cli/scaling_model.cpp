@@ -81,47 +81,47 @@ std::vector<LinkSpec> parseLinks(const std::string& text, double defaultLatencyS
   return links;
 }
 
-SoftwareCost fitSoftwareCost(const StepProfile& pair) {
+SoftwareCost fitSoftwareCost(const std::vector<std::pair<int64_t, double>>& timings) {
   SoftwareCost cost;
-  const auto& buckets = pair.buckets;
-  if (buckets.empty()) return cost;
-  cost.fitted = true;
-  // A two-worker ring: each allreduce is 2 hops and moves its b bytes once per worker.
   double n = 0, sb = 0, ss = 0, sbb = 0, sbs = 0;
-  for (const auto& b : buckets) {
-    const double bytes = static_cast<double>(b.bytes), s = std::max(0.0, b.commSeconds);
+  for (const auto& [bytes64, seconds] : timings) {
+    const double bytes = static_cast<double>(bytes64), s = std::max(0.0, seconds);
     n += 1;
     sb += bytes;
     ss += s;
     sbb += bytes * bytes;
     sbs += bytes * s;
   }
+  if (n == 0) return cost;
   const double denominator = n * sbb - sb * sb;
   if (n >= 2 && denominator > 1e-9 * sbb * n) {
     const double slope = (n * sbs - sb * ss) / denominator;
     const double intercept = (ss - slope * sb) / n;
     if (slope > 0 && intercept >= 0) {
       cost.perByteSeconds = slope;
-      cost.perMessageSeconds = intercept / 2;
+      cost.perCallSeconds = intercept;
+      return cost;
+    }
+    if (slope > 0) {  // a line through zero: all of it per byte
+      cost.perByteSeconds = sbs / sbb;
       return cost;
     }
   }
-  cost.perByteSeconds = sb > 0 ? ss / sb : 0;  // one size (or a fit below zero): all of it per byte
+  cost.perByteSeconds = sb > 0 ? ss / sb : 0;
   return cost;
 }
 
 double allreduceSeconds(AllreduceAlgorithm algorithm, int64_t bytes, int workers, const LinkSpec& link,
-                        const SoftwareCost& software) {
+                        double perByteSeconds) {
   if (workers < 2) return 0;
   if (algorithm == AllreduceAlgorithm::kFastest) {
-    return std::min(allreduceSeconds(AllreduceAlgorithm::kRing, bytes, workers, link, software),
-                    allreduceSeconds(AllreduceAlgorithm::kHalvingDoubling, bytes, workers, link, software));
+    return std::min(allreduceSeconds(AllreduceAlgorithm::kRing, bytes, workers, link, perByteSeconds),
+                    allreduceSeconds(AllreduceAlgorithm::kHalvingDoubling, bytes, workers, link, perByteSeconds));
   }
   const double n = workers;
   const double hops = algorithm == AllreduceAlgorithm::kRing ? 2 * (n - 1) : 2 * std::ceil(std::log2(n));
   const double moved = 2 * (n - 1) / n * static_cast<double>(bytes);
-  return hops * (link.latencySeconds + software.perMessageSeconds) +
-         moved * (8 / link.bitsPerSecond + software.perByteSeconds);
+  return hops * link.latencySeconds + moved * (8 / link.bitsPerSecond + perByteSeconds);
 }
 
 Prediction predict(const ModelInputs& in, const LinkSpec& link, int workers) {
@@ -142,15 +142,14 @@ Prediction predict(const ModelInputs& in, const LinkSpec& link, int workers) {
     return in.sharedCores > 0 ? std::max(1.0, static_cast<double>(n * in.pair.threadsPerWorker) / in.sharedCores) : 1.0;
   };
   const double stretch = sharing(workers) / sharing(in.pair.workers);
-  SoftwareCost software = in.software;
-  software.perByteSeconds *= stretch;
-  software.perMessageSeconds *= stretch;
+  const double perByte = in.software.perByteSeconds;
 
   const double backward = in.pair.backward * stretch;
   double channelFree = 0;  // after backward's start
   for (const auto& bucket : in.pair.buckets) {
     const double ready = std::clamp(bucket.readySeconds * stretch, 0.0, backward);
-    const double seconds = allreduceSeconds(in.algorithm, bucket.bytes, workers, link, software);
+    const double fixed = std::max(0.0, bucket.commSeconds - perByte * static_cast<double>(bucket.bytes));
+    const double seconds = fixed + allreduceSeconds(in.algorithm, bucket.bytes, workers, link, perByte);
     channelFree = std::max(channelFree, ready) + seconds;
     p.commSeconds += seconds;
   }

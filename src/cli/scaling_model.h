@@ -6,14 +6,16 @@
 // forward, backward, optimizer, time between steps) plus the communication
 // backward does not hide. Each gradient bucket is released at the moment the
 // profile saw it released (after backward's start) and allreduced on one
-// channel in launch order; one allreduce of b bytes costs
-//   ring:              2(N-1)·(α_link + α_sw) + 2(N-1)/N · b · (8/bps_link + β_sw)
-//   halving-doubling:  2·log2(N)·(α_link + α_sw) + 2(N-1)/N · b · (8/bps_link + β_sw)
-// where α_sw and β_sw (seconds per message hop and per byte moved) are the
-// backend's own costs — copies, reduction, the TCP stack — fitted to the
-// two-worker profile's bucket service times on this machine, where the wire is
-// free. Wire and software costs add: on busy cores the copies do not overlap
-// the transfer (measured on the emulated links; docs/performance.md).
+// channel in launch order; one allreduce of b bytes over N workers costs
+//   fixed + 2(N-1)/N · b · (β + 8/bps_link) + hops · α_link
+// with hops = 2(N-1) for a ring, 2·ceil(log2 N) for halving-doubling. β, the
+// backend's own seconds per byte moved (copies, reduction, the TCP stack), is
+// measured by an allreduce benchmark between two workers on this machine
+// (`lockstep bench allreduce`, where the wire is free); `fixed` is what the
+// profiled bucket took beyond its bytes (the backend's per-call cost, waiting
+// for the other worker), so two workers on a free link replay the profile.
+// Wire and software costs add: on busy cores the copies do not overlap the
+// transfer (measured on the emulated links; docs/performance.md).
 // Pure arithmetic: no processes, no tensors (tests/cli/test_scaling_model.cpp).
 #pragma once
 
@@ -61,29 +63,29 @@ const char* toString(AllreduceAlgorithm algorithm);
 /// "50us", "0.2ms", "0s" -> seconds; ConfigError naming `flag` otherwise.
 double parseLatencySeconds(const std::string& text, const std::string& flag);
 
-/// The backend's own cost of moving bytes, fitted to a profile's buckets.
+/// The backend's own cost of moving bytes, fitted to allreduce timings between two workers.
 struct SoftwareCost {
-  double perMessageSeconds = 0;  ///< α_sw, per hop
-  double perByteSeconds = 0;     ///< β_sw, per byte each worker moves
-  bool fitted = false;           ///< false: no buckets to fit (one worker), costs are 0
+  double perByteSeconds = 0;  ///< β: per byte each worker moves
+  double perCallSeconds = 0;  ///< the line's intercept: one allreduce's fixed cost (shown, not used)
 };
 
-/// Fits α_sw and β_sw to `pair`'s bucket service times (a two-worker run: one hop each way,
-/// each worker moves b bytes): least squares over the buckets when their sizes differ, else
-/// all per byte; never negative.
-SoftwareCost fitSoftwareCost(const StepProfile& pair);
+/// The least-squares line through (bytes, seconds) of two-worker allreduces (each worker moves
+/// the b bytes once); slope and intercept never negative. ConfigError-free: fewer than two
+/// distinct sizes give all of it per byte.
+SoftwareCost fitSoftwareCost(const std::vector<std::pair<int64_t, double>>& timings);
 
-/// Seconds of one allreduce of `bytes` over `workers` on `link`.
+/// Seconds of one allreduce of `bytes` over `workers` on `link`, its fixed part aside.
 double allreduceSeconds(AllreduceAlgorithm algorithm, int64_t bytes, int workers, const LinkSpec& link,
-                        const SoftwareCost& software);
+                        double perByteSeconds);
 
 struct ModelInputs {
   StepProfile single;  ///< one worker
   StepProfile pair;    ///< two workers on this machine
   SoftwareCost software;
   AllreduceAlgorithm algorithm = AllreduceAlgorithm::kRing;
-  /// Emulated hosts sharing this machine: every worker's compute (and the software cost) stretches
-  /// by max(1, N·threads/sharedCores) over the profile's own sharing. 0: each worker has its own cores.
+  /// Emulated hosts sharing this machine: every worker's compute stretches by
+  /// max(1, N·threads/sharedCores) over the profile's own sharing (the backend's cost does not:
+  /// measured, it did not). 0: each worker has its own cores.
   int sharedCores = 0;
 };
 

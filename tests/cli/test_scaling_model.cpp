@@ -32,38 +32,32 @@ TEST(ScalingModel, ParsesLinksWithAndWithoutLatency) {
 
 TEST(ScalingModel, AllreduceCostsOfRingAndHalvingDoubling) {
   LinkSpec gigabit{"1gbit", 1e9, 10e-6};
-  SoftwareCost none;
   // Two workers: each sends its 1 MB once (8 ms at 1 Gbit) over 2 hops.
-  EXPECT_NEAR(allreduceSeconds(AllreduceAlgorithm::kRing, 1'000'000, 2, gigabit, none), 8e-3 + 2 * 10e-6, 1e-12);
+  EXPECT_NEAR(allreduceSeconds(AllreduceAlgorithm::kRing, 1'000'000, 2, gigabit, 0), 8e-3 + 2 * 10e-6, 1e-12);
   // Eight: 2·7/8 of the bytes, 14 hops in a ring, 6 halving-doubling.
   const double wire = 2.0 * 7 / 8 * 8e-3;
-  EXPECT_NEAR(allreduceSeconds(AllreduceAlgorithm::kRing, 1'000'000, 8, gigabit, none), wire + 14 * 10e-6, 1e-12);
-  EXPECT_NEAR(allreduceSeconds(AllreduceAlgorithm::kHalvingDoubling, 1'000'000, 8, gigabit, none), wire + 6 * 10e-6,
+  EXPECT_NEAR(allreduceSeconds(AllreduceAlgorithm::kRing, 1'000'000, 8, gigabit, 0), wire + 14 * 10e-6, 1e-12);
+  EXPECT_NEAR(allreduceSeconds(AllreduceAlgorithm::kHalvingDoubling, 1'000'000, 8, gigabit, 0), wire + 6 * 10e-6,
               1e-12);
-  EXPECT_NEAR(allreduceSeconds(AllreduceAlgorithm::kFastest, 1'000'000, 8, gigabit, none), wire + 6 * 10e-6, 1e-12);
-  SoftwareCost software{5e-6, 1e-9, true};  // adds per hop and per byte moved
-  EXPECT_NEAR(allreduceSeconds(AllreduceAlgorithm::kRing, 1'000'000, 2, gigabit, software), 8e-3 + 1e-3 + 2 * 15e-6,
-              1e-12);
-  EXPECT_EQ(allreduceSeconds(AllreduceAlgorithm::kRing, 1'000'000, 1, gigabit, none), 0);
+  EXPECT_NEAR(allreduceSeconds(AllreduceAlgorithm::kFastest, 1'000'000, 8, gigabit, 0), wire + 6 * 10e-6, 1e-12);
+  // The backend's own cost adds per byte moved.
+  EXPECT_NEAR(allreduceSeconds(AllreduceAlgorithm::kRing, 1'000'000, 2, gigabit, 1e-9), 8e-3 + 1e-3 + 2 * 10e-6, 1e-12);
+  EXPECT_EQ(allreduceSeconds(AllreduceAlgorithm::kRing, 1'000'000, 1, gigabit, 0), 0);
 }
 
-TEST(ScalingModel, FitsTheBackendsCostPerByteAndPerMessage) {
-  StepProfile pair;
-  pair.workers = 2;
-  for (int64_t bytes : {100'000, 1'000'000, 4'000'000}) {
-    pair.buckets.push_back(ProfiledBucket{bytes, 0, 2 * 40e-6 + bytes * 0.5e-9});
-  }
-  SoftwareCost fit = fitSoftwareCost(pair);
-  EXPECT_TRUE(fit.fitted);
+TEST(ScalingModel, FitsTheBackendsCostPerByteAndPerCall) {
+  SoftwareCost fit = fitSoftwareCost({{65'536, 1e-3 + 65'536 * 0.5e-9}, {16'777'216, 1e-3 + 16'777'216 * 0.5e-9}});
   EXPECT_NEAR(fit.perByteSeconds, 0.5e-9, 1e-15);
-  EXPECT_NEAR(fit.perMessageSeconds, 40e-6, 1e-10);
-  // One bucket cannot separate the two: all of it per byte.
-  pair.buckets.resize(1);
-  fit = fitSoftwareCost(pair);
-  EXPECT_EQ(fit.perMessageSeconds, 0);
-  EXPECT_NEAR(fit.perByteSeconds, (80e-6 + 100'000 * 0.5e-9) / 100'000, 1e-15);
-  pair.buckets.clear();
-  EXPECT_FALSE(fitSoftwareCost(pair).fitted);
+  EXPECT_NEAR(fit.perCallSeconds, 1e-3, 1e-10);
+  // A line below zero at no bytes: through zero instead.
+  fit = fitSoftwareCost({{1'000, 0}, {1'000'000, 1e-3}});
+  EXPECT_EQ(fit.perCallSeconds, 0);
+  EXPECT_NEAR(fit.perByteSeconds, 1e-9, 1e-12);
+  // One size cannot separate the two: all of it per byte.
+  fit = fitSoftwareCost({{1'000'000, 2e-3}});
+  EXPECT_EQ(fit.perCallSeconds, 0);
+  EXPECT_NEAR(fit.perByteSeconds, 2e-9, 1e-18);
+  EXPECT_EQ(fitSoftwareCost({}).perByteSeconds, 0);
 }
 
 ModelInputs twoBucketModel(double firstReady) {
@@ -110,18 +104,32 @@ TEST(ScalingModel, OnlyCommunicationAfterBackwardIsExposed) {
   EXPECT_DOUBLE_EQ(p.efficiency, 1);
 }
 
-TEST(ScalingModel, SharedCoresStretchComputeAndTheBackendsCost) {
+TEST(ScalingModel, ABucketKeepsItsProfiledFixedCostAndScalesItsBytes) {
+  LinkSpec free{"free", 1e15, 0};
+  ModelInputs in = twoBucketModel(0.01);
+  in.software.perByteSeconds = 1e-9;  // 1 ms of each bucket's profiled 3 ms is its bytes, 2 ms fixed
+  for (auto& b : in.pair.buckets) b.commSeconds = 3e-3;
+  Prediction two = predict(in, free, 2);
+  EXPECT_NEAR(two.commSeconds, 6e-3, 1e-7) << "two workers on a free wire replay the profile";
+  EXPECT_NEAR(two.exposedSeconds, 3e-3, 1e-7);
+  Prediction four = predict(in, free, 4);
+  EXPECT_NEAR(four.commSeconds, 2 * (2e-3 + 1.5e-3), 1e-7) << "four move 2·3/4 of the bytes";
+}
+
+TEST(ScalingModel, SharedCoresStretchCompute) {
   LinkSpec fast{"1000gbit", 1e12, 0};
   ModelInputs in = twoBucketModel(0.01);
   in.pair.threadsPerWorker = 1;
   in.sharedCores = 2;
-  in.software = SoftwareCost{0, 1e-9, true};  // 1 ms per bucket at two workers
+  in.software.perByteSeconds = 1e-9;
   Prediction two = predict(in, fast, 2);
   EXPECT_NEAR(two.computeSeconds, 0.13, 1e-12) << "two workers on two cores: as profiled";
   Prediction four = predict(in, fast, 4);
   EXPECT_NEAR(four.computeSeconds, 0.26, 1e-12) << "four workers on two cores: twice the compute";
-  // Each bucket: 2·3/4 of 1 MB at 2 ns/byte (stretched) = 3 ms plus the wire (0.012 ms).
-  EXPECT_NEAR(four.commSeconds, 2 * (1.5e6 * 2e-9 + 1.5e6 * 8 / 1e12), 1e-12);
+  // The backend's cost does not stretch: each bucket 2·3/4 of 1 MB at 1 ns/byte plus the wire.
+  EXPECT_NEAR(four.commSeconds, 2 * (1.5e6 * 1e-9 + 1.5e6 * 8 / 1e12), 1e-12);
+  // Backward stretched to 140 ms: the last bucket is released at its end, 1.5 ms exposed.
+  EXPECT_NEAR(four.exposedSeconds, 1.5e-3 + 1.5e6 * 8 / 1e12, 1e-12);
   in.sharedCores = 0;
   EXPECT_NEAR(predict(in, fast, 4).computeSeconds, 0.13, 1e-12) << "own cores: no stretch";
 }
