@@ -8,7 +8,9 @@
 #   bench/predict_validate.sh [STEPS]     (default 12 optimizer steps per run)
 #
 # Environment: LINKS (default "10gbit 1gbit 100mbit"), HOSTS (default "2 3 4"),
-# WORKLOADS (default "convnet mlp"), LOCKSTEP_BUILD_DIR (default build).
+# WORKLOADS (default "convnet mlp"), LOCKSTEP_BUILD_DIR (default build),
+# MAX_ERROR (e.g. 0.3: print FAILED and exit 1 when a point is further off, or
+# missing; default: report only).
 #
 # The emulated hosts share this machine's cores, so the prediction is told so
 # (--shared-cores): with more hosts than cores, compute stretches by hosts/cores.
@@ -45,9 +47,10 @@ echo "== measured: bench/emulated_links.sh $STEPS" >&2
 LINKS="$LINKS" HOSTS="$HOSTS" WORKLOADS="$WORKLOADS" LOCKSTEP_BUILD_DIR="$BUILD" bench/emulated_links.sh "$STEPS" \
   | tee "$OUT/measured.txt" >&2
 
-python3 - "$OUT" $WORKLOADS <<'EOF'
+python3 - "$OUT" "${MAX_ERROR:-}" $WORKLOADS <<'EOF'
 import json, sys
-out, workloads = sys.argv[1], sys.argv[2:]
+out, limit, workloads = sys.argv[1], sys.argv[2], sys.argv[3:]
+missing = 0
 measured = {}
 for line in open(f"{out}/measured.txt"):
     f = line.split()
@@ -60,7 +63,8 @@ for w in workloads:
     for row in doc["rows"]:
         key = (w, row["link"], row["workers"])
         if key not in measured:
-            print(f"{w:<9} {row['link']:<8} {row['workers']:>5} {row['samples_per_second']:>10.0f} {'FAILED':>9}")
+            print(f"{w:<9} {row['link']:<8} {row['workers']:>5} {row['samples_per_second']:>10.0f} {'no run':>9}")
+            missing += 1
             continue
         m = measured[key]
         err = row["samples_per_second"] / m - 1
@@ -70,4 +74,9 @@ for w in workloads:
 if errors:
     within = sum(e <= 0.15 for e in errors)
     print(f"{within} of {len(errors)} points within 15%; largest error {100 * max(errors):.0f}%")
+if limit:
+    off = sum(e > float(limit) for e in errors)
+    if off or missing or not errors:
+        print(f"FAILED: {off} point(s) off by more than {100 * float(limit):.0f}%, {missing} without a measurement")
+        sys.exit(1)
 EOF
