@@ -228,6 +228,29 @@ static void checkMemory(const nlohmann::json& info, const std::string& displayNa
   }
 }
 
+/// "ps" (an async_ps run, once finished): {"staleness_bound": s, "staleness": [updates by staleness],
+/// "wait_seconds": [per worker]}.
+static void checkPs(const nlohmann::json& info, const std::string& displayName) {
+  auto it = info.find("ps");
+  if (it == info.end()) return;
+  if (!it->is_object()) {
+    throw RunFormatError(displayName, 0, fmt::format("\"ps\" is {}, expected an object", it->type_name()));
+  }
+  for (const char* key : {"staleness", "wait_seconds"}) {
+    auto list = it->find(key);
+    if (list == it->end()) continue;
+    if (!list->is_array()) {
+      throw RunFormatError(displayName, 0, fmt::format("\"ps\".{} is {}, expected an array", key, list->type_name()));
+    }
+    for (size_t i = 0; i < list->size(); ++i) {
+      if (!(*list)[i].is_number()) {
+        throw RunFormatError(displayName, 0,
+                             fmt::format("\"ps\".{}[{}] is {}, expected a number", key, i, (*list)[i].type_name()));
+      }
+    }
+  }
+}
+
 nlohmann::json readRunInfo(const std::string& runDir, const std::string& displayName) {
   std::string path = runDir + "/run.json";
   std::string text;
@@ -256,6 +279,7 @@ nlohmann::json readRunInfo(const std::string& runDir, const std::string& display
     }
   }
   checkMemory(info, displayName);
+  checkPs(info, displayName);
   return info;
 }
 

@@ -61,6 +61,11 @@ void MetricsWriter::writeRunJson(const char* status) {
   run["start_step"] = info_.startStep;
   run["pid"] = static_cast<int64_t>(::getpid());
   if (!memory_.empty()) run["memory"] = detail::rankMemoryJson<Json>(memory_);
+  if (!staleness_.empty()) {
+    run["ps"] = {{"staleness_bound", static_cast<int64_t>(staleness_.size()) - 1},
+                 {"staleness", staleness_},
+                 {"wait_seconds", psWaitSeconds_}};
+  }
   try {
     detail::writeFileAtomically(join(dir_, "run.json"), {run.dump(2) + "\n"}, detail::Durability::kProcessCrash);
   } catch (const std::exception& e) { detail::warnOnce(warned_, "writing run.json", e.what()); }
@@ -127,6 +132,8 @@ void MetricsWriter::onValidation(const ValidationRecord& r) {
 void MetricsWriter::onFitEnd(const FitResult& result) {
   ended_ = true;
   memory_ = result.memory;
+  staleness_ = result.staleness;
+  psWaitSeconds_ = result.psWaitSeconds;
   writeRunJson("finished");
 }
 

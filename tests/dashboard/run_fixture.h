@@ -19,6 +19,7 @@ struct RunFixture {
   std::string status = "finished";
   bool gpu = false;
   bool memory = true;  ///< run.json "memory", as a finished run writes it
+  bool ps = false;     ///< run.json "ps" of an async_ps run: updates by staleness 0/1/2: 5, 3, 1
   std::string config = "model:\n  type: charlstm\ntrainer:\n  max_steps: 40\n";
 };
 
@@ -78,6 +79,7 @@ inline void writeRunFixture(const std::string& dir, const RunFixture& f = {}) {
                                {"peak_rss_bytes", 300000000}});
     }
   }
+  if (f.ps) { run["ps"] = {{"staleness_bound", 2}, {"staleness", {5, 3, 1}}, {"wait_seconds", {0.5, 1.25}}}; }
   writeText(dir + "/run.json", run.dump(2) + "\n");
   writeText(dir + "/config.yaml", f.config);
   std::string metrics;

@@ -169,9 +169,24 @@ TEST(DashboardEndToEnd, ChromiumRendersTheDashboardAndTheReport) {
   }
   test::appendText(logdir + "/resumed/metrics.jsonl", resumedLines);
 
+  // An async_ps run: its staleness histogram.
+  test::RunFixture async;
+  async.ps = true;
+  test::writeRunFixture(logdir + "/async", async);
+
   {
     test::DashboardProcess dashboard(logdir);
-    expectChartsDrawn(dumpDom(dashboard.url() + "#runs=tiny"), "dashboard");
+    const std::string tinyDom = dumpDom(dashboard.url() + "#runs=tiny");
+    expectChartsDrawn(tinyDom, "dashboard");
+    EXPECT_EQ(tagAttributes(tinyDom, "class=\"staleness-table").count("hidden"), 1u) << "no histogram for DDP";
+    const std::string asyncDom = dumpDom(dashboard.url() + "#runs=async");
+    auto staleness = tagAttributes(asyncDom, "class=\"staleness-table");
+    EXPECT_EQ(staleness.count("hidden"), 0u) << asyncDom.substr(0, 4000);
+    EXPECT_EQ(intAttribute(staleness, "data-updates"), 9);
+    EXPECT_EQ(intAttribute(staleness, "data-bins"), 3);
+    EXPECT_EQ(intAttribute(tagAttributes(asyncDom, "data-staleness=\"1\""), "data-count"), 3);
+    EXPECT_NE(asyncDom.find("staleness of the 9 applied updates (bound 2); workers waited 0.5 s, 1.3 s"),
+              std::string::npos);
     std::string broken = dumpDom(dashboard.url() + "#runs=broken");
     EXPECT_NE(broken.find("cannot read run broken: broken/metrics.jsonl:2: not valid JSON"), std::string::npos)
         << broken;

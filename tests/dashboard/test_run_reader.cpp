@@ -127,6 +127,9 @@ TEST(RunReader, WrongTypesAndMissingFieldsAreErrors) {
               "types/run.json: \"memory\" is object, expected an array");
   expectError("run.json", "{\"name\": \"x\", \"memory\": [{\"rank\": 0, \"gradient_bytes\": \"1 MB\"}]}\n",
               "types/run.json: \"memory\"[0].gradient_bytes is string, expected a number");
+  expectError("run.json", "{\"name\": \"x\", \"ps\": [1]}\n", "types/run.json: \"ps\" is array, expected an object");
+  expectError("run.json", "{\"name\": \"x\", \"ps\": {\"staleness\": [3, \"2\"]}}\n",
+              "types/run.json: \"ps\".staleness[1] is string, expected a number");
 }
 
 TEST(RunReader, MemoryOfAFinishedRunIsPassedOn) {

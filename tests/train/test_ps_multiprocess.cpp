@@ -4,6 +4,10 @@
 // naming it.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <numeric>
 #include <regex>
 
 #include "support/expect.h"
@@ -30,7 +34,7 @@ TEST(PsMultiprocess, ThreeWorkersAndAServerLearnFashionMnistWithAStraggler) {
       test::runProcess({"sh", "-c",
                         "cd " + quote(dir) + " && exec " +
                             command("ps.staleness=3 trainer.max_steps=40 trainer.log_every=20 trainer.test_slow_rank=2 "
-                                    "trainer.test_slow_factor=2")},
+                                    "trainer.test_slow_factor=2 monitor.dir=run")},
                        o);
   ASSERT_EQ(r.exitCode, 0) << r.err;
   EXPECT_HAS(r.err, "3 worker(s) and 1 parameter server(s) (ranks 3..3), staleness bound 3");
@@ -39,6 +43,15 @@ TEST(PsMultiprocess, ThreeWorkersAndAServerLearnFashionMnistWithAStraggler) {
   std::smatch m;
   ASSERT_TRUE(std::regex_search(r.err, m, std::regex(R"(staleness of the updates \(bound 3\): ([^;]*);)"))) << r.err;
   EXPECT_TRUE(std::regex_match(m[1].str(), std::regex(R"(0: \d+, 1: \d+, 2: \d+, 3: \d+)"))) << m[1];
+  // The run directory keeps the histogram for the dashboard: every update, bins 0..3, a wait per worker.
+  std::ifstream runJson(dir + "/run/run.json");
+  ASSERT_TRUE(runJson.good()) << "no run.json under monitor.dir";
+  const auto ps = nlohmann::json::parse(runJson).at("ps");
+  EXPECT_EQ(ps.at("staleness_bound").get<int>(), 3);
+  const auto counts = ps.at("staleness").get<std::vector<int64_t>>();
+  ASSERT_EQ(counts.size(), 4u) << ps.dump();
+  EXPECT_EQ(std::accumulate(counts.begin(), counts.end(), int64_t{0}), 120) << ps.dump();
+  EXPECT_EQ(ps.at("wait_seconds").size(), 3u) << ps.dump();
   auto pos = r.out.find("validation accuracy ");
   ASSERT_NE(pos, std::string::npos) << r.out;
   EXPECT_GT(std::stod(r.out.substr(pos + 20)), 50.0) << r.out;

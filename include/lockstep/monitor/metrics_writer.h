@@ -51,6 +51,8 @@ class MetricsWriter : public TrainerCallback {
   bool ended_ = false;
   bool warned_ = false;
   std::vector<RankMemory> memory_;  ///< every rank's, from the FitResult; run.json "memory" once finished
+  std::vector<int64_t> staleness_;  ///< async_ps: updates by staleness; run.json "ps" once finished
+  std::vector<double> psWaitSeconds_;
   std::unique_ptr<detail::AppendFile> jsonl_;
   std::unique_ptr<detail::AppendFile> csv_;
   std::unique_ptr<TensorBoardWriter> events_;

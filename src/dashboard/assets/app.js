@@ -127,6 +127,8 @@
       workers: el('div', { class: 'workers grid', 'data-run': name }),
       memoryTitle: el('h3', { text: 'Memory per worker (end of run; MB = 10^6 bytes)', hidden: '' }),
       memory: el('table', { class: 'memory-table', 'data-ranks': '0', hidden: '' }),
+      stalenessTitle: el('h3', { hidden: '' }),
+      staleness: el('table', { class: 'staleness-table', 'data-updates': '0', 'data-bins': '0', hidden: '' }),
       phaseChart: el('div', { class: 'chart phases', 'data-run': name }),
       phaseTable: el('table', { class: 'phase-table' }),
       windowInput: el('input', { type: 'number', min: '1', value: String(state.phaseWindow) }),
@@ -141,6 +143,7 @@
       parts.title, parts.summary, parts.error,
       el('h3', { text: 'Workers (one line per rank; time since the run started)' }), parts.workers,
       parts.memoryTitle, parts.memory,
+      parts.stalenessTitle, parts.staleness,
       el('h3', { text: 'Step phases per rank' }),
       el('div', { class: 'phase-controls' }, [document.createTextNode('mean over the last '), parts.windowInput,
         document.createTextNode(' steps of each rank')]),
@@ -176,6 +179,26 @@
         el('td', { class: 'num', text: mb(m.peak_rss_bytes) })]);
     });
     parts.memory.replaceChildren(head, ...rows);
+  }
+
+  // run.json "ps" (an async_ps run, once finished): the applied updates by staleness, a bar each,
+  // and each worker's seconds waiting for the servers.
+  function renderStaleness(parts, ps) {
+    const counts = ps && Array.isArray(ps.staleness) ? ps.staleness.map((v) => (isNum(v) ? v : 0)) : [];
+    const total = counts.reduce((a, b) => a + b, 0);
+    parts.stalenessTitle.hidden = parts.staleness.hidden = counts.length === 0;
+    parts.staleness.dataset.updates = String(total);
+    parts.staleness.dataset.bins = String(counts.length);
+    const waits = ps && Array.isArray(ps.wait_seconds) ? ps.wait_seconds : [];
+    parts.stalenessTitle.textContent = 'Parameter server: staleness of the ' + total + ' applied updates (bound ' +
+      (isNum(ps && ps.staleness_bound) ? ps.staleness_bound : counts.length - 1) + ')' +
+      (waits.length ? '; workers waited ' + waits.map((w) => (isNum(w) ? w.toFixed(1) + ' s' : '–')).join(', ') : '');
+    const top = Math.max(1, ...counts);
+    const head = el('tr', {}, ['staleness', 'updates', ''].map((t) => el('th', { text: t })));
+    const rows = counts.map((c, g) => el('tr', { 'data-staleness': String(g), 'data-count': String(c) }, [
+      el('td', { class: 'num', text: String(g) }), el('td', { class: 'num', text: String(c) }),
+      el('td', {}, [el('div', { class: 'bar', style: 'width:' + (100 * c / top).toFixed(1) + '%' })])]));
+    parts.staleness.replaceChildren(head, ...rows);
   }
 
   function renderPanel(name) {
@@ -226,6 +249,7 @@
     for (const c of charts) lineChart(c.chart, c.series, Object.assign({ empty: 'no samples yet (system/rank<R>.jsonl)' }, c.opts));
 
     renderMemory(parts, run.memory);
+    renderStaleness(parts, run.ps);
 
     parts.windowInput.value = String(state.phaseWindow);
     phaseChart(parts.phaseChart, parts.phaseTable, d.phases || [], state.phaseWindow);

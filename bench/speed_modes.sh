@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Is a slow single-worker run lockstep's doing or the machine's? Each round runs
+#   1. a probe that has nothing to do with lockstep: one core copying and adding
+#      32 MiB arrays (bench/memory_bandwidth.cpp, best GB/s of 20 passes), and
+#   2. `lockstep run -np 1 --threads 1 -- lockstep train configs/fashion_convnet.yaml`
+#      (STEPS steps, validation and augmentation off),
+# and prints both next to the CPU time stolen by the hypervisor (/proc/stat) and
+# the cores' clock (/proc/cpuinfo) during the run. If the training's speed moves
+# with the probe's, the machine changed speed; if the probe holds still while
+# training slows, the cause is in the training process.
+#
+#   bench/speed_modes.sh [ROUNDS] [STEPS]     (default 12 rounds of 40 steps)
+#
+# Environment: LOCKSTEP_BUILD_DIR (default build), PIN ("taskset -c 0" to pin
+# both the probe and the run to one vCPU).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD="${LOCKSTEP_BUILD_DIR:-build}"
+BIN="$BUILD/lockstep"
+ROUNDS="${1:-12}"
+STEPS="${2:-40}"
+PIN="${PIN:-}"
+[ -x "$BIN" ] || { echo "speed_modes.sh: $BIN not found; build lockstep first (scripts/build.sh)" >&2; exit 1; }
+OUT="$(mktemp -d)"
+trap 'rm -rf "$OUT"' EXIT
+g++ -O2 -o "$OUT/probe" bench/memory_bandwidth.cpp
+
+# steal and total jiffies of all cores, from /proc/stat's first line
+jiffies() { awk '/^cpu / { t = 0; for (i = 2; i <= NF; i++) t += $i; print $9, t }' /proc/stat; }
+mhz() { awk -F: '/cpu MHz/ { s += $2; n++ } END { if (n) printf "%.0f", s / n; else print "?" }' /proc/cpuinfo; }
+
+printf '%5s %9s %8s | %10s %7s %8s %9s | %6s %6s\n' round "copy" "add" samples/s "fwd ms" "bwd ms" "optim ms" steal% MHz
+printf '%5s %9s %8s | %10s %7s %8s %9s | %6s %6s\n' "" "GB/s" "GB/s" "" "" "" "" "" ""
+for ((r = 1; r <= ROUNDS; r++)); do
+  # shellcheck disable=SC2086  # PIN is words
+  read -r copy add < <($PIN "$OUT/probe" | sed -n 's/.*copy \([0-9.]*\) GB\/s, add \([0-9.]*\) GB\/s.*/\1 \2/p')
+  read -r steal0 total0 < <(jiffies)
+  # shellcheck disable=SC2086
+  $PIN "$BIN" run -np 1 --threads 1 -- "$BIN" train configs/fashion_convnet.yaml trainer.max_steps="$STEPS" \
+    trainer.validate=false data.random_flip=false data.crop_padding=0 checkpoint.dir=off checkpoint.resume=none monitor.dir=off \
+    --result-json "$OUT/run.json" > "$OUT/run.log" 2>&1 || { echo "round $r failed:"; tail -5 "$OUT/run.log"; exit 1; }
+  read -r steal1 total1 < <(jiffies)
+  python3 - "$OUT/run.json" "$r" "$copy" "$add" "$((steal1 - steal0))" "$((total1 - total0))" "$(mhz)" <<'EOF'
+import json, sys
+j = json.load(open(sys.argv[1]))
+r, copy, add, steal, total, mhz = sys.argv[2:]
+p = j["phases_seconds"]
+print(f"{r:>5} {float(copy):>9.2f} {float(add):>8.2f} | {j['samples_per_second']:>10.0f} {1e3 * p['forward']:>7.1f} "
+      f"{1e3 * p['backward']:>8.1f} {1e3 * p['optimizer']:>9.2f} | {100 * int(steal) / max(1, int(total)):>6.1f} {mhz:>6}")
+EOF
+done
