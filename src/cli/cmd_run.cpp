@@ -20,6 +20,7 @@ constexpr const char* kRunUsage =
     "usage: lockstep run -np N [--nnodes M --node-rank K] [--master-addr A] [--master-port P]\n"
     "                    [-H host1:slots,host2:slots [--rsh CMD]] [--iface IF] [--token-file F]\n"
     "                    [--max-restarts R] [--threads T] [--comm-timeout S] [--stop-grace S] [--no-prefix]\n"
+    "                    [--bind none|core]\n"
     "                    [--backend gloo|mpi|auto] [--mpirun-args ARGS] -- PROGRAM [ARGS...]";
 
 /// "a b  c" -> {"a", "b", "c"} (options that carry a command line in one string).
@@ -40,6 +41,7 @@ struct RunArgs {
   CLI::Option* np = nullptr;
   double stopGraceSeconds = 5.0;
   int threads = 0;
+  std::string bind = "none";
   double commTimeout = 0;
   bool noPrefix = false;
   std::string backend;  ///< empty: not given
@@ -68,6 +70,10 @@ void addRunOptions(CLI::App& app, RunArgs& r) {
   app.add_option("--comm-timeout", r.commTimeout, "seconds before a collective fails (default 300)");
   app.add_option("--stop-grace", r.stopGraceSeconds, "seconds between SIGTERM and SIGKILL when stopping workers");
   app.add_flag("--no-prefix", r.noPrefix, "do not prefix output lines with [rank]");
+  app.add_option("--bind", r.bind,
+                 "core: pin each worker to its own cores (local rank i on cores i*T..i*T+T-1, T threads per worker; "
+                 "mpirun's --bind-to core); none (default): the kernel places them")
+      ->check(CLI::IsMember({"none", "core"}));
   app.add_option("--backend", r.backend,
                  "gloo: workers started here, tensors over TCP; mpi: workers started through mpirun, tensors over "
                  "OpenMPI (shared memory on one node); auto (default): mpi for lockstep programs on one node when "
@@ -100,6 +106,7 @@ LaunchOptions launchOptionsFrom(const RunArgs& r, const std::vector<std::string>
   command.insert(command.begin(), positional.begin(), positional.end());
   o.command = std::move(command);
   o.prefixOutput = !r.noPrefix;
+  o.bindCores = r.bind == "core";
   if (r.threads != 0) o.threadsPerWorker = r.threads;
   if (r.commTimeout != 0) o.commTimeoutSeconds = r.commTimeout;
   o.stopGrace = std::chrono::milliseconds(static_cast<int64_t>(r.stopGraceSeconds * 1000));

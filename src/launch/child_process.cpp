@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -15,7 +16,7 @@
 namespace lockstep::detail {
 
 ChildProcess::ChildProcess(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
-                           bool pipeStdin) {
+                           bool pipeStdin, const std::vector<int>& cpus) {
   LOCKSTEP_ASSERT(!argv.empty(), "empty command");
   int out[2] = {-1, -1};
   int err[2] = {-1, -1};
@@ -38,6 +39,10 @@ ChildProcess::ChildProcess(const std::vector<std::string>& argv, const std::map<
   for (auto& e : envStrings) cenv.push_back(e.data());
   cenv.push_back(nullptr);
   std::string execError = "lockstep run: cannot execute '" + argv[0] + "': ";
+  cpu_set_t cpuSet;
+  CPU_ZERO(&cpuSet);
+  for (int cpu : cpus) CPU_SET(cpu, &cpuSet);
+  std::string bindError = "lockstep run: cannot bind '" + argv[0] + "' to its cores: ";
   pid_t parent = ::getpid();
 
   // Block every signal across fork: until the child has reset its handlers,
@@ -75,6 +80,11 @@ ChildProcess::ChildProcess(const std::vector<std::string>& argv, const std::map<
     } else {
       int devnull = ::open("/dev/null", O_RDONLY);
       if (devnull >= 0) ::dup2(devnull, STDIN_FILENO);
+    }
+    if (!cpus.empty() && ::sched_setaffinity(0, sizeof(cpuSet), &cpuSet) != 0) {
+      int saved = errno;
+      writeAll(STDERR_FILENO, bindError + std::strerror(saved) + "\n");
+      ::_exit(127);
     }
     ::execvpe(cargv[0], cargv.data(), cenv.data());
     int saved = errno;

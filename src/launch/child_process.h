@@ -18,8 +18,9 @@ class ChildProcess {
   /// Starts `argv` with exactly `env`. Throws lockstep::Error when fork/pipe fail;
   /// an exec failure shows as exit code 127 with the reason on the child's stderr.
   /// With `pipeStdin` the child reads its stdin from stdinFd(); else from /dev/null.
+  /// A non-empty `cpus` pins the child (and every thread it starts) to those CPUs.
   ChildProcess(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
-               bool pipeStdin = false);
+               bool pipeStdin = false, const std::vector<int>& cpus = {});
   ~ChildProcess();
   ChildProcess(const ChildProcess&) = delete;
   ChildProcess& operator=(const ChildProcess&) = delete;

@@ -84,6 +84,7 @@ std::string remoteLaunchCommand(const LaunchOptions& o, int nodeRank, const std:
     words.push_back(shellQuote(w));
   }
   if (o.threadsPerWorker) words.insert(words.end(), {"--threads", std::to_string(*o.threadsPerWorker)});
+  if (o.bindCores) words.insert(words.end(), {"--bind", "core"});
   if (o.commTimeoutSeconds) words.insert(words.end(), {"--comm-timeout", fmt::format("{}", *o.commTimeoutSeconds)});
   if (o.maxRestarts > 0) words.insert(words.end(), {"--max-restarts", std::to_string(o.maxRestarts)});
   if (!o.iface.empty()) words.insert(words.end(), {"--iface", shellQuote(o.iface)});
@@ -96,10 +97,16 @@ std::string remoteLaunchCommand(const LaunchOptions& o, int nodeRank, const std:
 }
 
 std::vector<std::string> mpirunCommand(const LaunchOptions& o, int cores, bool asRoot) {
-  std::vector<std::string> argv{"mpirun", "-np", std::to_string(o.nprocPerNode), "--tag-output",
-                                // lockstep sets the threads per worker; OpenMPI's binding to one core
-                                // would squeeze a worker's threads onto it.
-                                "--bind-to", "none"};
+  std::vector<std::string> argv{"mpirun", "-np", std::to_string(o.nprocPerNode), "--tag-output"};
+  if (o.bindCores) {
+    // --bind core: each rank on its own T cores (processing elements).
+    const int threads = o.threadsPerWorker.value_or(std::max(1, cores / o.nprocPerNode));
+    argv.insert(argv.end(), {"--map-by", fmt::format("slot:PE={}", threads), "--bind-to", "core"});
+  } else {
+    // lockstep sets the threads per worker; OpenMPI's default binding to one core would
+    // squeeze a worker's threads onto it.
+    argv.insert(argv.end(), {"--bind-to", "none"});
+  }
   if (asRoot) argv.push_back("--allow-run-as-root");
   if (o.nprocPerNode > cores) argv.push_back("--oversubscribe");
   argv.insert(argv.end(), o.mpirunArgs.begin(), o.mpirunArgs.end());
@@ -149,6 +156,22 @@ int usableCores() {
   CPU_ZERO(&set);
   if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
   return std::max(1u, std::thread::hardware_concurrency());
+}
+
+std::vector<int> workerCpus(int localRank, int threads) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> allowed;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+      if (CPU_ISSET(cpu, &set)) allowed.push_back(cpu);
+    }
+  }
+  std::vector<int> cpus;
+  for (int k = 0; k < threads && !allowed.empty(); ++k) {
+    cpus.push_back(allowed[static_cast<size_t>(localRank * threads + k) % allowed.size()]);
+  }
+  return cpus;
 }
 
 bool isLockstepProgram(const std::string& path) {
@@ -202,6 +225,16 @@ void validateLaunchOptions(const LaunchOptions& o) {
   }
   if (o.backend != "gloo" && o.backend != "mpi") {
     throw ConfigError(fmt::format("--backend {}: expected gloo, mpi or auto", o.backend));
+  }
+  if (o.bindCores && o.hosts.empty()) {
+    const int cores = usableCores();
+    const int threads = o.threadsPerWorker.value_or(std::max(1, cores / o.nprocPerNode));
+    if (o.nprocPerNode * threads > cores) {
+      throw ConfigError(
+          fmt::format("--bind core: {} worker(s) x {} thread(s) need {} cores, this node has {}; lower "
+                      "-np or --threads, or leave --bind out",
+                      o.nprocPerNode, threads, o.nprocPerNode * threads, cores));
+    }
   }
   if (o.backend == "mpi") {
     if (o.nnodes > 1) {

@@ -51,6 +51,9 @@ struct BackendFacts {
 BackendChoice chooseBackend(const std::string& requested, const BackendFacts& facts);
 /// The cores this process may run on (its affinity mask).
 int usableCores();
+/// --bind core: the CPUs of local rank `localRank` with `threads` threads each, from this
+/// process's affinity mask (in order): entries localRank·threads .. +threads-1.
+std::vector<int> workerCpus(int localRank, int threads);
 /// Whether `path` is this process's own binary or an executable that links liblockstep.
 bool isLockstepProgram(const std::string& path);
 

@@ -163,7 +163,9 @@ class Runner {
       auto env = baseEnv;
       for (auto& [key, value] : workerEnvironment(w->rank, local)) env[key] = value;
       w->started = Clock::now();
-      w->process = std::make_unique<ChildProcess>(o_.command, env);
+      std::vector<int> cpus;
+      if (o_.bindCores) cpus = detail::workerCpus(local, std::max(1, std::atoi(env["OMP_NUM_THREADS"].c_str())));
+      w->process = std::make_unique<ChildProcess>(o_.command, env, /*pipeStdin=*/false, cpus);
       w->result.rank = w->rank;
       w->result.pid = w->process->pid();
       workers_.push_back(std::move(w));

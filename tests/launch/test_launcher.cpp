@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "launch/launch_commands.h"
+#include "lockstep/comm/communicator.h"
 #include "lockstep/launch/launcher.h"
 #include "support/subprocess.h"
 
@@ -70,6 +71,31 @@ TEST(Launcher, DefaultThreadsAreCoresOverWorkersAndUserValuesWin) {
   o.setEnv = {{"OMP_NUM_THREADS", "5"}};
   r = run({"-np", "2", "--", "sh", "-c", "echo t=$OMP_NUM_THREADS,$LOCKSTEP_NUM_THREADS"}, o);
   EXPECT_TRUE(contains(r.out, "t=5,5")) << r.out;
+}
+
+// --bind core: each worker on its own core, with both backends (mpirun's --bind-to core); without it
+// every worker may run anywhere.
+TEST(Launcher, BindCorePinsEachWorkerToItsOwnCores) {
+  if (detail::usableCores() < 2) GTEST_FAIL() << "needs 2 cores to pin 2 workers apart";
+  const std::vector<std::string> show{"--", "sh", "-c", "grep Cpus_allowed_list /proc/self/status"};
+  std::vector<std::string> backends{"gloo"};
+  if (mpiBackendBuilt()) backends.push_back("mpi");
+  for (const auto& backend : backends) {
+    SCOPED_TRACE(backend);
+    std::vector<std::string> args{"-np", "2", "--threads", "1", "--bind", "core", "--backend", backend};
+    args.insert(args.end(), show.begin(), show.end());
+    auto r = run(args);
+    ASSERT_EQ(r.exitCode, 0) << r.err;
+    const auto cpus = [](int rank) { return std::to_string(detail::workerCpus(rank, 1).at(0)); };
+    EXPECT_TRUE(contains(r.out, "[0] Cpus_allowed_list:\t" + cpus(0) + "\n")) << r.out;
+    EXPECT_TRUE(contains(r.out, "[1] Cpus_allowed_list:\t" + cpus(1) + "\n")) << r.out;
+  }
+  std::vector<std::string> args{"-np", "2", "--threads", "1", "--backend", "gloo"};
+  args.insert(args.end(), show.begin(), show.end());
+  auto r = run(args);
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  EXPECT_FALSE(contains(r.out, "[0] Cpus_allowed_list:\t" + std::to_string(detail::workerCpus(0, 1).at(0)) + "\n"))
+      << "unbound workers may use every core: " << r.out;
 }
 
 TEST(Launcher, FailedRankStopsTheOthersAndIsNamed) {
@@ -195,6 +221,9 @@ INSTANTIATE_TEST_SUITE_P(
         BadArgs{{"-np", "2", "--token-file", "/no/such/token", "--", "true"},
                 "--token-file: cannot read the job token file '/no/such/token'"},
         BadArgs{{"-np", "2", "--max-restarts", "-1", "--", "true"}, "--max-restarts -1: must be 0 or more"},
+        BadArgs{{"-np", "2", "--bind", "socket", "--", "true"}, "--bind: socket not in {none,core}"},
+        BadArgs{{"-np", "64", "--threads", "1", "--bind", "core", "--", "true"},
+                "--bind core: 64 worker(s) x 1 thread(s) need 64 cores"},
         BadArgs{{"-H", "a:2,b:1", "--", "true"}, "-H: every host needs the same number of slots"},
         BadArgs{{"-H", "a:2,,b:2", "--", "true"}, "-H 'a:2,,b:2': empty host in entry 2"},
         BadArgs{{"-H", "a:x", "--", "true"}, "-H entry 'a:x': slots"},
@@ -240,6 +269,9 @@ TEST(Launcher, RemoteCommandQuotesForTheShellAndCarriesNoToken) {
   EXPECT_EQ(cmd.find("s3cret"), std::string::npos) << cmd;
   EXPECT_TRUE(contains(cmd, "--nnodes 2 --node-rank 1 --master-addr a --master-port 29500 -np 2 --token-stdin")) << cmd;
   EXPECT_TRUE(contains(cmd, "--max-restarts 1")) << cmd;
+  EXPECT_FALSE(contains(cmd, "--bind")) << cmd;
+  o.bindCores = true;
+  EXPECT_TRUE(contains(remoteLaunchCommand(o, 1, "/opt/lockstep/bin/lockstep", "/w", {}), "--bind core"));
   EXPECT_TRUE(contains(cmd, "LOCKSTEP_LOG_LEVEL=debug")) << cmd;
   // What the remote shell runs: the program must receive its arguments unchanged.
   o.command = {"/bin/echo", "it's", "two words", "$HOME"};
@@ -293,6 +325,11 @@ TEST(Launcher, MpiBackendCommandLine) {
   EXPECT_EQ(argv, want);
   argv = mpirunCommand(o, 4, false);
   EXPECT_EQ(std::count(argv.begin(), argv.end(), "--oversubscribe"), 0);
+  o.bindCores = true;
+  o.threadsPerWorker = 2;
+  argv = mpirunCommand(o, 8, false);
+  const std::vector<std::string> bound{"--tag-output", "--map-by", "slot:PE=2", "--bind-to", "core"};
+  EXPECT_TRUE(std::search(argv.begin(), argv.end(), bound.begin(), bound.end()) != argv.end()) << argv.size();
   EXPECT_EQ(std::count(argv.begin(), argv.end(), "--allow-run-as-root"), 0);
 }
 

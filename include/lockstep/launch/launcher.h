@@ -47,7 +47,11 @@ struct LaunchOptions {
   std::chrono::milliseconds stopGrace{std::chrono::seconds(5)};
   int tailLines = 20;  ///< stderr lines kept per rank for the summary
   bool prefixOutput = true;
-  std::optional<int> threadsPerWorker;       ///< default: max(1, cores / nprocPerNode)
+  std::optional<int> threadsPerWorker;  ///< default: max(1, cores / nprocPerNode)
+  /// --bind core: each worker (its threads, the communicator's and the loader's) runs on its own
+  /// cores: local rank i on cores i·T .. i·T+T-1 of this node's usable ones (T threads per
+  /// worker); needs workers × T <= cores. Default: none, the kernel places the threads.
+  bool bindCores = false;
   std::optional<double> commTimeoutSeconds;  ///< exported as LOCKSTEP_COMM_TIMEOUT
   /// "gloo": the launcher starts every worker itself. "mpi": it starts them
   /// through `mpirun` (single node), sets LOCKSTEP_BACKEND=mpi, and turns

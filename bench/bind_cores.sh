@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Does pinning each worker to its own core (`lockstep run --bind core`) pay?
+# Interleaved rounds of 2 workers x 1 thread, with and without --bind core, for
+# each backend and workload; samples/s over the same timed steps, the medians
+# and the ratio to the unbound run with a bootstrap interval
+# (bench/summarize_rounds.py). Also one unbound single worker per round, so
+# the scaling efficiency of each side can be read off.
+#
+#   bench/bind_cores.sh [STEPS]     (default 40 optimizer steps per run)
+#
+# Environment: ROUNDS (default 5), WORKLOADS (default "convnet charlstm"),
+# BACKENDS (default "gloo mpi"), LOCKSTEP_BUILD_DIR (default build).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD="${LOCKSTEP_BUILD_DIR:-build}"
+BIN="$BUILD/lockstep"
+STEPS="${1:-40}"
+ROUNDS="${ROUNDS:-5}"
+WORKLOADS="${WORKLOADS:-convnet charlstm}"
+BACKENDS="${BACKENDS:-gloo mpi}"
+[ -x "$BIN" ] || { echo "bind_cores.sh: $BIN not found; build lockstep first (scripts/build.sh)" >&2; exit 1; }
+OUT="$(mktemp -d)"
+trap 'rm -rf "$OUT"' EXIT
+
+config_of() {
+  case "$1" in
+    charlstm) echo configs/charlstm-bench.yaml ;;
+    convnet) echo configs/fashion_convnet.yaml ;;
+    mlp) echo configs/mlp-bench.yaml ;;
+    *) echo "bind_cores.sh: unknown workload '$1'" >&2; exit 2 ;;
+  esac
+}
+
+# run WORKLOAD SIDE ROUND NP RUN-ARGS...: one run, its samples/s appended to the results file.
+run() {
+  local workload="$1" side="$2" round="$3" np="$4"
+  shift 4
+  local rate=fail
+  if "$BIN" run -np "$np" --threads 1 "$@" -- "$BIN" train "$(config_of "$workload")" trainer.max_steps="$STEPS" \
+      trainer.validate=false checkpoint.dir=off checkpoint.resume=none monitor.dir=off generate.samples=0 \
+      --result-json "$OUT/run.json" > "$OUT/run.log" 2>&1; then
+    rate="$(python3 -c "import json; print(json.load(open('$OUT/run.json'))['samples_per_second'])")"
+  else
+    tail -3 "$OUT/run.log" | sed "s/^/    $workload $side: /" >&2
+  fi
+  echo "$workload $side $round $rate" | tee -a "$OUT/results.txt" >&2
+}
+
+for ((r = 1; r <= ROUNDS; r++)); do
+  for workload in $WORKLOADS; do
+    run "$workload" single "$r" 1
+    for backend in $BACKENDS; do
+      # The order of the sides alternates from round to round.
+      if ((r % 2)); then
+        run "$workload" "$backend" "$r" 2 --backend "$backend"
+        run "$workload" "$backend-bind" "$r" 2 --backend "$backend" --bind core
+      else
+        run "$workload" "$backend-bind" "$r" 2 --backend "$backend" --bind core
+        run "$workload" "$backend" "$r" 2 --backend "$backend"
+      fi
+    done
+  done
+done
+python3 bench/summarize_rounds.py "$OUT/results.txt" single
