@@ -22,14 +22,9 @@ BACKENDS="${BACKENDS:-gloo mpi}"
 OUT="$(mktemp -d)"
 trap 'rm -rf "$OUT"' EXIT
 
-config_of() {
-  case "$1" in
-    charlstm) echo configs/charlstm-bench.yaml ;;
-    convnet) echo configs/fashion_convnet.yaml ;;
-    mlp) echo configs/mlp-bench.yaml ;;
-    *) echo "bind_cores.sh: unknown workload '$1'" >&2; exit 2 ;;
-  esac
-}
+# shellcheck source=bench/workloads.sh
+. bench/workloads.sh  # config_of
+for workload in $WORKLOADS; do config_of "$workload" > /dev/null; done  # an unknown name stops here
 
 # run WORKLOAD SIDE ROUND NP RUN-ARGS...: one run, its samples/s appended to the results file.
 run() {

@@ -85,13 +85,8 @@ measure() {
   [ "$workload" = overhead ] || echo "$workload $side $ROUND $rate" >> "$OUT/rounds"
 }
 
-config_of() {
-  case "$1" in
-    charlstm) echo configs/charlstm-bench.yaml ;;
-    convnet) echo configs/fashion_convnet.yaml ;;
-    mlp | mlp-powersgd) echo configs/mlp-bench.yaml ;;
-  esac
-}
+# shellcheck source=bench/workloads.sh
+. bench/workloads.sh  # config_of
 
 # Extra `lockstep train` overrides and ddp_bench.py arguments of a workload.
 lockstep_extra_of() {
@@ -129,7 +124,6 @@ median() {  # numbers... ("fail" entries are left out) -> median, or "-"
     awk '{ v[NR] = $1 } END { if (NR == 0) print "-"; else if (NR % 2) print v[(NR + 1) / 2];
                               else printf "%.0f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }
-
 
 echo "lockstep ($BIN) vs PyTorch DDP (torch $("$PY" -c 'import torch; print(torch.__version__)')):" \
      "$STEPS steps per run, $ROUNDS interleaved rounds, $(nproc) cores"

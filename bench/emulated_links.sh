@@ -80,15 +80,8 @@ shape() {
   done
 }
 
-config_of() {
-  case "$1" in
-    charlstm) echo configs/charlstm-bench.yaml ;;
-    convnet) echo configs/fashion_convnet.yaml ;;
-    mlp) echo configs/mlp-bench.yaml ;;
-    alexnet) echo configs/cifar_alexnet.yaml ;;
-    *) echo "emulated_links.sh: unknown workload '$1'" >&2; exit 2 ;;
-  esac
-}
+# shellcheck source=bench/workloads.sh
+. bench/workloads.sh  # config_of
 
 # train LOG N CONFIG: N hosts (0: one worker on this machine, no network), rank 0's log in LOG.
 train() {

@@ -27,15 +27,9 @@ WORKLOADS="${WORKLOADS:-convnet mlp}"
 OUT="$(mktemp -d)"
 trap 'rm -rf "$OUT"' EXIT
 
-config_of() {
-  case "$1" in
-    charlstm) echo configs/charlstm-bench.yaml ;;
-    convnet) echo configs/fashion_convnet.yaml ;;
-    mlp) echo configs/mlp-bench.yaml ;;
-    alexnet) echo configs/cifar_alexnet.yaml ;;
-    *) echo "predict_validate.sh: unknown workload '$1'" >&2; exit 2 ;;
-  esac
-}
+# shellcheck source=bench/workloads.sh
+. bench/workloads.sh  # config_of
+for workload in $WORKLOADS; do config_of "$workload" > /dev/null; done  # an unknown name stops here
 
 for workload in $WORKLOADS; do
   echo "== $workload: prediction (profiles of 1 and 2 workers on this machine)" >&2

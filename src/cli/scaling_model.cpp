@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <optional>
+#include <utility>
 
 #include "lockstep/common/error.h"
 
@@ -13,29 +15,33 @@ namespace lockstep::cli {
 
 namespace {
 
+/// "2.5gbit" -> {2.5, "gbit"}; nullopt when the text does not start with a number.
+std::optional<std::pair<double, std::string>> numberAndUnit(const std::string& text) {
+  size_t end = 0;
+  try {
+    const double value = std::stod(text, &end);
+    if (!std::isfinite(value)) return std::nullopt;
+    return std::make_pair(value, text.substr(end));
+  } catch (const std::exception&) { return std::nullopt; }
+}
+
 /// "10gbit" -> 1e10 bits/s; -1 when not a rate.
 double parseRate(const std::string& text) {
-  size_t end = 0;
-  double value = 0;
-  try {
-    value = std::stod(text, &end);
-  } catch (const std::exception&) { return -1; }
-  std::string unit = text.substr(end);
+  auto parsed = numberAndUnit(text);
+  if (!parsed) return -1;
+  std::string unit = parsed->second;
   std::transform(unit.begin(), unit.end(), unit.begin(), [](unsigned char c) { return std::tolower(c); });
-  double scale = unit == "gbit" ? 1e9 : unit == "mbit" ? 1e6 : unit == "kbit" ? 1e3 : -1;
-  return scale > 0 && value > 0 && std::isfinite(value) ? value * scale : -1;
+  const double scale = unit == "gbit" ? 1e9 : unit == "mbit" ? 1e6 : unit == "kbit" ? 1e3 : -1;
+  return scale > 0 && parsed->first > 0 ? parsed->first * scale : -1;
 }
 
 /// "50us" / "1ms" / "0.2ms" -> seconds; -1 when not a duration.
 double parseLatency(const std::string& text) {
-  size_t end = 0;
-  double value = 0;
-  try {
-    value = std::stod(text, &end);
-  } catch (const std::exception&) { return -1; }
-  std::string unit = text.substr(end);
-  double scale = unit == "us" ? 1e-6 : unit == "ms" ? 1e-3 : unit == "s" ? 1 : -1;
-  return scale > 0 && value >= 0 && std::isfinite(value) ? value * scale : -1;
+  auto parsed = numberAndUnit(text);
+  if (!parsed) return -1;
+  const std::string& unit = parsed->second;
+  const double scale = unit == "us" ? 1e-6 : unit == "ms" ? 1e-3 : unit == "s" ? 1 : -1;
+  return scale > 0 && parsed->first >= 0 ? parsed->first * scale : -1;
 }
 
 }  // namespace
