@@ -79,8 +79,8 @@ std::optional<int> parsePredictArgs(const std::vector<std::string>& args, Predic
                  "N x threads / C (default 0: every worker has its own cores)")
       ->check(CLI::Range(0, 1 << 20));
   app.add_option("--profile-dir", o.profileDir,
-                 "keep the two profiles here (single.json, pair.json) and reuse "
-                 "them when they are already there");
+                 "keep the measurements here (single.json, pair.json, allreduce.json) and reuse them when "
+                 "they are already there");
   app.add_flag("--json", o.json, "print the prediction as JSON instead of a table");
   app.add_option("--html", o.html, "also write a self-contained HTML page with the table and a plot");
   if (auto exit = parseArgs(app, args, "bench predict", kPredictUsage)) return exit;
