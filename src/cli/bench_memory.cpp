@@ -127,24 +127,19 @@ std::vector<RankRow> readRanks(const std::string& path, const std::string& what)
   }
 }
 
-Run runOne(const MemoryOptions& o, int np, const std::string& strategy, int threads, const std::string& self,
-           const std::string& scratch) {
+Run runOne(const MemoryOptions& o, int np, const std::string& strategy, int threads, const std::string& scratch) {
   const std::string tag = fmt::format("np{}-{}", np, strategy);
-  const std::string resultPath = scratch + "/" + tag + ".json";
-  const std::string logPath = scratch + "/" + tag + ".log";
-  std::vector<std::string> argv{self, "run",   "-np",   std::to_string(np), "--threads", std::to_string(threads), "--",
-                                self, "train", o.config};
-  argv.insert(argv.end(), o.overrides.begin(), o.overrides.end());
-  argv.insert(argv.end(), {"strategy.type=" + strategy, "trainer.max_steps=" + std::to_string(o.steps),
-                           "trainer.validate=false", "checkpoint.dir=off", "checkpoint.resume=none", "monitor.dir=off",
-                           "generate.samples=0", "--result-json", resultPath});
-  std::cerr << fmt::format("lockstep bench memory: {} worker(s), {}: {}\n", np, strategy, shellJoin(argv));
+  TrainChild child;
+  child.workers = np;
+  child.threads = threads;
+  child.config = o.config;
+  child.overrides = o.overrides;
+  child.extra = {"strategy.type=" + strategy, "trainer.max_steps=" + std::to_string(o.steps)};
+  child.resultPath = scratch + "/" + tag + ".json";
+  child.logPath = scratch + "/" + tag + ".log";
   const std::string what = fmt::format("the {} run with {} worker(s)", strategy, np);
-  if (int rc = runLogged(argv, logPath); rc != 0) {
-    throw Error(fmt::format("{} failed (exit code {}); the last lines of its output ({}):\n{}", what, rc, logPath,
-                            lastLines(logPath, 20)));
-  }
-  return Run{np, strategy, readRanks(resultPath, what)};
+  runTrainChild(child, "bench memory", what);
+  return Run{np, strategy, readRanks(child.resultPath, what)};
 }
 
 /// Rank 0 of the ddp run at `np`, the reference of the ratios; null when ddp was not measured there.
@@ -240,13 +235,12 @@ int benchMemory(const std::vector<std::string>& args) {
     return kExitUsage;
   }
   const int cores = workerThreads(Environment({}), 1);
-  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
   std::vector<Run> runs;
   std::string scratch;
   try {
     scratch = makeScratchDir("lockstep-memory");
     for (int np : o.worldSizes) {
-      for (const auto& s : o.strategies) runs.push_back(runOne(o, np, s, std::max(1, cores / np), self, scratch));
+      for (const auto& s : o.strategies) runs.push_back(runOne(o, np, s, std::max(1, cores / np), scratch));
     }
   } catch (const Error& e) {
     std::cerr << "lockstep bench memory: " << e.what() << "\n";

@@ -106,11 +106,10 @@ StepProfile readProfile(const std::string& path) {
     p.dataWait = phases.at("data_wait").get<double>();
     p.forward = phases.at("forward").get<double>();
     p.backward = phases.at("backward").get<double>();
-    p.commWait = phases.at("comm_wait").get<double>();
     p.optimizer = phases.at("optimizer").get<double>();
-    p.stepSeconds = j.at("step_seconds").get<double>();
-    if (p.samplesPerSecond > 0) {
-      p.betweenSteps = std::max(0.0, static_cast<double>(p.globalBatch) / p.samplesPerSecond - p.stepSeconds);
+    if (p.samplesPerSecond > 0) {  // the wall time a step took beyond its phases (which sum to step_seconds)
+      p.betweenSteps =
+          std::max(0.0, static_cast<double>(p.globalBatch) / p.samplesPerSecond - j.at("step_seconds").get<double>());
     }
     for (const auto& b : j.at("comm").at("bucket_profile")) {
       p.buckets.push_back(ProfiledBucket{b.at("bytes").get<int64_t>(), b.at("ready_seconds").get<double>(),
@@ -130,26 +129,16 @@ StepProfile profile(const PredictOptions& o, int workers, int threads, const std
     std::cerr << fmt::format("lockstep bench predict: reusing the profile {}\n", resultPath);
     return readProfile(resultPath);
   }
-  const std::string self = fs::read_symlink("/proc/self/exe").string();
-  const std::string logPath = dir + "/" + tag + ".log";
-  std::vector<std::string> argv{self,        "run",
-                                "-np",       std::to_string(workers),
-                                "--threads", std::to_string(threads),
-                                "--backend", o.backend,
-                                "--",        self,
-                                "train",     o.config};
-  argv.insert(argv.end(), o.overrides.begin(), o.overrides.end());
-  argv.insert(argv.end(), {"trainer.max_steps=" + std::to_string(o.steps), "trainer.validate=false",
-                           "checkpoint.resume=none", "checkpoint.dir=off", "generate.samples=0", "monitor.dir=off",
-                           "--result-json", resultPath + ".partial"});
-  std::cerr << fmt::format("lockstep bench predict: profiling {} worker(s): {}\n", workers, shellJoin(argv));
-  int rc = runLogged(argv, logPath);
-  if (rc != 0) {
-    throw Error(
-        fmt::format("the profile run with {} worker(s) failed (exit code {}); the last lines of its output "
-                    "({}):\n{}",
-                    workers, rc, logPath, lastLines(logPath, 20)));
-  }
+  TrainChild child;
+  child.workers = workers;
+  child.threads = threads;
+  child.runFlags = {"--backend", o.backend};
+  child.config = o.config;
+  child.overrides = o.overrides;
+  child.extra = {"trainer.max_steps=" + std::to_string(o.steps)};
+  child.resultPath = resultPath + ".partial";
+  child.logPath = dir + "/" + tag + ".log";
+  runTrainChild(child, "bench predict", fmt::format("the profile run with {} worker(s)", workers));
   fs::rename(resultPath + ".partial", resultPath);
   return readProfile(resultPath);
 }

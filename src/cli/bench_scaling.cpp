@@ -277,36 +277,32 @@ void printJson(const ScalingOptions& o, const std::vector<Row>& rows, const std:
 
 /// One `lockstep run -np np ... lockstep train` child, timed; its row, or a
 /// message (naming its log) when it failed.
-Row runOne(const ScalingOptions& o, int np, int threads, const std::string& self, const std::string& scratch) {
-  std::string tag = "np" + std::to_string(np);
-  std::string resultPath = scratch + "/" + tag + ".json";
-  std::string logPath = scratch + "/" + tag + ".log";
-  std::vector<std::string> argv{self, "run", "-np", std::to_string(np), "--threads", std::to_string(threads)};
-  if (!o.backend.empty()) argv.insert(argv.end(), {"--backend", o.backend});
-  argv.insert(argv.end(), {"--", self, "train", o.config});
-  argv.insert(argv.end(), o.overrides.begin(), o.overrides.end());
-  argv.insert(argv.end(),
-              {"trainer.max_steps=" + std::to_string(o.steps), "trainer.validate=false", "checkpoint.resume=none",
-               "checkpoint.dir=" + scratch + "/" + tag + "-checkpoints", "--result-json", resultPath});
-  std::cerr << fmt::format("lockstep bench scaling: {} worker(s) x {} thread(s): {}\n", np, threads, shellJoin(argv));
+Row runOne(const ScalingOptions& o, int np, int threads, const std::string& scratch) {
+  const std::string tag = "np" + std::to_string(np);
+  TrainChild child;
+  child.workers = np;
+  child.threads = threads;
+  if (!o.backend.empty()) child.runFlags = {"--backend", o.backend};
+  child.config = o.config;
+  child.overrides = o.overrides;
+  // Checkpoints are written as in a real run (their time shows as "between steps").
+  child.extra = {"trainer.max_steps=" + std::to_string(o.steps),
+                 "checkpoint.dir=" + scratch + "/" + tag + "-checkpoints"};
+  child.resultPath = scratch + "/" + tag + ".json";
+  child.logPath = scratch + "/" + tag + ".log";
   const double busyBefore = machineBusySeconds();
   const double ownBefore = childrenCpuSeconds();
   auto start = std::chrono::steady_clock::now();
-  int rc = runLogged(argv, logPath);
+  runTrainChild(child, "bench scaling", fmt::format("the run with {} worker(s) x {} thread(s)", np, threads));
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const double busyAfter = machineBusySeconds();
   const double own = childrenCpuSeconds() - ownBefore;
-  if (rc != 0) {
-    throw Error(
-        fmt::format("the run with {} worker(s) failed (exit code {}) after {:.1f} s; the last lines of its "
-                    "output ({}):\n{}",
-                    np, rc, seconds, logPath, lastLines(logPath, 20)));
-  }
   Row row;
   try {
-    row = readRow(resultPath, np);
+    row = readRow(child.resultPath, np);
   } catch (const std::exception& e) {
-    throw Error(fmt::format("{}\nthe last lines of its output ({}):\n{}", e.what(), logPath, lastLines(logPath, 20)));
+    throw Error(fmt::format("{}\nthe last lines of its output ({}):\n{}", e.what(), child.logPath,
+                            lastLines(child.logPath, 20)));
   }
   if (busyBefore >= 0 && busyAfter >= 0 && seconds > 0) {
     row.otherCores = std::max(0.0, (busyAfter - busyBefore - own) / seconds);
@@ -360,7 +356,6 @@ int benchScaling(const std::vector<std::string>& args) {
   }
 
   const int cores = workerThreads(Environment({}), 1);
-  const std::string self = fs::read_symlink("/proc/self/exe").string();
   std::string scratch;
   try {
     scratch = makeScratchDir("lockstep-scaling");
@@ -372,7 +367,7 @@ int benchScaling(const std::vector<std::string>& args) {
   std::vector<Row> rows;
   try {
     for (int np : o.worldSizes)
-      rows.push_back(runOne(o, np, o.threads > 0 ? o.threads : std::max(1, cores / np), self, scratch));
+      rows.push_back(runOne(o, np, o.threads > 0 ? o.threads : std::max(1, cores / np), scratch));
   } catch (const Error& e) {
     std::cerr << "lockstep bench scaling: " << e.what();
     return kExitFailure;

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 
 #include "lockstep/common/env.h"
 #include "lockstep/common/error.h"
@@ -61,6 +62,23 @@ std::vector<int> parseWorldSizes(const std::string& text) {
     start = comma + 1;
   }
   return sizes;
+}
+
+void runTrainChild(const TrainChild& c, const std::string& bench, const std::string& what) {
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  std::vector<std::string> argv{self, "run", "-np", std::to_string(c.workers), "--threads", std::to_string(c.threads)};
+  argv.insert(argv.end(), c.runFlags.begin(), c.runFlags.end());
+  argv.insert(argv.end(), {"--", self, "train", c.config});
+  argv.insert(argv.end(), c.overrides.begin(), c.overrides.end());
+  argv.insert(argv.end(), {"trainer.validate=false", "checkpoint.resume=none", "checkpoint.dir=off", "monitor.dir=off",
+                           "generate.samples=0"});
+  argv.insert(argv.end(), c.extra.begin(), c.extra.end());
+  argv.insert(argv.end(), {"--result-json", c.resultPath});
+  std::cerr << fmt::format("lockstep {}: {}: {}\n", bench, what, shellJoin(argv));
+  if (int rc = runLogged(argv, c.logPath); rc != 0) {
+    throw Error(fmt::format("{} failed (exit code {}); the last lines of its output ({}):\n{}", what, rc, c.logPath,
+                            lastLines(c.logPath, 20)));
+  }
 }
 
 std::string makeScratchDir(const std::string& prefix) {

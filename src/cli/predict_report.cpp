@@ -6,18 +6,13 @@
 #include <algorithm>
 #include <cmath>
 
+#include "comm/collective.h"  // formatBytes
 #include "common/posix_io.h"
 #include "lockstep/common/error.h"
 
 namespace lockstep::cli {
 
 namespace {
-
-std::string formatBytes(double bytes) {
-  if (bytes >= 1e6) return fmt::format("{:.1f} MB", bytes / 1e6);
-  if (bytes >= 1e3) return fmt::format("{:.1f} kB", bytes / 1e3);
-  return fmt::format("{:.0f} B", bytes);
-}
 
 std::string profileLine(const PredictReport& r) {
   const ModelInputs& in = r.inputs;
@@ -27,8 +22,8 @@ std::string profileLine(const PredictReport& r) {
       "profile: 1 worker {:.0f} samples/s (step {:.1f} ms); 2 workers on this machine: compute {:.1f} ms a step "
       "(backward {:.1f}), {} bucket(s) of {} in all; the backend's own cost {:.2f} ns/byte moved + {:.0f} us a call",
       in.single.samplesPerSecond, 1e3 * in.single.computeSeconds(), 1e3 * in.pair.computeSeconds(),
-      1e3 * in.pair.backward, in.pair.buckets.size(), formatBytes(static_cast<double>(bytes)),
-      1e9 * in.software.perByteSeconds, 1e6 * in.software.perCallSeconds);
+      1e3 * in.pair.backward, in.pair.buckets.size(), detail::formatBytes(bytes), 1e9 * in.software.perByteSeconds,
+      1e6 * in.software.perCallSeconds);
 }
 
 /// x: log2 of the workers; y: efficiency 0..1. One polyline per link.

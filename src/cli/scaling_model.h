@@ -38,8 +38,8 @@ struct StepProfile {
   int threadsPerWorker = 1;
   int64_t globalBatch = 0;
   double samplesPerSecond = 0;
-  double dataWait = 0, forward = 0, backward = 0, commWait = 0, optimizer = 0;
-  double stepSeconds = 0;   ///< the phases' sum
+  double dataWait = 0, forward = 0, backward = 0,
+         optimizer = 0;     ///< the phases but comm wait, which the model replaces
   double betweenSteps = 0;  ///< wall time per step outside the phases (logging, checkpoints)
   std::vector<ProfiledBucket> buckets;
 
