@@ -99,7 +99,7 @@ std::string remoteLaunchCommand(const LaunchOptions& o, int nodeRank, const std:
 std::vector<std::string> mpirunCommand(const LaunchOptions& o, int cores, bool asRoot) {
   std::vector<std::string> argv{"mpirun", "-np", std::to_string(o.nprocPerNode), "--tag-output"};
   if (o.bindCores) {
-    // --bind core: each rank on its own T cores (processing elements).
+    // --bind core: each rank on its own T cores (processing elements); launch() resolves T.
     const int threads = o.threadsPerWorker.value_or(std::max(1, cores / o.nprocPerNode));
     argv.insert(argv.end(), {"--map-by", fmt::format("slot:PE={}", threads), "--bind-to", "core"});
   } else {
@@ -156,6 +156,15 @@ int usableCores() {
   CPU_ZERO(&set);
   if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
   return std::max(1u, std::thread::hardware_concurrency());
+}
+
+int threadsPerWorker(const LaunchOptions& o, const std::map<std::string, std::string>& env) {
+  if (o.threadsPerWorker) return *o.threadsPerWorker;
+  for (const char* var : {env::kNumThreads, "OMP_NUM_THREADS"}) {
+    auto it = env.find(var);
+    if (it != env.end()) return std::max(1, std::atoi(it->second.c_str()));
+  }
+  return std::max(1, usableCores() / std::max(1, o.nprocPerNode));
 }
 
 std::vector<int> workerCpus(int localRank, int threads) {
@@ -228,7 +237,7 @@ void validateLaunchOptions(const LaunchOptions& o) {
   }
   if (o.bindCores && o.hosts.empty()) {
     const int cores = usableCores();
-    const int threads = o.threadsPerWorker.value_or(std::max(1, cores / o.nprocPerNode));
+    const int threads = threadsPerWorker(o, Environment::fromProcess().vars());
     if (o.nprocPerNode * threads > cores) {
       throw ConfigError(
           fmt::format("--bind core: {} worker(s) x {} thread(s) need {} cores, this node has {}; lower "

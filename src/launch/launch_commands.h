@@ -51,6 +51,9 @@ struct BackendFacts {
 BackendChoice chooseBackend(const std::string& requested, const BackendFacts& facts);
 /// The cores this process may run on (its affinity mask).
 int usableCores();
+/// Threads per worker as the launcher sets them: --threads; else a count the user exported
+/// (LOCKSTEP_NUM_THREADS, then OMP_NUM_THREADS, as read from `env`); else max(1, cores / workers).
+int threadsPerWorker(const LaunchOptions& options, const std::map<std::string, std::string>& env);
 /// --bind core: the CPUs of local rank `localRank` with `threads` threads each, from this
 /// process's affinity mask (in order): entries localRank·threads .. +threads-1.
 std::vector<int> workerCpus(int localRank, int threads);

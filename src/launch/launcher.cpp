@@ -164,7 +164,7 @@ class Runner {
       for (auto& [key, value] : workerEnvironment(w->rank, local)) env[key] = value;
       w->started = Clock::now();
       std::vector<int> cpus;
-      if (o_.bindCores) cpus = detail::workerCpus(local, std::max(1, std::atoi(env["OMP_NUM_THREADS"].c_str())));
+      if (o_.bindCores) cpus = detail::workerCpus(local, *o_.threadsPerWorker);
       w->process = std::make_unique<ChildProcess>(o_.command, env, /*pipeStdin=*/false, cpus);
       w->result.rank = w->rank;
       w->result.pid = w->process->pid();
@@ -474,13 +474,7 @@ std::string jobToken(const LaunchOptions& o, const std::map<std::string, std::st
 /// An explicit --threads wins; else a count the user exported is kept and
 /// followed by the variables they left unset; else cores / workers.
 void setThreadVariables(const LaunchOptions& o, std::map<std::string, std::string>& env) {
-  std::string threadText = std::to_string(std::max(1, detail::usableCores() / o.nprocPerNode));
-  if (o.threadsPerWorker)
-    threadText = std::to_string(*o.threadsPerWorker);
-  else if (env.count(env::kNumThreads))
-    threadText = env[env::kNumThreads];
-  else if (env.count("OMP_NUM_THREADS"))
-    threadText = env["OMP_NUM_THREADS"];
+  const std::string threadText = std::to_string(detail::threadsPerWorker(o, env));
   for (const char* var : {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", env::kNumThreads}) {
     if (o.threadsPerWorker || !env.count(var)) env[var] = threadText;
   }
@@ -504,6 +498,7 @@ LaunchResult launch(const LaunchOptions& input) {
   if (!o.hosts.empty()) return Runner(o).run(env);
   bool pickPort = o.masterPort == 0;
   setThreadVariables(o, env);
+  if (o.bindCores) o.threadsPerWorker = detail::threadsPerWorker(o, env);  // the cores each worker is bound to
   if (o.commTimeoutSeconds) env[env::kCommTimeout] = fmt::format("{}", *o.commTimeoutSeconds);
   for (int attempt = 0;; ++attempt) {
     if (o.nodeRank == 0) {

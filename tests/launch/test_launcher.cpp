@@ -5,6 +5,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -96,6 +98,13 @@ TEST(Launcher, BindCorePinsEachWorkerToItsOwnCores) {
   ASSERT_EQ(r.exitCode, 0) << r.err;
   EXPECT_FALSE(contains(r.out, "[0] Cpus_allowed_list:\t" + std::to_string(detail::workerCpus(0, 1).at(0)) + "\n"))
       << "unbound workers may use every core: " << r.out;
+  // The threads an exported OMP_NUM_THREADS gives each worker are the ones bound (and counted).
+  ProcessOptions o;
+  o.unsetEnv = {"LOCKSTEP_NUM_THREADS"};
+  o.setEnv = {{"OMP_NUM_THREADS", std::to_string(detail::usableCores())}};
+  r = run({"-np", "2", "--bind", "core", "--", "true"}, o);
+  EXPECT_EQ(r.exitCode, 2) << r.err;
+  EXPECT_TRUE(contains(r.err, fmt::format("--bind core: 2 worker(s) x {} thread(s)", detail::usableCores()))) << r.err;
 }
 
 TEST(Launcher, FailedRankStopsTheOthersAndIsNamed) {
