@@ -196,11 +196,13 @@ TEST(SweepCli, AKilledSweepResumesWithoutRerunningFinishedTrialsAndEndsAsAnUnint
                                      "algorithm: tpe\ntpe: {startup_trials: 2}\nseed: 11\n");
   auto whole = sweep(quote(spec) + " -j 1 --threads 1 --dir " + quote(dir + "/whole"));
   ASSERT_EQ(whole.exitCode, 0) << whole.out << whole.err;
-  // The same sweep, SIGKILLed once two trials are done (the third is running then).
+  // The same sweep, SIGKILLed once two trials are done and the third is recorded as running (waiting
+  // for the second alone raced with the journal's record of the third).
   const std::string cut = dir + "/cut";
-  auto killed = killSweepWhen(
-      spec, cut,
-      "[ \"$(grep -o '\"status\":\"done\"' " + quote(cut + "/trials.jsonl") + " 2>/dev/null | wc -l)\" -ge 2 ]");
+  const std::string journalPath = quote(cut + "/trials.jsonl");
+  auto killed = killSweepWhen(spec, cut,
+                              "[ \"$(grep -o '\"status\":\"done\"' " + journalPath +
+                                  " 2>/dev/null | wc -l)\" -ge 2 ] && grep -q '\"status\":\"running\"' " + journalPath);
   ASSERT_EQ(killed.exitCode, 128 + 9) << killed.err;
   const std::string journal = readFile(cut + "/trials.jsonl");
   EXPECT_HAS(journal, "\"status\":\"running\"");
