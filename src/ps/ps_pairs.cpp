@@ -17,6 +17,9 @@ void checkPsOptions(const PsOptions& options, int worldSize) {
                     "(the last ps.servers ranks serve, the others train)",
                     options.servers, worldSize));
   }
+  LOCKSTEP_CHECK(options.checkpointEvery >= 0 && options.firstUpdate >= 0,
+                 "PsOptions: checkpointEvery and firstUpdate must be 0 or more, not ", options.checkpointEvery, " and ",
+                 options.firstUpdate);
   if (options.staleness < 0) {
     throw ConfigError(fmt::format("ps.staleness {}: expected 0 (synchronous) or more updates", options.staleness));
   }

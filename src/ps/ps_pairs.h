@@ -16,7 +16,7 @@ namespace lockstep::detail {
 // weights the gradient was computed on, 0}, then for kPush the gradient's slice.
 // A server's reply: header {version of the weights, staleness of the worker's last applied update,
 // the grant's ticket, 0}, then the weights' slice.
-enum PsKind : int64_t { kPsPull = 1, kPsPush = 2, kPsDone = 3 };
+enum PsKind : int64_t { kPsPull = 1, kPsPush = 2, kPsDone = 3, kPsPark = 4 };
 constexpr int kPsHeaderTag = 81;
 constexpr int kPsPayloadTag = 82;
 constexpr int64_t kPsHeaderSize = 4;

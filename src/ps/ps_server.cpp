@@ -12,6 +12,9 @@
 // until the sum allows it. No deadlock: a grant can only wait on out workers, which are
 // computing. With s = 0 a grant waits for every other worker's push of the round, and all
 // waiting workers are granted the same version: bulk-synchronous SGD.
+//
+// Checkpoints: the update that makes the version a multiple of checkpointEvery runs the hook under
+// the lock; a worker's kPsPark for B is answered once `checkpointed` reached B.
 #include <ATen/ATen.h>
 #include <torch/optim/optimizer.h>
 
@@ -20,6 +23,8 @@
 #include <algorithm>
 #include <condition_variable>
 #include <exception>
+#include <functional>
+#include <limits>
 #include <mutex>
 #include <thread>
 
@@ -31,6 +36,7 @@ namespace lockstep {
 using detail::kPsDone;
 using detail::kPsHeaderSize;
 using detail::kPsHeaderTag;
+using detail::kPsPark;
 using detail::kPsPayloadTag;
 using detail::kPsPull;
 using detail::kPsPush;
@@ -57,8 +63,13 @@ struct ParameterServer::State {
 
   std::mutex mutex;
   std::condition_variable changed;
-  int64_t version = 0;  // updates applied
-  int64_t tickets = 0;  // grants made: a global sequence for handing out work (PsWorker::ticket)
+  int64_t version = 0;       // updates applied
+  int64_t tickets = 0;       // grants made: a global sequence for handing out work (PsWorker::ticket)
+  int64_t checkpointed = 0;  // the last multiple of checkpointEvery whose hook returned
+  // The smallest ticket a worker finished without pushing: no checkpoint beyond it can hold every
+  // update before it, so none is taken and parks beyond it are answered at once.
+  int64_t abandoned = std::numeric_limits<int64_t>::max();
+  std::function<void(int64_t)> checkpointHook;
   std::vector<WorkerSlot> slots;
   bool failed = false;
 
@@ -72,6 +83,7 @@ struct ParameterServer::State {
   void apply(size_t w, const at::Tensor& gradient, int64_t workerReadVersion);
   void serveWorker(size_t w);
   bool reply(size_t w, Communicator& peer, std::unique_lock<std::mutex>& lock);
+  bool answerPark(Communicator& peer, int64_t boundary, std::unique_lock<std::mutex>& lock);
 };
 
 ParameterServer::ParameterServer(std::shared_ptr<Communicator> comm, PsOptions options,
@@ -79,6 +91,7 @@ ParameterServer::ParameterServer(std::shared_ptr<Communicator> comm, PsOptions o
     : state_(std::make_unique<State>()) {
   auto& s = *state_;
   s.options = options;
+  s.version = s.tickets = s.checkpointed = options.firstUpdate;
   s.pairs = detail::connectPsPairs(comm, options);
   if (!s.pairs->role.server)
     throw Error(fmt::format("ParameterServer on rank {}: that rank is a worker", comm->rank()));
@@ -96,6 +109,7 @@ const PsStats& ParameterServer::stats() const { return state_->stats; }
 const at::Tensor& ParameterServer::shard() const { return state_->shard; }
 torch::optim::Optimizer& ParameterServer::optimizer() { return *state_->optimizer; }
 int64_t ParameterServer::updates() const { return state_->version; }
+void ParameterServer::setCheckpointHook(std::function<void(int64_t)> hook) { state_->checkpointHook = std::move(hook); }
 
 void ParameterServer::serve() {
   auto& s = *state_;
@@ -167,6 +181,15 @@ void ParameterServer::State::apply(size_t w, const at::Tensor& gradient, int64_t
   for (size_t c = 0; c < slots.size(); ++c) {
     if (slots[c].out && slots[c].readVersion != slot.readVersion) ++slots[c].staleness;
   }
+  if (options.checkpointEvery > 0 && version % options.checkpointEvery == 0 && version <= abandoned) {
+    try {
+      if (checkpointHook) checkpointHook(version);
+    } catch (const std::exception& e) {
+      throw Error(fmt::format("the checkpoint at {} updates: {}", version, e.what()));
+    }
+    checkpointed = version;
+    changed.notify_all();
+  }
 }
 
 void ParameterServer::State::serveWorker(size_t w) {
@@ -180,6 +203,10 @@ void ParameterServer::State::serveWorker(size_t w) {
     if (kind == kPsPush) peer.recv(gradient, other, kPsPayloadTag)->wait();
     std::unique_lock<std::mutex> lock(mutex);
     if (failed) return;
+    if (kind == kPsPark) {
+      if (!answerPark(peer, header.data_ptr<int64_t>()[3], lock)) return;
+      continue;
+    }
     auto& slot = slots[w];
     if (kind == kPsPush) {
       apply(w, gradient, readVersion);
@@ -187,6 +214,7 @@ void ParameterServer::State::serveWorker(size_t w) {
     } else if (kind == kPsPull) {
       slot.pulled = slot.waiting = true;
     } else if (kind == kPsDone) {
+      if (slot.out) abandoned = std::min(abandoned, slot.ticket);
       slot.out = false;
       slot.done = true;
       grantWaiting();  // one fewer worker out may let others go on
@@ -223,6 +251,21 @@ bool ParameterServer::State::reply(size_t w, Communicator& peer, std::unique_loc
   auto sentWeights = peer.send(weights, other, kPsPayloadTag);
   sentHeader->wait();
   sentWeights->wait();
+  return true;
+}
+
+// Answers a worker waiting to push beyond `boundary` updates once this server checkpointed them.
+bool ParameterServer::State::answerPark(Communicator& peer, int64_t boundary, std::unique_lock<std::mutex>& lock) {
+  if (options.checkpointEvery <= 0 || boundary % options.checkpointEvery != 0) {
+    throw Error(fmt::format("asked to wait for a checkpoint at {} updates, which is not a multiple of {}", boundary,
+                            options.checkpointEvery));
+  }
+  changed.wait(lock, [&] { return failed || checkpointed >= boundary || abandoned < boundary; });
+  if (failed) return false;
+  at::Tensor header = at::zeros({kPsHeaderSize}, at::kLong);
+  header.data_ptr<int64_t>()[0] = checkpointed;
+  lock.unlock();
+  peer.send(header, 1 - peer.rank(), kPsHeaderTag)->wait();
   return true;
 }
 

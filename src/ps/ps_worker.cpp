@@ -14,6 +14,7 @@ namespace lockstep {
 using detail::kPsDone;
 using detail::kPsHeaderSize;
 using detail::kPsHeaderTag;
+using detail::kPsPark;
 using detail::kPsPayloadTag;
 using detail::kPsPull;
 using detail::kPsPush;
@@ -28,9 +29,11 @@ struct PsWorker::State {
   double waitSeconds = 0;
   int64_t maxStaleness = 0;
   int64_t ticket = -1;
+  int64_t checkpointEvery = 0, checkpointed = 0;  // the last checkpoint every server confirmed
   bool pulled = false, finished = false;
 
   void exchange(int64_t kind);
+  void waitForCheckpoint();
   void flattenGradients();
 };
 
@@ -53,6 +56,8 @@ PsWorker::PsWorker(std::shared_ptr<Communicator> comm, PsOptions options, std::v
   s.gradients = at::zeros({numel}, at::kFloat);
   s.weights = at::zeros({numel}, at::kFloat);
   s.versions.assign(static_cast<size_t>(options.servers), 0);
+  s.checkpointEvery = options.checkpointEvery;
+  s.checkpointed = options.firstUpdate;
 }
 
 PsWorker::~PsWorker() = default;
@@ -72,6 +77,7 @@ void PsWorker::push() {
   auto& s = *state_;
   if (!s.pulled || s.finished) throw Error("PsWorker::push: call pull() first, and no push after finish()");
   s.flattenGradients();
+  s.waitForCheckpoint();
   s.exchange(kPsPush);
   ++s.pushes;
 }
@@ -94,6 +100,44 @@ void PsWorker::State::flattenGradients() {
     }
     offset += p.numel();
   }
+}
+
+// Before pushing the gradient of ticket t: when a checkpoint falls at or before t that the servers
+// have not confirmed (the last multiple B of checkpointEvery), waits until every server took it, so
+// that the update lands after it (parameter_server.h, "Checkpoints").
+void PsWorker::State::waitForCheckpoint() {
+  if (checkpointEvery <= 0 || ticket < 0) return;
+  const int64_t boundary = ticket / checkpointEvery * checkpointEvery;
+  if (boundary <= checkpointed) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  const size_t servers = pairs->peers.size();
+  std::vector<at::Tensor> headers, replies;
+  std::vector<std::vector<WorkHandle>> works(servers);
+  for (size_t k = 0; k < servers; ++k) {
+    headers.push_back(at::zeros({kPsHeaderSize}, at::kLong));
+    auto* h = headers.back().data_ptr<int64_t>();
+    h[0] = kPsPark;
+    h[1] = pushes;
+    h[2] = versions[k];
+    h[3] = boundary;
+    replies.push_back(at::zeros({kPsHeaderSize}, at::kLong));
+  }
+  size_t j = 0;
+  try {
+    for (j = 0; j < servers; ++j) {
+      Communicator& peer = *pairs->peers[j];
+      works[j].push_back(peer.send(headers[j], 1 - peer.rank(), kPsHeaderTag));
+      works[j].push_back(peer.recv(replies[j], 1 - peer.rank(), kPsHeaderTag));
+    }
+    for (j = 0; j < servers; ++j) {
+      for (auto& w : works[j]) w->wait();
+    }
+  } catch (const std::exception& e) {
+    throw Error(fmt::format("worker {} (rank {}): waiting for the checkpoint at {} updates, {} failed: {}",
+                            pairs->role.index, pairs->rank, boundary, detail::psPeerName(*pairs, j), e.what()));
+  }
+  checkpointed = boundary;
+  waitSeconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 // Sends `kind` (and for a push the gradients' slices) to every server, then receives each

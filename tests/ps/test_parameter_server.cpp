@@ -9,6 +9,7 @@
 #include <mutex>
 #include <set>
 #include <thread>
+#include <tuple>
 
 #include "lockstep/common/error.h"
 #include "lockstep/ps/parameter_server.h"
@@ -196,6 +197,88 @@ TEST(ParameterServer, AsynchronousTrainingLearns) {
   }
   EXPECT_LT(after, 0.1 * before) << "loss before " << before << ", after " << after;
   EXPECT_LE(run.serverStats[0].maxStaleness(), 4);
+}
+
+// A checkpoint hook must see exactly the updates of the tickets before its boundary: each worker
+// pushes the one-hot gradient of its ticket, so with SGD at rate 1 element t of the weights is -1
+// once ticket t's update is applied and 0 before.
+struct CheckpointRun {
+  std::mutex mutex;
+  std::vector<std::tuple<int, int64_t, at::Tensor>> seen;  // server, updates, its shard then
+};
+
+/// Workers stop by ticket once `updates` were handed out, as a Trainer does; with `steps` > 0 each
+/// stops after that many pushes instead, leaving its last ticket unpushed.
+void runCheckpointed(int workers, int servers, int staleness, int64_t every, int64_t first, int64_t updates,
+                     int64_t steps, CheckpointRun& out) {
+  runRanks(workers + servers, [&](int rank, Communicator& comm) {
+    std::vector<at::Tensor> params{at::zeros({64}, at::kFloat).requires_grad_()};
+    PsOptions options{servers, staleness};
+    options.checkpointEvery = every;
+    options.firstUpdate = first;
+    if (rank >= workers) {
+      ParameterServer server(borrow(comm), options, params, sgd(1.0));
+      server.setCheckpointHook([&, rank](int64_t updates) {
+        EXPECT_EQ(server.updates(), updates);
+        std::lock_guard<std::mutex> lock(out.mutex);
+        out.seen.emplace_back(rank - workers, updates, server.shard().detach().clone());
+      });
+      server.serve();
+      return;
+    }
+    PsWorker worker(borrow(comm), options, params);
+    worker.pull();
+    for (int64_t k = 0; steps > 0 ? k < steps : worker.ticket() < first + updates; ++k) {
+      if (rank == workers - 1) std::this_thread::sleep_for(std::chrono::milliseconds(4));  // a straggler
+      EXPECT_GE(worker.ticket(), first);
+      params[0].mutable_grad() = at::zeros({64}, at::kFloat);
+      params[0].mutable_grad()[worker.ticket()] = 1.0;
+      worker.push();
+    }
+    worker.finish();
+  });
+}
+
+/// Every server ran the hook at each multiple of `every` in (first, last], and saw exactly the
+/// updates of the tickets before it.
+void expectExactCheckpoints(const CheckpointRun& run, int servers, int64_t every, int64_t first, int64_t last) {
+  std::vector<std::set<int64_t>> boundaries(static_cast<size_t>(servers));
+  for (const auto& [server, at, shard] : run.seen) {
+    SCOPED_TRACE(::testing::Message() << "server " << server << " at " << at << " updates");
+    boundaries[static_cast<size_t>(server)].insert(at);
+    const auto range = psShardRange(64, servers, server);
+    at::Tensor expected = at::zeros({range.second - range.first}, at::kFloat);
+    for (int64_t i = range.first; i < range.second; ++i) {
+      if (i >= first && i < at) expected[i - range.first] = -1.0;
+    }
+    EXPECT_TRUE(at::equal(shard, expected)) << shard << " expected " << expected;
+  }
+  std::set<int64_t> all;
+  for (int64_t b = (first / every + 1) * every; b <= last; b += every) all.insert(b);
+  for (const auto& b : boundaries) EXPECT_EQ(b, all);
+}
+
+TEST(ParameterServer, CheckpointsHoldExactlyTheUpdatesBeforeTheirBoundary) {
+  {
+    SCOPED_TRACE("one server, staleness 2, a straggler");
+    CheckpointRun run;
+    runCheckpointed(3, 1, 2, /*every=*/5, /*first=*/0, /*updates=*/24, /*steps=*/0, run);
+    expectExactCheckpoints(run, 1, 5, 0, 24);
+  }
+  {
+    SCOPED_TRACE("two servers, staleness 0, resumed at 10 updates");
+    CheckpointRun run;
+    runCheckpointed(3, 2, 0, /*every=*/4, /*first=*/10, /*updates=*/18, /*steps=*/0, run);
+    expectExactCheckpoints(run, 2, 4, 10, 28);
+  }
+  {
+    // Each worker stops after 8 pushes holding one of the tickets 24..26 unpushed: checkpoints up to
+    // 20 only, and nobody waits for 25.
+    SCOPED_TRACE("workers that stop with tickets in hand");
+    CheckpointRun run;
+    runCheckpointed(3, 1, 0, /*every=*/5, /*first=*/0, /*updates=*/0, /*steps=*/8, run);
+    expectExactCheckpoints(run, 1, 5, 0, 20);
+  }
 }
 
 TEST(ParameterServer, FailedServerIsNamedByItsWorkers) {

@@ -31,12 +31,23 @@
 // (all updates applied between its read and its application, siblings
 // included) — PsStats.
 //
+// Checkpoints. With checkpointEvery = E the servers stop at every multiple B of E updates in a
+// consistent state: exactly the updates of tickets 0..B-1 applied on every server, no other. A worker
+// whose ticket is B or more waits, in its push (after computing the gradient, before sending it),
+// until every server has reached B and run its checkpoint hook (ParameterServer::setCheckpointHook),
+// which sees the shard and optimizer after exactly B updates. Nothing deadlocks: every ticket below
+// B was granted before any ticket from B on, and its worker pushes it without waiting for B —
+// provided workers stop by ticket (a worker whose ticket is beyond the work calls finish()): a ticket
+// that a worker takes into finish() unpushed ends the checkpoints beyond it (no hook runs for them,
+// and nobody waits for them).
+//
 // Messages go over one two-rank group per (worker, server) pair, each with its
 // own connection and queue, so the servers serve every worker at once; a
 // server or worker that fails is named in the error of its peers.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -50,9 +61,15 @@ namespace lockstep {
 struct PsOptions {
   int64_t servers = 1;    ///< S: the last S ranks hold the parameters (config ps.servers)
   int64_t staleness = 0;  ///< s: the most staleness an applied update may have (config ps.staleness)
+  /// E > 0: every server pauses at each multiple of E updates (see "Checkpoints" above); 0: never.
+  int64_t checkpointEvery = 0;
+  /// Updates applied before this run (a resumed run's start): the first grant's ticket and the
+  /// servers' first version. The same on every rank.
+  int64_t firstUpdate = 0;
 };
 
-/// ConfigError naming ps.servers or ps.staleness unless 1 <= servers < worldSize and staleness >= 0.
+/// ConfigError naming ps.servers or ps.staleness unless 1 <= servers < worldSize and staleness >= 0;
+/// Error unless checkpointEvery and firstUpdate are >= 0.
 void checkPsOptions(const PsOptions& options, int worldSize);
 
 /// What a rank does: workers are ranks 0..workers-1, servers the ranks after them.
@@ -94,7 +111,12 @@ class ParameterServer {
   /// This server's flat shard of the parameters (the final weights after serve()).
   const at::Tensor& shard() const;
   torch::optim::Optimizer& optimizer();
-  int64_t updates() const;  ///< optimizer steps applied
+  int64_t updates() const;  ///< optimizer steps applied (from PsOptions::firstUpdate on)
+  /// Called by serve() on every server, with its state locked, when it has applied a multiple of
+  /// PsOptions::checkpointEvery updates (the argument); shard() and optimizer() are then exactly
+  /// that many updates along. Workers that would push beyond it wait until it returned on every
+  /// server. An exception from it ends serve() with the error. Set it before serve().
+  void setCheckpointHook(std::function<void(int64_t updates)> hook);
 
  private:
   struct State;
