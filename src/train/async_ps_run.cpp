@@ -14,8 +14,12 @@
 
 #include "lockstep/common/error.h"
 #include "lockstep/common/logging.h"
+#include "lockstep/optim/optimizer.h"
 #include "lockstep/train/checkpoint.h"
+#include "ps/ps_pairs.h"
+#include "train/async_ps_checkpoint.h"
 #include "train/test_slowdown.h"
+#include "train/training_state.h"
 #include "train/validation.h"
 
 namespace lockstep::detail {
@@ -41,6 +45,17 @@ AsyncPsRun::AsyncPsRun(std::shared_ptr<Communicator> comm, const TrainerOptions&
   LrScalingOptions scaling = o_.lrScaling;
   if (scaling.baseBatch == 0) scaling.baseBatch = o_.batchSize;
   lr_ = scaledLearningRate(o_.optimizer.lr, o_.batchSize, scaling);  // an update is one worker's batch
+  if (!o_.checkpoint.dir.empty()) {
+    checkpoints_ = std::make_unique<CheckpointDir>(o_.checkpoint.dir, o_.checkpoint.keepLast);
+    const auto buffers = model_->named_buffers();
+    writeCheckpoints_ = buffers.is_empty();
+    if (!writeCheckpoints_ && rank_ == 0) {
+      log::warn(
+          fmt::format("strategy.type async_ps writes no checkpoints of this model: its buffers ({}, ...) live on "
+                      "the workers, each its own, and the servers hold only the parameters",
+                      buffers.begin()->key()));
+    }
+  }
 }
 
 void AsyncPsRun::checkOptions() const {
@@ -62,20 +77,10 @@ void AsyncPsRun::checkOptions() const {
     throw ConfigError(why +
                       " builds the servers' optimizers from optimizer.* (TrainerOptions::optimizerFactory is set)");
   }
-  if (!o_.checkpoint.dir.empty() && o_.checkpoint.resume != "none") {
-    const bool explicitPath = o_.checkpoint.resume != "auto";
-    const size_t found = explicitPath ? 1 : CheckpointDir(o_.checkpoint.dir, 1).list().size();
-    if (found > 0) {
-      throw ConfigError(fmt::format(
-          "{} does not resume from checkpoints yet: {} {}; set checkpoint.resume=none to start afresh, or another "
-          "checkpoint.dir",
-          why, explicitPath ? "checkpoint.resume names" : o_.checkpoint.dir + " holds",
-          explicitPath ? o_.checkpoint.resume : fmt::format("{} checkpoint(s)", found)));
-    }
-  }
 }
 
 FitResult AsyncPsRun::run() {
+  resume();
   announce();
   if (role_.server) {
     serve();
@@ -90,14 +95,45 @@ FitResult AsyncPsRun::run() {
   return result_;
 }
 
+/// Restores the model on every rank and keeps a server's range of the optimizer state for when its
+/// optimizer exists; the first ticket is the checkpoint's position in batches of the whole set.
+void AsyncPsRun::resume() {
+  RunMetrics metrics;
+  const Position at = resumeTraining(
+      o_, checkpoints_.get(), *comm_,
+      [&](const TensorArchive& archive, bool /*report*/) {
+        if (role_.server) {
+          const auto params = model_->parameters();
+          const auto range = psShardRange(totalElements(params), role_.servers, role_.index);
+          resumedOptimizer_ = psShardOptimizerEntries(archive, params, range);
+        }
+        loadModelState(archive, *model_);
+      },
+      metrics, /*dataWorld=*/1);
+  firstUpdate_ = at.epoch * batchesPerEpoch_ + at.batchInEpoch;
+  result_.resumedFromStep = firstUpdate_;
+}
+
+/// What every rank passes to its server or worker: the same everywhere.
+PsOptions AsyncPsRun::psOptions() const {
+  PsOptions ps = o_.ps;
+  ps.firstUpdate = firstUpdate_;
+  if (writeCheckpoints_) {
+    ps.checkpointEvery = o_.checkpoint.every > 0 ? o_.checkpoint.every * role_.workers : batchesPerEpoch_;
+  }
+  return ps;
+}
+
 void AsyncPsRun::announce() {
   if (rank_ == 0) {
     log::info(fmt::format(
         "training asynchronously: {} worker(s) and {} parameter server(s) (ranks {}..{}), staleness bound {}; {} "
-        "samples, batch {} per update, lr {} per update; {} updates ({} per epoch); no checkpoints are written "
-        "(async_ps, docs/parameter-server.md)",
+        "samples, batch {} per update, lr {} per update; {} updates ({} per epoch){}; {}",
         role_.workers, role_.servers, role_.workers, role_.workers + role_.servers - 1, o_.ps.staleness, train_.size(),
-        o_.batchSize, lr_, totalBatches_, batchesPerEpoch_));
+        o_.batchSize, lr_, totalBatches_, batchesPerEpoch_,
+        firstUpdate_ > 0 ? fmt::format(", from update {}", firstUpdate_ + 1) : "",
+        writeCheckpoints_ ? fmt::format("a checkpoint every {} updates and at the end", psOptions().checkpointEvery)
+                          : "no checkpoints"));
   }
   FitInfo info;
   info.rank = rank_;
@@ -114,17 +150,30 @@ void AsyncPsRun::announce() {
 void AsyncPsRun::serve() {
   OptimizerOptions optimizer = o_.optimizer;
   optimizer.lr = lr_;
-  ParameterServer server(comm_, o_.ps, model_->parameters(),
+  ParameterServer server(comm_, psOptions(), model_->parameters(),
                          [&](const std::vector<at::Tensor>& params) { return makeOptimizer(optimizer, params); });
+  if (resumedOptimizer_) {
+    loadOptimizerState(server.optimizer(), *resumedOptimizer_, /*report=*/role_.index == 0);
+    resumedOptimizer_.reset();
+    for (auto& group : server.optimizer().param_groups()) group.options().set_lr(lr_);  // the run's, not the file's
+  }
+  const PsCheckpointWriter writer{comm_.get(), role_, model_.get(), &o_, checkpoints_.get(), batchesPerEpoch_};
+  int64_t saved = firstUpdate_;
+  server.setCheckpointHook([&](int64_t updates) {
+    writer.write(updates, server.shard(), server.optimizer());
+    saved = updates;
+  });
   trainStart_ = Clock::now();
   server.serve();
   trainEnd_ = Clock::now();
+  if (writeCheckpoints_ && server.updates() != saved)
+    writer.write(server.updates(), server.shard(), server.optimizer());
   stats_ = server.stats();
   result_.steps = server.updates();
 }
 
 void AsyncPsRun::work() {
-  PsWorker worker(comm_, o_.ps, model_->parameters());
+  PsWorker worker(comm_, psOptions(), model_->parameters());
   model_->train();
   trainStart_ = windowStart_ = Clock::now();
   worker.pull();
@@ -273,7 +322,7 @@ void AsyncPsRun::finish() {
   result_.worldSize = comm_->size();
   result_.globalBatch = o_.batchSize;
   if (result_.seconds > 0) {
-    result_.samplesPerSecond = static_cast<double>(result_.steps * o_.batchSize) / result_.seconds;
+    result_.samplesPerSecond = static_cast<double>((result_.steps - firstUpdate_) * o_.batchSize) / result_.seconds;
   }
   result_.breakdown = timer_.breakdown(*comm_);
   if (rank_ == 0) {

@@ -7,12 +7,20 @@
 // train more of them. With s = 0 a round of W updates covers the same samples as one synchronous
 // step of W workers. There is no collective between workers until the end: each worker logs its
 // own loss; the servers count staleness; validation and the result are gathered at the end.
+//
+// Checkpoints: every checkpoint.every x W updates (0: at the end of every epoch of the whole set) and
+// at the end, the servers stop in a consistent state (ps/parameter_server.h, "Checkpoints") and
+// server 0 writes one checkpoint in the Trainer's format (async_ps_checkpoint.h); a run resumes from
+// its own or any Trainer checkpoint, its first ticket the checkpoint's position in samples.
 #pragma once
 
 #include <chrono>
 #include <memory>
+#include <optional>
 
+#include "lockstep/common/tensor_archive.h"
 #include "lockstep/data/sampler.h"
+#include "lockstep/train/checkpoint.h"
 #include "lockstep/train/trainer.h"
 #include "train/step_timer.h"
 
@@ -28,6 +36,8 @@ class AsyncPsRun {
  private:
   using Clock = std::chrono::steady_clock;
   void checkOptions() const;
+  void resume();
+  PsOptions psOptions() const;
   void announce();
   void serve();
   void work();
@@ -59,6 +69,11 @@ class AsyncPsRun {
   int64_t batchesPerEpoch_ = 0;
   int64_t totalBatches_ = 0;
   double lr_ = 0;  // the servers' learning rate: for one worker's batch
+
+  std::unique_ptr<CheckpointDir> checkpoints_;
+  bool writeCheckpoints_ = false;  // a checkpoint dir, and a model without buffers
+  int64_t firstUpdate_ = 0;        // updates (batches of the run) done before: a resumed run's first ticket
+  std::optional<TensorArchive> resumedOptimizer_;  // a server's: its range of the checkpoint's optimizer
 
   detail::StepTimer timer_;
   FitResult result_;

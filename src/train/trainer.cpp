@@ -101,7 +101,10 @@ std::unique_ptr<Strategy> FitRun::buildStrategy() {
 
 FitResult FitRun::run() {
   detail::RunMetrics metrics;
-  at_ = detail::resumeTraining(o_, checkpoints_.get(), comm_, *strategy_, metrics, dataWorld_);
+  at_ = detail::resumeTraining(
+      o_, checkpoints_.get(), comm_,
+      [this](const TensorArchive& archive, bool report) { strategy_->loadState(archive, report); }, metrics,
+      dataWorld_);
   result_.resumedFromStep = at_.step;
   // A resumed run reports what its checkpoint reported until it has news, and continues the checkpoint's
   // log window when every rank has its part of it. One with nothing left to do reports how it ended.

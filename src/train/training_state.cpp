@@ -9,7 +9,6 @@
 #include <optional>
 
 #include "lockstep/common/logging.h"
-#include "lockstep/train/strategy.h"
 
 namespace lockstep::detail {
 
@@ -52,11 +51,11 @@ std::string chooseNewest(CheckpointDir& dir, Communicator& comm, std::optional<s
 }
 
 /// Restores model, optimizer and RNG from `archive`; everything is checked first.
-CheckpointInfo restore(const TensorArchive& archive, Strategy& strategy, bool report) {
+CheckpointInfo restore(const TensorArchive& archive, const StateLoader& load, bool report) {
   try {
     CheckpointInfo info = readCheckpointMeta(archive);
     at::Tensor rngState = archive.getTensor("meta/rng");
-    strategy.loadState(archive, report);
+    load(archive, report);
     auto gen = cpuGenerator();
     std::lock_guard<std::mutex> lock(gen.mutex());
     gen.set_state(rngState);
@@ -133,7 +132,7 @@ void putTrainingMeta(TensorArchive& archive, const Position& at, int64_t worldSi
   for (const auto& [key, value] : options.checkpoint.extras) archive.putString("extra/" + key, value);
 }
 
-Position resumeTraining(const TrainerOptions& o, CheckpointDir* dir, Communicator& comm, Strategy& strategy,
+Position resumeTraining(const TrainerOptions& o, CheckpointDir* dir, Communicator& comm, const StateLoader& load,
                         RunMetrics& metrics, int64_t dataWorld) {
   const bool master = comm.rank() == 0;
   const int64_t world = dataWorld;
@@ -153,7 +152,7 @@ Position resumeTraining(const TrainerOptions& o, CheckpointDir* dir, Communicato
     if (!verified) read = readCheckpoint(path);
     TensorArchive archive = TensorArchive::parse(verified ? *verified : read, path);
     verified.reset();
-    info = restore(archive, strategy, master);
+    info = restore(archive, load, master);
     metrics = readRunMetrics(archive);
   }
   Position at{info.step, info.epoch, info.batchInEpoch};

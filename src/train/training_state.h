@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -27,11 +28,7 @@
 #include "lockstep/train/checkpoint.h"
 #include "lockstep/train/trainer.h"
 
-namespace lockstep {
-
-class Strategy;
-
-namespace detail {
+namespace lockstep::detail {
 
 /// A run's position: optimizer steps taken, and micro-batches consumed of the current epoch.
 struct Position {
@@ -62,7 +59,7 @@ void putTrainingMeta(TensorArchive& archive, const Position& at, int64_t worldSi
 
 /// Resumes per options.checkpoint.resume (auto: the newest checkpoint in
 /// `dir` that reads back whole, chosen by rank 0 and broadcast; none; or a
-/// path): restores the model and optimizer through `strategy` and the RNG,
+/// path): restores the model and optimizer through `load` and the RNG,
 /// and returns where to continue, re-dividing the epoch's position when the
 /// world size or batch changed. Returns a zero Position when nothing is
 /// resumed. Collective (the broadcast of the choice). Throws CheckpointError,
@@ -70,8 +67,10 @@ void putTrainingMeta(TensorArchive& archive, const Position& at, int64_t worldSi
 /// `metrics` receives the checkpoint's (left as is when nothing is resumed).
 /// `dataWorld`: the data-parallel replicas sharing the data (workers / pipeline stages),
 /// what meta/world_size records.
-Position resumeTraining(const TrainerOptions& options, CheckpointDir* dir, Communicator& comm, Strategy& strategy,
+/// `load` restores the model and optimizer from the checkpoint (a Strategy's loadState; `report`: log
+/// what differs).
+using StateLoader = std::function<void(const TensorArchive& archive, bool report)>;
+Position resumeTraining(const TrainerOptions& options, CheckpointDir* dir, Communicator& comm, const StateLoader& load,
                         RunMetrics& metrics, int64_t dataWorld);
 
-}  // namespace detail
-}  // namespace lockstep
+}  // namespace lockstep::detail

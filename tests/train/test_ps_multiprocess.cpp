@@ -1,9 +1,11 @@
 // strategy.type async_ps as a user runs it: `lockstep run -np 4 -- lockstep train cfg
 // strategy.type=async_ps` (3 workers and a server on the real Fashion-MNIST, one worker slowed by the
 // test knob) learns within the staleness bound; a server killed mid-run ends the run with an error
-// naming it.
+// naming it, or with --max-restarts is restarted with the others and the run resumes from the
+// servers' last checkpoint, which a DDP run loads too.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <fstream>
@@ -24,6 +26,23 @@ std::string command(const std::string& args, const std::string& runArgs = "") {
   const std::string config = std::string(LOCKSTEP_SOURCE_DIR) + "/configs/fashion_convnet.yaml";
   return quote(bin) + " run -np 4 --comm-timeout 60 " + runArgs + " -- " + quote(bin) + " train " + quote(config) +
          " strategy.type=async_ps checkpoint.dir=off monitor.dir=off optimizer.lr=0.003 " + args;
+}
+
+/// A shell script: `run` in the background into `log`, wait until `file` exists, SIGKILL rank 3 by
+/// the pid of the launcher's first line, wait for the run and print its log (exit 99: no file or pid).
+std::string killServerWhen(const std::string& dir, const std::string& run, const std::string& file) {
+  return "cd " + quote(dir) + "\n" + run +
+         " > log 2>&1 &\nrun=$!\n"
+         "for i in $(seq 1 600); do [ -e " +
+         file +
+         " ] && break; sleep 0.2; done\n"
+         "pid=$(sed -n 's/.*rank 3 pid \\([0-9]*\\).*/\\1/p' log | head -1)\n"
+         "if [ -z \"$pid\" ] || [ ! -e " +
+         file +
+         " ]; then kill $run; cat log; exit 99; fi\n"
+         "kill -9 \"$pid\"\n"
+         "wait $run; code=$?\n"
+         "cat log; exit $code\n";
 }
 
 TEST(PsMultiprocess, ThreeWorkersAndAServerLearnFashionMnistWithAStraggler) {
@@ -59,18 +78,14 @@ TEST(PsMultiprocess, ThreeWorkersAndAServerLearnFashionMnistWithAStraggler) {
 
 TEST(PsMultiprocess, AKilledServerEndsTheRunNamingIt) {
   const std::string dir = test::makeTempDir();
-  // Start the run, wait for worker 0's first progress line, SIGKILL rank 3 (the server) by the pid
-  // the launcher's first line gives; the launcher stops the workers and names rank 3.
-  const std::string script = "cd " + quote(dir) + "\n" +
-                             // Gloo: the launcher's first line gives every rank's pid.
-                             command("ps.staleness=2 trainer.max_steps=100000 trainer.log_every=5", "--backend gloo") +
-                             " > log 2>&1 &\nrun=$!\n"
-                             "for i in $(seq 1 600); do grep -q 'update ' log && break; sleep 0.2; done\n"
-                             "pid=$(sed -n 's/.*rank 3 pid \\([0-9]*\\).*/\\1/p' log | head -1)\n"
-                             "if [ -z \"$pid\" ]; then kill $run; cat log; exit 99; fi\n"
-                             "kill -9 \"$pid\"\n"
-                             "wait $run; code=$?\n"
-                             "cat log; exit $code\n";
+  // Start the run, wait for its first checkpoint, SIGKILL rank 3 (the server) by the pid the
+  // launcher's first line gives (Gloo: it names every rank's); the launcher stops the workers and
+  // names rank 3.
+  const std::string script = killServerWhen(
+      dir,
+      command("ps.staleness=2 trainer.max_steps=100000 trainer.log_every=5 checkpoint.dir=ck checkpoint.every=2",
+              "--backend gloo"),
+      "ck/step-000000006.ckpt");
   test::ProcessOptions o;
   o.timeout = std::chrono::seconds(280);
   auto r = test::runProcess({"sh", "-c", script}, o);
@@ -79,6 +94,40 @@ TEST(PsMultiprocess, AKilledServerEndsTheRunNamingIt) {
   EXPECT_NE(r.exitCode, 99) << "no progress line, or no pid of rank 3:\n" << r.out;
   EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(rank 3 \(pid \d+\) was killed by SIGKILL.*first worker to fail)")))
       << r.out;
+}
+
+TEST(PsMultiprocess, AKilledServerIsRestartedAndTheRunResumesFromItsCheckpoint) {
+  const std::string dir = test::makeTempDir();
+  // 100 synchronous steps = 300 updates, a checkpoint every 15; the server dies after the one of 30.
+  const std::string script = killServerWhen(
+      dir,
+      command("ps.staleness=2 trainer.max_steps=100 trainer.log_every=50 checkpoint.dir=ck checkpoint.every=5",
+              "--backend gloo --max-restarts 1"),
+      "ck/step-000000030.ckpt");
+  test::ProcessOptions o;
+  o.timeout = std::chrono::seconds(280);
+  auto r = test::runProcess({"sh", "-c", script}, o);
+  ASSERT_EQ(r.exitCode, 0) << r.out;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(rank 3 \(pid \d+\) was killed by SIGKILL)"))) << r.out;
+  EXPECT_HAS(r.out, "restarting all 4 worker(s) of node 0 (restart 1 of 1)");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.out, m, std::regex(R"(resumed from ck/step-0*(\d+)\.ckpt: step (\d+))"))) << r.out;
+  const int from = std::stoi(m[1].str());
+  EXPECT_GE(from, 30) << r.out;
+  EXPECT_EQ(from % 15, 0) << r.out;
+  EXPECT_HAS(r.out, fmt::format("300 updates (468 per epoch), from update {}", from + 1));
+  EXPECT_HAS(r.out, "done: 300 updates");
+  // The servers' last checkpoint is a Trainer checkpoint: two DDP workers continue from it.
+  const std::string bin = test::lockstepBin();
+  auto ddp =
+      test::runProcess({"sh", "-c",
+                        "cd " + quote(dir) + " && exec " + quote(bin) + " run -np 2 -- " + quote(bin) + " train " +
+                            quote(std::string(LOCKSTEP_SOURCE_DIR) + "/configs/fashion_convnet.yaml") +
+                            " checkpoint.dir=ck monitor.dir=off trainer.max_steps=302 trainer.validate=false"},
+                       o);
+  ASSERT_EQ(ddp.exitCode, 0) << ddp.err;
+  EXPECT_HAS(ddp.err, "resumed from ck/step-000000300.ckpt: step 300");
+  EXPECT_HAS(ddp.err, "continuing epoch 0 at micro-batch 150");
 }
 
 }  // namespace

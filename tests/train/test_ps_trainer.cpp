@@ -1,6 +1,7 @@
 // The Trainer with strategy async_ps: with staleness bound 0 it trains exactly like DDP on the same
 // samples; with a straggler (the test knob) no update passes the bound (the Trainer asserts it
-// while gathering the histogram) and every update is counted; the errors name the keys. That each
+// while gathering the histogram) and every update is counted; the errors name the keys; checkpoints
+// resume, exactly with one worker, and load into DDP runs and back. That each
 // batch goes to one worker (tickets) is tested in tests/ps. Threads as ranks over Gloo.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -110,15 +111,67 @@ TEST(PsTrainer, ErrorsNameTheKeys) {
   o.ps = {1, 0};
   o.accumulation = 2;
   EXPECT_HAS(test::errorOf([&] { train(2, o); }), "trainer.accumulation 2");
-  o.accumulation = 1;
-  o.checkpoint.dir = (std::filesystem::temp_directory_path() / fmt::format("lockstep-ps-{}", ::getpid())).string();
-  std::filesystem::remove_all(o.checkpoint.dir);
+}
+
+std::string freshDir(const std::string& name) {
+  auto dir = std::filesystem::temp_directory_path() / fmt::format("lockstep-ps-{}-{}", ::getpid(), name);
+  std::filesystem::remove_all(dir);
+  return dir.string();
+}
+
+// An async_ps checkpoint is a Trainer checkpoint: with bound 0 and plain SGD, DDP's 4 steps
+// continued by async_ps to 18 updates (3 workers, 2 servers) equal DDP's 6 steps, and a DDP run
+// continues from the servers' checkpoint.
+TEST(PsTrainer, CheckpointsCrossLoadWithDdp) {
+  const Outcome reference = train(3, baseOptions());
   TrainerOptions ddp = baseOptions();
-  ddp.checkpoint.dir = o.checkpoint.dir;
-  train(2, ddp);  // leaves a checkpoint
-  EXPECT_HAS(test::errorOf([&] { train(2, o); }), "does not resume from checkpoints yet");
-  o.checkpoint.resume = "none";
-  EXPECT_EQ(train(2, o).result.steps, 6 * 1);
+  ddp.maxSteps = 4;
+  ddp.checkpoint.dir = freshDir("cross");
+  ASSERT_EQ(train(3, ddp).result.steps, 4);
+  TrainerOptions o = baseOptions();
+  o.strategy = StrategyType::kAsyncPs;
+  o.ps = {2, 0};
+  o.checkpoint.dir = ddp.checkpoint.dir;
+  o.checkpoint.every = 1;  // 3 updates
+  const Outcome ps = train(5, o);
+  EXPECT_EQ(ps.result.resumedFromStep, 12);  // 4 steps of 3 workers: the 13th batch of the set comes next
+  EXPECT_EQ(ps.result.steps, 18);
+  for (size_t i = 0; i < reference.weights.size(); ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_LE(maxRelativeDiff(ps.weights[i], reference.weights[i]), 1e-6);
+  }
+  for (int updates : {15, 18})
+    EXPECT_TRUE(std::filesystem::exists(fmt::format("{}/step-{:09d}.ckpt", o.checkpoint.dir, updates)));
+  ddp.maxSteps = 20;
+  const Outcome back = train(1, ddp);
+  EXPECT_EQ(back.result.resumedFromStep, 18);
+  EXPECT_EQ(back.result.steps, 20);
+  std::filesystem::remove_all(o.checkpoint.dir);
+}
+
+// One worker and one server compute what one DDP worker computes, update for update: a run stopped
+// and resumed from the servers' checkpoint (Adam's moments cut to the server's range and back) ends
+// where the uninterrupted run ends, and where DDP ends.
+TEST(PsTrainer, ResumedRunEndsAsTheUninterruptedOne) {
+  TrainerOptions o = baseOptions();
+  o.optimizer.type = OptimizerType::kAdam;
+  o.optimizer.lr = 0.01;
+  const Outcome ddp = train(1, o);
+  o.strategy = StrategyType::kAsyncPs;
+  o.ps = {1, 0};
+  o.checkpoint.dir = freshDir("straight");
+  const Outcome straight = train(2, o);
+  o.checkpoint.dir = freshDir("resumed");
+  o.maxSteps = 3;
+  ASSERT_EQ(train(2, o).result.steps, 3);
+  o.maxSteps = 6;
+  const Outcome resumed = train(2, o);
+  EXPECT_EQ(resumed.result.resumedFromStep, 3);
+  for (size_t i = 0; i < ddp.weights.size(); ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_TRUE(at::equal(resumed.weights[i], straight.weights[i]));
+    EXPECT_LE(maxRelativeDiff(straight.weights[i], ddp.weights[i]), 1e-6);
+  }
   std::filesystem::remove_all(o.checkpoint.dir);
 }
 
