@@ -23,14 +23,6 @@ void checkPsOptions(const PsOptions& options, int worldSize) {
   if (options.staleness < 0) {
     throw ConfigError(fmt::format("ps.staleness {}: expected 0 (synchronous) or more updates", options.staleness));
   }
-  // Each server grants weights on what it has seen; with a bound above 0 two servers can each wait
-  // for a worker that waits for the other. Several servers need one order of grants (to come).
-  if (options.servers > 1 && options.staleness > 0) {
-    throw ConfigError(
-        fmt::format("ps.servers {} with ps.staleness {}: several servers support only ps.staleness 0 "
-                    "so far; use ps.servers 1 for an asynchronous bound",
-                    options.servers, options.staleness));
-  }
 }
 
 PsRole psRole(int rank, int worldSize, const PsOptions& options) {

@@ -12,14 +12,23 @@
 
 namespace lockstep::detail {
 
-// A worker's message: header {kind, its pushes so far (this one included), the version of the
-// weights the gradient was computed on, 0}, then for kPush the gradient's slice.
-// A server's reply: header {version of the weights, staleness of the worker's last applied update,
-// the grant's ticket, 0}, then the weights' slice.
-enum PsKind : int64_t { kPsPull = 1, kPsPush = 2, kPsDone = 3, kPsPark = 4 };
+// A worker's message to server 0: header {kind, its pushes so far (this one included), the version of
+// the weights the gradient was computed on, B}, then for kPsPush the gradient's slice. kPsPark: wait
+// until the server checkpointed B updates; its reply is a header only.
+// Server 0's reply: header {version of the weights, staleness of the worker's last applied update,
+// the grant's ticket}, then the weights' slice; with followers, a push is first acknowledged on
+// kPsAckTag with {the update's place in the order (the version it applied to), the grants made of
+// that version, its staleness, its lag}.
+// To another server (a follower): kPsPush {kind} and the gradient's slice, then kPsOrder {kind, place,
+// grants, staleness, lag} once server 0 acknowledged it; kPsRead {kind, version} for the weights of the version server
+// 0 granted; kPsDone {kind, the ticket it leaves with unpushed or -1} when the worker finishes (sent
+// with server 0's; its next read, of the final weights, is its last message); kPsPark as above. Its
+// reply to a read: header {version}, then the weights' slice.
+enum PsKind : int64_t { kPsPull = 1, kPsPush = 2, kPsDone = 3, kPsPark = 4, kPsOrder = 5, kPsRead = 6 };
 constexpr int kPsHeaderTag = 81;
 constexpr int kPsPayloadTag = 82;
-constexpr int64_t kPsHeaderSize = 4;
+constexpr int kPsAckTag = 83;
+constexpr int64_t kPsHeaderSize = 6;
 
 struct PsPairs {
   PsRole role;

@@ -14,7 +14,8 @@
 // waiting workers are granted the same version: bulk-synchronous SGD.
 //
 // Checkpoints: the update that makes the version a multiple of checkpointEvery runs the hook under
-// the lock; a worker's kPsPark for B is answered once `checkpointed` reached B.
+// the lock (after its acknowledgement to the followers); a worker's kPsPark for B is answered once
+// `checkpointed` reached B.
 #include <ATen/ATen.h>
 #include <torch/optim/optimizer.h>
 
@@ -29,10 +30,11 @@
 #include <thread>
 
 #include "lockstep/common/error.h"
-#include "ps/ps_pairs.h"
+#include "ps/ps_server_state.h"
 
 namespace lockstep {
 
+using detail::kPsAckTag;
 using detail::kPsDone;
 using detail::kPsHeaderSize;
 using detail::kPsHeaderTag;
@@ -40,51 +42,7 @@ using detail::kPsPark;
 using detail::kPsPayloadTag;
 using detail::kPsPull;
 using detail::kPsPush;
-
-namespace {
-
-struct WorkerSlot {
-  bool pulled = false, out = false, waiting = false, done = false;
-  int64_t readVersion = 0;    // the version of the weights it computes on (while out)
-  int64_t staleness = 0;      // updates on other weights applied since its read (while out)
-  int64_t lastStaleness = 0;  // of its last applied update
-  at::Tensor granted;         // weights granted (of version readVersion) and not yet sent
-  int64_t ticket = 0;
-};
-
-}  // namespace
-
-struct ParameterServer::State {
-  std::unique_ptr<detail::PsPairs> pairs;
-  PsOptions options;
-  at::Tensor shard;  // this server's elements of the flattened parameters; its .grad is the pushed gradient
-  std::unique_ptr<torch::optim::Optimizer> optimizer;
-  PsStats stats;
-
-  std::mutex mutex;
-  std::condition_variable changed;
-  int64_t version = 0;       // updates applied
-  int64_t tickets = 0;       // grants made: a global sequence for handing out work (PsWorker::ticket)
-  int64_t checkpointed = 0;  // the last multiple of checkpointEvery whose hook returned
-  // The smallest ticket a worker finished without pushing: no checkpoint beyond it can hold every
-  // update before it, so none is taken and parks beyond it are answered at once.
-  int64_t abandoned = std::numeric_limits<int64_t>::max();
-  std::function<void(int64_t)> checkpointHook;
-  std::vector<WorkerSlot> slots;
-  bool failed = false;
-
-  int64_t outOnOtherWeights(int64_t readVersion, size_t except) const {
-    int64_t n = 0;
-    for (size_t d = 0; d < slots.size(); ++d) n += d != except && slots[d].out && slots[d].readVersion != readVersion;
-    return n;
-  }
-  bool mayGrant(size_t w) const;
-  void grantWaiting();
-  void apply(size_t w, const at::Tensor& gradient, int64_t workerReadVersion);
-  void serveWorker(size_t w);
-  bool reply(size_t w, Communicator& peer, std::unique_lock<std::mutex>& lock);
-  bool answerPark(Communicator& peer, int64_t boundary, std::unique_lock<std::mutex>& lock);
-};
+using detail::WorkerSlot;
 
 ParameterServer::ParameterServer(std::shared_ptr<Communicator> comm, PsOptions options,
                                  const std::vector<at::Tensor>& parameters, const OptimizerFactory& factory)
@@ -118,7 +76,11 @@ void ParameterServer::serve() {
   for (size_t w = 0; w < s.pairs->peers.size(); ++w) {
     threads.emplace_back([&, w] {
       try {
-        s.serveWorker(w);
+        if (s.leader()) {
+          s.serveWorker(w);
+        } else {
+          s.followWorker(w);
+        }
       } catch (const std::exception& e) {
         errors[w] = std::make_exception_ptr(
             Error(fmt::format("parameter server {} (rank {}): {} failed: {}", s.pairs->role.index, s.pairs->rank,
@@ -162,34 +124,49 @@ void ParameterServer::State::grantWaiting() {
     slot.staleness = 0;
     slot.granted = snapshot;
     slot.ticket = tickets++;
+    ++grantsAtVersion;
   }
   changed.notify_all();
 }
 
-void ParameterServer::State::apply(size_t w, const at::Tensor& gradient, int64_t workerReadVersion) {
+ParameterServer::State::Applied ParameterServer::State::apply(size_t w, const at::Tensor& gradient,
+                                                              int64_t workerReadVersion) {
   auto& slot = slots[w];
   if (!slot.out || workerReadVersion != slot.readVersion) {
     throw Error(fmt::format("pushed a gradient on version {} while it holds version {}", workerReadVersion,
                             slot.out ? slot.readVersion : -1));
   }
-  stats.record(slot.staleness, version - slot.readVersion);
+  const Applied applied{version, grantsAtVersion, slot.staleness, version - slot.readVersion};
+  stats.record(applied.staleness, applied.lag);
   slot.lastStaleness = slot.staleness;
-  shard.mutable_grad() = gradient;  // the step reads it under the lock: no copy
-  optimizer->step();
-  ++version;
   slot.out = false;
   for (size_t c = 0; c < slots.size(); ++c) {
     if (slots[c].out && slots[c].readVersion != slot.readVersion) ++slots[c].staleness;
   }
-  if (options.checkpointEvery > 0 && version % options.checkpointEvery == 0 && version <= abandoned) {
-    try {
-      if (checkpointHook) checkpointHook(version);
-    } catch (const std::exception& e) {
-      throw Error(fmt::format("the checkpoint at {} updates: {}", version, e.what()));
-    }
-    checkpointed = version;
-    changed.notify_all();
+  grantsAtVersion = 0;
+  step(gradient);
+  return applied;
+}
+
+void ParameterServer::State::step(const at::Tensor& gradient) {
+  shard.mutable_grad() = gradient;  // the step reads it under the lock: no copy
+  optimizer->step();
+  ++version;
+  changed.notify_all();
+}
+
+// Nothing else is applied before the checkpoint is taken: every update below it is, and the
+// workers beyond it wait for it.
+void ParameterServer::State::checkpointIfDue() {
+  if (options.checkpointEvery <= 0 || version % options.checkpointEvery != 0 || version > abandoned ||
+      checkpointed >= version) {
+    return;
   }
+  try {
+    if (checkpointHook) checkpointHook(version);
+  } catch (const std::exception& e) { throw Error(fmt::format("the checkpoint at {} updates: {}", version, e.what())); }
+  checkpointed = version;
+  changed.notify_all();
 }
 
 void ParameterServer::State::serveWorker(size_t w) {
@@ -209,8 +186,24 @@ void ParameterServer::State::serveWorker(size_t w) {
     }
     auto& slot = slots[w];
     if (kind == kPsPush) {
-      apply(w, gradient, readVersion);
+      const Applied applied = apply(w, gradient, readVersion);
       slot.waiting = true;
+      grantWaiting();
+      if (pairs->role.servers > 1) {
+        // The followers apply this update at the same place in the order (the worker relays it).
+        at::Tensor ack = at::zeros({kPsHeaderSize}, at::kLong);
+        auto* a = ack.data_ptr<int64_t>();
+        a[0] = applied.place;
+        a[1] = applied.grants;
+        a[2] = applied.staleness;
+        a[3] = applied.lag;
+        lock.unlock();
+        peer.send(ack, other, kPsAckTag)->wait();
+        lock.lock();
+        if (failed) return;
+      }
+      // After the acknowledgement: the followers reach the checkpoint only with it.
+      checkpointIfDue();
     } else if (kind == kPsPull) {
       slot.pulled = slot.waiting = true;
     } else if (kind == kPsDone) {

@@ -5,19 +5,23 @@
 
 #include <algorithm>
 #include <chrono>
+#include <initializer_list>
 
 #include "lockstep/common/error.h"
 #include "ps/ps_pairs.h"
 
 namespace lockstep {
 
+using detail::kPsAckTag;
 using detail::kPsDone;
 using detail::kPsHeaderSize;
 using detail::kPsHeaderTag;
+using detail::kPsOrder;
 using detail::kPsPark;
 using detail::kPsPayloadTag;
 using detail::kPsPull;
 using detail::kPsPush;
+using detail::kPsRead;
 
 struct PsWorker::State {
   std::unique_ptr<detail::PsPairs> pairs;
@@ -140,46 +144,87 @@ void PsWorker::State::waitForCheckpoint() {
   waitSeconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// Sends `kind` (and for a push the gradients' slices) to every server, then receives each
-// server's weights into the parameters.
+// Sends `kind` (and for a push the gradient's slices) to the servers and receives every server's
+// slice of the weights server 0 grants into the parameters. With several servers the others
+// follow server 0 (ps_follower.cpp): a push's gradient goes to all at once, its place in server 0's
+// order is relayed to them, and they send the weights of the version server 0 granted.
 void PsWorker::State::exchange(int64_t kind) {
   const auto t0 = std::chrono::steady_clock::now();
   const size_t servers = pairs->peers.size();
-  std::vector<at::Tensor> headers, replies;
+  const bool push = kind == kPsPush, followed = servers > 1;
   std::vector<std::vector<WorkHandle>> works(servers);
-  for (size_t j = 0; j < servers; ++j) {
-    Communicator& peer = *pairs->peers[j];
-    const int other = 1 - peer.rank();
-    headers.push_back(at::zeros({kPsHeaderSize}, at::kLong));
-    auto* h = headers.back().data_ptr<int64_t>();
-    h[0] = kind;
-    h[1] = pushes + (kind == kPsPush ? 1 : 0);
-    h[2] = versions[j];
-    replies.push_back(at::zeros({kPsHeaderSize}, at::kLong));
-    const auto [first, last] = ranges[j];
+  // Runs fn(peer, its rank in the pair) for server j; a failure names the server.
+  auto onServer = [&](size_t j, const auto& fn) {
     try {
-      works[j].push_back(peer.send(headers.back(), other, kPsHeaderTag));
-      if (kind == kPsPush)
-        works[j].push_back(peer.send(gradients.narrow(0, first, last - first), other, kPsPayloadTag));
-      works[j].push_back(peer.recv(replies.back(), other, kPsHeaderTag));
-      at::Tensor slot = weights.narrow(0, first, last - first);
-      works[j].push_back(peer.recv(slot, other, kPsPayloadTag));
+      fn(*pairs->peers[j], 1 - pairs->peers[j]->rank());
     } catch (const std::exception& e) {
       throw Error(fmt::format("worker {} (rank {}): {} failed: {}", pairs->role.index, pairs->rank,
                               detail::psPeerName(*pairs, j), e.what()));
     }
-  }
-  for (size_t j = 0; j < servers; ++j) {
-    try {
+  };
+  auto waitAll = [&](size_t j) {
+    onServer(j, [&](Communicator&, int) {
       for (auto& w : works[j]) w->wait();
-    } catch (const std::exception& e) {
-      throw Error(fmt::format("worker {} (rank {}): {} failed: {}", pairs->role.index, pairs->rank,
-                              detail::psPeerName(*pairs, j), e.what()));
-    }
-    versions[j] = replies[j].data_ptr<int64_t>()[0];
-    maxStaleness = std::max(maxStaleness, replies[j].data_ptr<int64_t>()[1]);
+      works[j].clear();
+    });
+  };
+  auto header = [](std::initializer_list<int64_t> values) {
+    at::Tensor h = at::zeros({kPsHeaderSize}, at::kLong);
+    std::copy(values.begin(), values.end(), h.data_ptr<int64_t>());
+    return h;
+  };
+  auto slice = [&](const at::Tensor& flat, size_t j) {
+    return flat.narrow(0, ranges[j].first, ranges[j].second - ranges[j].first);
+  };
+  // Server 0: the message, then (a push, with followers) its place in the order, then the grant.
+  at::Tensor ack = header({}), grant = header({}), mine0 = slice(weights, 0);
+  WorkHandle acked;
+  onServer(0, [&](Communicator& peer, int other) {
+    works[0].push_back(peer.send(header({kind, pushes + (push ? 1 : 0), versions[0], 0}), other, kPsHeaderTag));
+    if (push) works[0].push_back(peer.send(slice(gradients, 0), other, kPsPayloadTag));
+    if (push && followed) acked = peer.recv(ack, other, kPsAckTag);
+    works[0].push_back(peer.recv(grant, other, kPsHeaderTag));
+    works[0].push_back(peer.recv(mine0, other, kPsPayloadTag));
+  });
+  for (size_t j = 1; j < servers; ++j) {
+    onServer(j, [&](Communicator& peer, int other) {
+      if (push) {
+        works[j].push_back(peer.send(header({kPsPush}), other, kPsHeaderTag));
+        works[j].push_back(peer.send(slice(gradients, j), other, kPsPayloadTag));
+      } else if (kind == kPsDone) {
+        works[j].push_back(peer.send(header({kPsDone, ticket}), other, kPsHeaderTag));
+      }
+    });
   }
-  ticket = replies[0].data_ptr<int64_t>()[2];
+  if (acked) {
+    onServer(0, [&](Communicator&, int) { acked->wait(); });
+    const int64_t* a = ack.data_ptr<int64_t>();
+    for (size_t j = 1; j < servers; ++j) {
+      onServer(j, [&](Communicator& peer, int other) {
+        works[j].push_back(peer.send(header({kPsOrder, a[0], a[1], a[2], a[3]}), other, kPsHeaderTag));
+      });
+    }
+  }
+  waitAll(0);
+  const int64_t* g = grant.data_ptr<int64_t>();
+  versions[0] = g[0];
+  maxStaleness = std::max(maxStaleness, g[1]);
+  ticket = g[2];
+  // The other servers: the weights of the version server 0 granted.
+  std::vector<at::Tensor> replies;
+  for (size_t j = 1; j < servers; ++j) {
+    replies.push_back(header({}));
+    onServer(j, [&](Communicator& peer, int other) {
+      works[j].push_back(peer.send(header({kPsRead, versions[0]}), other, kPsHeaderTag));
+      works[j].push_back(peer.recv(replies.back(), other, kPsHeaderTag));
+      at::Tensor mine = slice(weights, j);
+      works[j].push_back(peer.recv(mine, other, kPsPayloadTag));
+    });
+  }
+  for (size_t j = 1; j < servers; ++j) {
+    waitAll(j);
+    versions[j] = replies[j - 1].data_ptr<int64_t>()[0];
+  }
   at::NoGradGuard noGrad;
   int64_t offset = 0;
   for (auto& p : parameters) {

@@ -75,7 +75,7 @@ TEST(PsLayout, RolesShardsAndOptionErrors) {
   EXPECT_HAS(errorOf([] { checkPsOptions({2, 0}, 2); }), "ps.servers 2");
   EXPECT_HAS(errorOf([] { checkPsOptions({0, 0}, 4); }), "ps.servers 0");
   EXPECT_HAS(errorOf([] { checkPsOptions({1, -1}, 4); }), "ps.staleness -1");
-  EXPECT_HAS(errorOf([] { checkPsOptions({2, 1}, 5); }), "ps.servers 2 with ps.staleness 1");
+  EXPECT_NO_THROW(checkPsOptions({2, 1}, 5));
   PsStats stats;
   EXPECT_EQ(stats.maxStaleness(), -1);
   stats.record(2, 5);
@@ -163,11 +163,13 @@ TEST(ParameterServer, ZeroStalenessEqualsSynchronousSgd) {
   }
 }
 
-TEST(ParameterServer, StragglerHoldsNoWorkerBeyondTheBound) {
+class Straggler : public ::testing::TestWithParam<int> {};  // the number of servers
+
+TEST_P(Straggler, HoldsNoWorkerBeyondTheBound) {
   const int workers = 3, staleness = 2;
   const int64_t steps = 12;
   RunResult run;
-  runPs(workers, /*servers=*/1, staleness, steps, /*lr=*/0.02, /*slow=*/2, /*slowMs=*/25, run);
+  runPs(workers, /*servers=*/GetParam(), staleness, steps, /*lr=*/0.02, /*slow=*/2, /*slowMs=*/25, run);
   const PsStats& stats = run.serverStats[0];
   EXPECT_EQ(stats.updates, workers * steps);
   // The fast workers pushed while the straggler computed, up to the bound and never beyond it.
@@ -181,7 +183,12 @@ TEST(ParameterServer, StragglerHoldsNoWorkerBeyondTheBound) {
   EXPECT_EQ(tickets.size(), static_cast<size_t>(workers * (steps + 1)));
   // Every worker ends with the servers' final weights.
   EXPECT_TRUE(at::equal(run.workerParams[0][0], run.workerParams[2][0]));
+  EXPECT_TRUE(at::equal(run.workerParams[0][1], run.workerParams[1][1]));
 }
+
+// Two servers: the second applies the updates in the first one's order and hands out the versions
+// it granted, so the bound holds on both and nothing deadlocks.
+INSTANTIATE_TEST_SUITE_P(ParameterServer, Straggler, ::testing::Values(1, 2));
 
 TEST(ParameterServer, AsynchronousTrainingLearns) {
   const int workers = 3;
@@ -200,8 +207,21 @@ TEST(ParameterServer, AsynchronousTrainingLearns) {
 }
 
 // A checkpoint hook must see exactly the updates of the tickets before its boundary: each worker
-// pushes the one-hot gradient of its ticket, so with SGD at rate 1 element t of the weights is -1
-// once ticket t's update is applied and 0 before.
+// pushes the one-hot gradient of its ticket plus 0.5 everywhere, so with SGD at rate 1 element t
+// of the weights is -0.5 n - 1 once ticket t's update is applied and -0.5 n before, n the updates
+// applied. The 0.5 also shows that every read of the weights is one version on every server: the
+// elements that no ticket reaches (60..63 of server 0's range, 124..127 of the last) give the same n,
+// and n tickets are marked.
+constexpr int64_t kElements = 128;
+
+void expectOneVersion(const at::Tensor& weights) {
+  const auto* p = weights.data_ptr<float>();
+  const double n = -2.0 * p[kElements - 1];
+  EXPECT_EQ(-2.0 * p[kElements / 2 - 1], n) << "the servers' ranges are of different versions";
+  int64_t marked = 0;
+  for (int64_t i = 0; i < kElements / 2 - 4; ++i) marked += p[i] == static_cast<float>(-0.5 * n - 1.0);
+  EXPECT_EQ(static_cast<double>(marked), n);
+}
 struct CheckpointRun {
   std::mutex mutex;
   std::vector<std::tuple<int, int64_t, at::Tensor>> seen;  // server, updates, its shard then
@@ -212,7 +232,7 @@ struct CheckpointRun {
 void runCheckpointed(int workers, int servers, int staleness, int64_t every, int64_t first, int64_t updates,
                      int64_t steps, CheckpointRun& out) {
   runRanks(workers + servers, [&](int rank, Communicator& comm) {
-    std::vector<at::Tensor> params{at::zeros({64}, at::kFloat).requires_grad_()};
+    std::vector<at::Tensor> params{at::zeros({kElements}, at::kFloat).requires_grad_()};
     PsOptions options{servers, staleness};
     options.checkpointEvery = every;
     options.firstUpdate = first;
@@ -231,9 +251,10 @@ void runCheckpointed(int workers, int servers, int staleness, int64_t every, int
     for (int64_t k = 0; steps > 0 ? k < steps : worker.ticket() < first + updates; ++k) {
       if (rank == workers - 1) std::this_thread::sleep_for(std::chrono::milliseconds(4));  // a straggler
       EXPECT_GE(worker.ticket(), first);
-      params[0].mutable_grad() = at::zeros({64}, at::kFloat);
-      params[0].mutable_grad()[worker.ticket()] = 1.0;
+      params[0].mutable_grad() = at::full({kElements}, 0.5, at::kFloat);
+      params[0].mutable_grad()[worker.ticket()] = 1.5;
       worker.push();
+      expectOneVersion(params[0].detach());
     }
     worker.finish();
   });
@@ -241,18 +262,20 @@ void runCheckpointed(int workers, int servers, int staleness, int64_t every, int
 
 /// Every server ran the hook at each multiple of `every` in (first, last], and saw exactly the
 /// updates of the tickets before it.
+/// (last < 0: only the second; which boundaries are reached then depends on the tickets left unpushed.)
 void expectExactCheckpoints(const CheckpointRun& run, int servers, int64_t every, int64_t first, int64_t last) {
   std::vector<std::set<int64_t>> boundaries(static_cast<size_t>(servers));
   for (const auto& [server, at, shard] : run.seen) {
     SCOPED_TRACE(::testing::Message() << "server " << server << " at " << at << " updates");
     boundaries[static_cast<size_t>(server)].insert(at);
-    const auto range = psShardRange(64, servers, server);
-    at::Tensor expected = at::zeros({range.second - range.first}, at::kFloat);
+    const auto range = psShardRange(kElements, servers, server);
+    at::Tensor expected = at::full({range.second - range.first}, -0.5 * static_cast<double>(at - first), at::kFloat);
     for (int64_t i = range.first; i < range.second; ++i) {
-      if (i >= first && i < at) expected[i - range.first] = -1.0;
+      if (i >= first && i < at) expected[i - range.first] -= 1.0;
     }
     EXPECT_TRUE(at::equal(shard, expected)) << shard << " expected " << expected;
   }
+  if (last < 0) return;
   std::set<int64_t> all;
   for (int64_t b = (first / every + 1) * every; b <= last; b += every) all.insert(b);
   for (const auto& b : boundaries) EXPECT_EQ(b, all);
@@ -270,6 +293,18 @@ TEST(ParameterServer, CheckpointsHoldExactlyTheUpdatesBeforeTheirBoundary) {
     CheckpointRun run;
     runCheckpointed(3, 2, 0, /*every=*/4, /*first=*/10, /*updates=*/18, /*steps=*/0, run);
     expectExactCheckpoints(run, 2, 4, 10, 28);
+  }
+  {
+    SCOPED_TRACE("two servers, staleness 2, a straggler");
+    CheckpointRun run;
+    runCheckpointed(3, 2, 2, /*every=*/5, /*first=*/0, /*updates=*/24, /*steps=*/0, run);
+    expectExactCheckpoints(run, 2, 5, 0, 24);
+  }
+  {
+    SCOPED_TRACE("two servers, staleness 2, workers that stop with tickets in hand");
+    CheckpointRun run;
+    runCheckpointed(3, 2, 2, /*every=*/5, /*first=*/0, /*updates=*/0, /*steps=*/8, run);
+    expectExactCheckpoints(run, 2, 5, 0, /*last=*/-1);
   }
   {
     // Each worker stops after 8 pushes holding one of the tickets 24..26 unpushed: checkpoints up to

@@ -92,11 +92,11 @@ TEST(PsTrainer, ZeroStalenessTrainsLikeDdpOnTheSameSamples) {
 TEST(PsTrainer, StragglerStaysWithinTheBoundAndEveryUpdateIsCounted) {
   TrainerOptions o = baseOptions();
   o.strategy = StrategyType::kAsyncPs;
-  o.ps = {1, 2};
+  o.ps = {2, 2};
   o.maxSteps = 10;
   o.testSlowRank = 2;
   o.testSlowFactor = 4;
-  Outcome ps = train(4, o);  // 3 workers, 1 server
+  Outcome ps = train(5, o);  // 3 workers, 2 servers
   EXPECT_EQ(ps.result.steps, 30);
   ASSERT_EQ(ps.result.staleness.size(), 3u);  // bins 0..2: nothing staler can be counted
   EXPECT_EQ(std::accumulate(ps.result.staleness.begin(), ps.result.staleness.end(), int64_t(0)), 30);
