@@ -41,6 +41,10 @@
 // that a worker takes into finish() unpushed ends the checkpoints beyond it (no hook runs for them,
 // and nobody waits for them).
 //
+// Several servers: server 0 orders the updates and decides the grants under the bound; the
+// others apply the updates in its order (the worker relays each update's place) and serve the
+// versions it granted, so every read is one version on every server and the bound holds on all.
+//
 // Messages go over one two-rank group per (worker, server) pair, each with its
 // own connection and queue, so the servers serve every worker at once; a
 // server or worker that fails is named in the error of its peers.
