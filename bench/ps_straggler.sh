@@ -6,8 +6,8 @@
 #
 # For ROUNDS rounds (default 5; the order flips every other round) trains the same samples twice:
 #   ddp:      lockstep run -np W -- lockstep train CONFIG trainer.max_steps=STEPS
-#   async_ps: lockstep run -np W+1 -- lockstep train CONFIG strategy.type=async_ps ps.staleness=S
-#             trainer.max_steps=STEPS            (STEPS x W updates of one worker's batch)
+#   async_ps: lockstep run -np W+SERVERS -- lockstep train CONFIG strategy.type=async_ps ps.staleness=S
+#             ps.servers=SERVERS trainer.max_steps=STEPS   (STEPS x W updates of one worker's batch)
 # with worker SLOW_RANK (default 2) slowed by the documented test knob trainer.test_slow_rank /
 # trainer.test_slow_factor (default 2: it computes at half speed). Reads rank 0's --result-json:
 # samples/s and the final validation accuracy. Prints each round, then per side the median / min /
@@ -18,7 +18,7 @@
 # Both exclude the final validation.
 #
 # Environment: LOCKSTEP_BUILD_DIR (default build), ROUNDS, W (workers, default 3), S (staleness,
-# default 4), SLOW_RANK, SLOW_FACTOR, KEEP_LOGS=1 to keep the run logs. Nothing is built here.
+# default 4), SERVERS (parameter servers, default 1), SLOW_RANK, SLOW_FACTOR, KEEP_LOGS=1 to keep the run logs. Nothing is built here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CONFIG="configs/fashion_convnet.yaml"
@@ -29,6 +29,7 @@ BIN="${LOCKSTEP_BUILD_DIR:-build}/lockstep"
 ROUNDS="${ROUNDS:-5}"
 W="${W:-3}"
 S="${S:-4}"
+SERVERS="${SERVERS:-1}"
 SLOW_RANK="${SLOW_RANK:-2}"
 SLOW_FACTOR="${SLOW_FACTOR:-2}"
 [ -x "$BIN" ] || { echo "ps_straggler.sh: $BIN not found; build lockstep first (scripts/build.sh)" >&2; exit 1; }
@@ -44,8 +45,8 @@ run() {  # SIDE ROUND [key=value ...] -> trains, leaves $OUT/rROUND-SIDE.json
   local side="$1" round="$2" np="$W" extra=()
   shift 2
   if [ "$side" = async_ps ]; then
-    np=$((W + 1))
-    extra=(strategy.type=async_ps "ps.staleness=$S")
+    np=$((W + SERVERS))
+    extra=(strategy.type=async_ps "ps.staleness=$S" "ps.servers=$SERVERS")
   fi
   local json="$OUT/r$round-$side.json"
   if ! "$BIN" run -np "$np" -- "$BIN" train "$CONFIG" "trainer.max_steps=$STEPS" "trainer.test_slow_rank=$SLOW_RANK" \
@@ -60,7 +61,7 @@ run() {  # SIDE ROUND [key=value ...] -> trains, leaves $OUT/rROUND-SIDE.json
 }
 
 echo "$CONFIG $*, $W workers (rank $SLOW_RANK at 1/$SLOW_FACTOR speed), $STEPS synchronous steps = $((STEPS * W)) updates," \
-  "staleness bound $S, $ROUNDS interleaved rounds"
+  "staleness bound $S, $SERVERS server(s), $ROUNDS interleaved rounds"
 for ((round = 0; round < ROUNDS; round++)); do
   if ((round % 2 == 0)); then sides=(ddp async_ps); else sides=(async_ps ddp); fi
   for side in "${sides[@]}"; do run "$side" "$round" "$@"; done
