@@ -107,8 +107,8 @@ at::Tensor ParameterServer::State::weightsOf(int64_t wanted, std::unique_lock<st
   }
   auto it = snapshots.find(wanted);
   if (it == snapshots.end()) {
-    throw Error(fmt::format("asked for the weights of version {}, which server 0 did not grant (now at {})", wanted,
-                            version));
+    throw Error(
+        fmt::format("asked for the weights of version {}, which server 0 did not grant (now at {})", wanted, version));
   }
   at::Tensor weights = it->second.weights;
   if (--it->second.readsLeft == 0) snapshots.erase(it);

@@ -63,8 +63,8 @@ struct ParameterServer::State {
   bool leader() const { return pairs->role.index == 0; }
 
   // Server 0 (ps_server.cpp): the grants, the tickets, the staleness.
-  int64_t tickets = 0;           // grants made: a global sequence for handing out work (PsWorker::ticket)
-  int64_t grantsAtVersion = 0;   // grants made of the current version
+  int64_t tickets = 0;          // grants made: a global sequence for handing out work (PsWorker::ticket)
+  int64_t grantsAtVersion = 0;  // grants made of the current version
   std::vector<detail::WorkerSlot> slots;
   int64_t outOnOtherWeights(int64_t readVersion, size_t except) const {
     int64_t n = 0;

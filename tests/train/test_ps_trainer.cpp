@@ -132,7 +132,7 @@ TEST(PsTrainer, CheckpointsCrossLoadWithDdp) {
   o.strategy = StrategyType::kAsyncPs;
   o.ps = {2, 0};
   o.checkpoint.dir = ddp.checkpoint.dir;
-  o.checkpoint.every = 1;  // 3 updates
+  o.checkpoint.every = 5;  // 15 updates; the end (18) is written after serving
   const Outcome ps = train(5, o);
   EXPECT_EQ(ps.result.resumedFromStep, 12);  // 4 steps of 3 workers: the 13th batch of the set comes next
   EXPECT_EQ(ps.result.steps, 18);
