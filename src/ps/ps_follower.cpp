@@ -38,6 +38,7 @@ void ParameterServer::State::followWorker(size_t w) {
   at::Tensor gradient = at::empty_like(shard);
   bool pushed = false;   // a gradient received and waiting for its place in the order
   bool leaving = false;  // the worker finished: its next read is its last message
+  at::Tensor read;       // the weights it computes on (delay compensation)
   while (true) {
     peer.recv(header, other, kPsHeaderTag)->wait();
     const int64_t* h = header.data_ptr<int64_t>();
@@ -50,7 +51,7 @@ void ParameterServer::State::followWorker(size_t w) {
     if (kind == kPsOrder) {
       if (!pushed) throw Error(fmt::format("an order for update {} without its gradient", h[1]));
       pushed = false;
-      applyInOrder(gradient, {h[1], h[2], h[3], h[4]});
+      applyInOrder(gradient, {h[1], h[2], h[3], h[4]}, read);
       continue;
     }
     std::unique_lock<std::mutex> lock(mutex);
@@ -69,6 +70,7 @@ void ParameterServer::State::followWorker(size_t w) {
     const int64_t wanted = h[1];
     at::Tensor weights = weightsOf(wanted, lock);
     if (!weights.defined()) return;  // failed elsewhere
+    if (options.compensation > 0) read = weights;
     lock.unlock();
     at::Tensor reply = at::zeros({kPsHeaderSize}, at::kLong);
     reply.data_ptr<int64_t>()[0] = wanted;
@@ -80,7 +82,7 @@ void ParameterServer::State::followWorker(size_t w) {
   }
 }
 
-void ParameterServer::State::applyInOrder(const at::Tensor& gradient, const Applied& applied) {
+void ParameterServer::State::applyInOrder(const at::Tensor& gradient, const Applied& applied, const at::Tensor& read) {
   std::unique_lock<std::mutex> lock(mutex);
   if (applied.place < version) {
     throw Error(fmt::format("update {} arrived after update {} was applied", applied.place, version));
@@ -92,6 +94,7 @@ void ParameterServer::State::applyInOrder(const at::Tensor& gradient, const Appl
   if (served != readsServed.end()) readsServed.erase(served);
   if (readsLeft > 0) snapshots[version] = {shard.detach().clone(), readsLeft};
   stats.record(applied.staleness, applied.lag);
+  if (options.compensation > 0 && read.defined()) compensate(gradient, read);
   step(gradient);
   checkpointIfDue();
 }

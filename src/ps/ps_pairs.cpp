@@ -20,6 +20,10 @@ void checkPsOptions(const PsOptions& options, int worldSize) {
   LOCKSTEP_CHECK(options.checkpointEvery >= 0 && options.firstUpdate >= 0,
                  "PsOptions: checkpointEvery and firstUpdate must be 0 or more, not ", options.checkpointEvery, " and ",
                  options.firstUpdate);
+  if (!(options.compensation >= 0)) {
+    throw ConfigError(fmt::format("ps.compensation {}: expected 0 (off) or a positive lambda0 (2 is the usual start)",
+                                  options.compensation));
+  }
   if (options.staleness < 0) {
     throw ConfigError(fmt::format("ps.staleness {}: expected 0 (synchronous) or more updates", options.staleness));
   }

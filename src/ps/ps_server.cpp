@@ -123,6 +123,7 @@ void ParameterServer::State::grantWaiting() {
     slot.readVersion = version;
     slot.staleness = 0;
     slot.granted = snapshot;
+    if (options.compensation > 0) slot.read = snapshot;
     slot.ticket = tickets++;
     ++grantsAtVersion;
   }
@@ -144,8 +145,22 @@ ParameterServer::State::Applied ParameterServer::State::apply(size_t w, const at
     if (slots[c].out && slots[c].readVersion != slot.readVersion) ++slots[c].staleness;
   }
   grantsAtVersion = 0;
+  if (options.compensation > 0 && slot.read.defined()) compensate(gradient, slot.read);
+  slot.read = at::Tensor();
   step(gradient);
   return applied;
+}
+
+// g' = g + lambda g g (w - read), lambda = lambda0 / sqrt(v), v the running mean of g g.
+void ParameterServer::State::compensate(const at::Tensor& g, const at::Tensor& read) {
+  at::NoGradGuard noGrad;
+  if (!meanSquare.defined()) {
+    meanSquare = g * g;
+  } else {
+    meanSquare.mul_(0.95).addcmul_(g, g, 0.05);
+  }
+  at::Tensor lambda = meanSquare.sqrt().add_(1e-7).reciprocal_().mul_(options.compensation);
+  g.add_(g * g * (shard.detach() - read) * lambda);
 }
 
 void ParameterServer::State::step(const at::Tensor& gradient) {

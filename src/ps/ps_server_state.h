@@ -27,6 +27,7 @@ struct WorkerSlot {
   int64_t staleness = 0;      // updates on other weights applied since its read (while out)
   int64_t lastStaleness = 0;  // of its last applied update
   at::Tensor granted;         // weights granted (of version readVersion) and not yet sent
+  at::Tensor read;            // the weights it computes on (while out)
   int64_t ticket = 0;
 };
 
@@ -71,6 +72,10 @@ struct ParameterServer::State {
     for (size_t d = 0; d < slots.size(); ++d) n += d != except && slots[d].out && slots[d].readVersion != readVersion;
     return n;
   }
+  at::Tensor meanSquare;  // delay compensation's running mean of the squared gradient
+  /// Delay compensation (parameter_server.h): corrects `gradient` in place for the weights having
+  /// moved from `read` to the current ones.
+  void compensate(const at::Tensor& gradient, const at::Tensor& read);
   bool mayGrant(size_t w) const;
   void grantWaiting();
   /// What server 0 tells the followers about an applied update: its place in the order (the version
@@ -86,7 +91,7 @@ struct ParameterServer::State {
   std::map<int64_t, int64_t> readsServed;  // version -> reads served while it was the current one
   std::map<int64_t, detail::VersionSnapshot> snapshots;
   void followWorker(size_t w);
-  void applyInOrder(const at::Tensor& gradient, const Applied& applied);
+  void applyInOrder(const at::Tensor& gradient, const Applied& applied, const at::Tensor& read);
   at::Tensor weightsOf(int64_t version, std::unique_lock<std::mutex>& lock);
 };
 

@@ -86,6 +86,7 @@ std::vector<Field> fieldsOf(TrainConfig& c) {
       {"parallel.balance", &c.trainer.pipeline.balance},
       {"ps.servers", &c.trainer.ps.servers},
       {"ps.staleness", &c.trainer.ps.staleness},
+      {"ps.compensation", &c.trainer.ps.compensation},
       {"trainer.test_slow_rank", &c.trainer.testSlowRank},
       {"trainer.test_slow_factor", &c.trainer.testSlowFactor},
       {"ddp.bucket_cap_mb", &c.trainer.ddp.bucketCapMb},
@@ -264,6 +265,8 @@ void validate(const TrainConfig& c) {
         fmt::format("parallel.microbatches must be at least 1 (0: 4 x parallel.pipeline), got {}",
                     c.trainer.pipeline.microbatches));
   check(c.trainer.ps.servers >= 1, fmt::format("ps.servers must be at least 1, got {}", c.trainer.ps.servers));
+  check(c.trainer.ps.compensation >= 0,
+        fmt::format("ps.compensation must be 0 (off) or a positive lambda0, got {}", c.trainer.ps.compensation));
   check(c.trainer.ps.staleness >= 0,
         fmt::format("ps.staleness must be 0 (synchronous) or more, got {}", c.trainer.ps.staleness));
   check(c.trainer.testSlowFactor >= 1,

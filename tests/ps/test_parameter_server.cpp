@@ -75,6 +75,12 @@ TEST(PsLayout, RolesShardsAndOptionErrors) {
   EXPECT_HAS(errorOf([] { checkPsOptions({2, 0}, 2); }), "ps.servers 2");
   EXPECT_HAS(errorOf([] { checkPsOptions({0, 0}, 4); }), "ps.servers 0");
   EXPECT_HAS(errorOf([] { checkPsOptions({1, -1}, 4); }), "ps.staleness -1");
+  EXPECT_HAS(errorOf([] {
+               PsOptions o{1, 0};
+               o.compensation = -1;
+               checkPsOptions(o, 4);
+             }),
+             "ps.compensation -1");
   EXPECT_NO_THROW(checkPsOptions({2, 1}, 5));
   PsStats stats;
   EXPECT_EQ(stats.maxStaleness(), -1);
@@ -313,6 +319,53 @@ TEST(ParameterServer, CheckpointsHoldExactlyTheUpdatesBeforeTheirBoundary) {
     CheckpointRun run;
     runCheckpointed(3, 1, 0, /*every=*/5, /*first=*/0, /*updates=*/0, /*steps=*/8, run);
     expectExactCheckpoints(run, 1, 5, 0, 20);
+  }
+}
+
+// Delay compensation: two workers push fixed gradients G0, G1 computed on the first weights w0;
+// whichever is applied second comes one update late and is corrected by
+// lambda0 / sqrt(v) * G * G * (w1 - w0), v = 0.95 G_first^2 + 0.05 G_second^2. The same with two
+// servers, each correcting its range.
+TEST(ParameterServer, DelayCompensationCorrectsTheStaleUpdate) {
+  const double lr = 0.1, lambda0 = 2.0;
+  const at::Tensor w0 = at::linspace(-1, 1, 10, at::kFloat);
+  const std::vector<at::Tensor> pushed{at::linspace(0.5, 1.5, 10, at::kFloat), at::linspace(2, -1, 10, at::kFloat)};
+  auto expected = [&](int firstWorker) {
+    const at::Tensor& a = pushed[static_cast<size_t>(firstWorker)];
+    const at::Tensor& b = pushed[static_cast<size_t>(1 - firstWorker)];
+    const at::Tensor w1 = w0 - lr * a;
+    const at::Tensor v = 0.95 * a * a + 0.05 * b * b;
+    const at::Tensor corrected = b + lambda0 / (v.sqrt() + 1e-7) * b * b * (w1 - w0);
+    return w1 - lr * corrected;
+  };
+  for (int servers : {1, 2}) {
+    SCOPED_TRACE(::testing::Message() << servers << " server(s)");
+    std::mutex mutex;
+    std::vector<at::Tensor> finals;
+    runRanks(2 + servers, [&](int rank, Communicator& comm) {
+      std::vector<at::Tensor> params{w0.clone().requires_grad_()};
+      PsOptions options{servers, /*staleness=*/1};
+      options.compensation = lambda0;
+      if (rank >= 2) {
+        ParameterServer server(borrow(comm), options, params, sgd(lr));
+        server.serve();
+        EXPECT_EQ(server.stats().lag.size(), 2u);  // the second update came one update late
+        return;
+      }
+      PsWorker worker(borrow(comm), options, params);
+      worker.pull();
+      params[0].mutable_grad() = pushed[static_cast<size_t>(rank)].clone();
+      worker.push();
+      worker.finish();
+      std::lock_guard<std::mutex> lock(mutex);
+      finals.push_back(params[0].detach().clone());
+    });
+    ASSERT_EQ(finals.size(), 2u);
+    EXPECT_TRUE(at::equal(finals[0], finals[1]));
+    const double d = std::min(maxRelativeDiff(finals[0], expected(0)), maxRelativeDiff(finals[0], expected(1)));
+    EXPECT_LE(d, 1e-6) << finals[0] << " expected " << expected(0) << " or " << expected(1);
+    // Without the correction the result would be w0 - lr (G0 + G1): make sure the test can tell.
+    EXPECT_GT(maxRelativeDiff(finals[0], w0 - lr * (pushed[0] + pushed[1])), 1e-3);
   }
 }
 

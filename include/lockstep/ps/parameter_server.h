@@ -41,6 +41,14 @@
 // that a worker takes into finish() unpushed ends the checkpoints beyond it (no hook runs for them,
 // and nobody waits for them).
 //
+// Delay compensation (DC-ASGD, Zheng et al. 2017, its adaptive form). A stale gradient g was
+// computed at the weights w_read the worker read, not at the current w; its first-order correction
+// uses g (x) g as a cheap approximation of the Hessian's diagonal:
+//     g' = g + lambda (x) g (x) g (x) (w - w_read),   lambda = lambda0 / sqrt(v),
+//     v = 0.95 v + 0.05 g (x) g  (per element, over the updates applied; (x): elementwise).
+// Every server applies it to its range (the followers to the same updates, from the weights they
+// served), so it costs a copy of the weights per worker computing and one more range of state.
+//
 // Several servers: server 0 orders the updates and decides the grants under the bound; the
 // others apply the updates in its order (the worker relays each update's place) and serve the
 // versions it granted, so every read is one version on every server and the bound holds on all.
@@ -70,6 +78,8 @@ struct PsOptions {
   /// Updates applied before this run (a resumed run's start): the first grant's ticket and the
   /// servers' first version. The same on every rank.
   int64_t firstUpdate = 0;
+  /// lambda0 > 0: delay compensation (config ps.compensation; see "Delay compensation" above); 0: off.
+  double compensation = 0;
 };
 
 /// ConfigError naming ps.servers or ps.staleness unless 1 <= servers < worldSize and staleness >= 0;
