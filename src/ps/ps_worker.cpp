@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <initializer_list>
+#include <string>
 
 #include "lockstep/common/error.h"
 #include "ps/ps_pairs.h"
@@ -37,9 +38,45 @@ struct PsWorker::State {
   bool pulled = false, finished = false;
 
   void exchange(int64_t kind);
+  void readFollowers(std::vector<std::vector<WorkHandle>>& works);
   void waitForCheckpoint();
   void flattenGradients();
+
+  /// Runs fn(peer, the server's rank in the pair) for server j; a failure names the server
+  /// (`what`: what the worker was doing).
+  template <typename Fn>
+  void onServer(size_t j, const Fn& fn, const std::string& what = "") {
+    try {
+      fn(*pairs->peers[j], 1 - pairs->peers[j]->rank());
+    } catch (const std::exception& e) {
+      throw Error(fmt::format("worker {} (rank {}): {}{} failed: {}", pairs->role.index, pairs->rank, what,
+                              detail::psPeerName(*pairs, j), e.what()));
+    }
+  }
+  void waitAll(std::vector<std::vector<WorkHandle>>& works, size_t j, const std::string& what = "") {
+    onServer(
+        j,
+        [&](Communicator&, int) {
+          for (auto& w : works[j]) w->wait();
+          works[j].clear();
+        },
+        what);
+  }
+  /// Server j's elements of a flat buffer.
+  at::Tensor slice(const at::Tensor& flat, size_t j) const {
+    return flat.narrow(0, ranges[j].first, ranges[j].second - ranges[j].first);
+  }
 };
+
+namespace {
+
+at::Tensor psHeader(std::initializer_list<int64_t> values) {
+  at::Tensor h = at::zeros({kPsHeaderSize}, at::kLong);
+  std::copy(values.begin(), values.end(), h.data_ptr<int64_t>());
+  return h;
+}
+
+}  // namespace
 
 PsWorker::PsWorker(std::shared_ptr<Communicator> comm, PsOptions options, std::vector<at::Tensor> parameters)
     : state_(std::make_unique<State>()) {
@@ -115,31 +152,20 @@ void PsWorker::State::waitForCheckpoint() {
   if (boundary <= checkpointed) return;
   const auto t0 = std::chrono::steady_clock::now();
   const size_t servers = pairs->peers.size();
-  std::vector<at::Tensor> headers, replies;
+  const std::string what = fmt::format("waiting for the checkpoint at {} updates, ", boundary);
+  std::vector<at::Tensor> replies;
   std::vector<std::vector<WorkHandle>> works(servers);
-  for (size_t k = 0; k < servers; ++k) {
-    headers.push_back(at::zeros({kPsHeaderSize}, at::kLong));
-    auto* h = headers.back().data_ptr<int64_t>();
-    h[0] = kPsPark;
-    h[1] = pushes;
-    h[2] = versions[k];
-    h[3] = boundary;
-    replies.push_back(at::zeros({kPsHeaderSize}, at::kLong));
+  for (size_t j = 0; j < servers; ++j) {
+    replies.push_back(psHeader({}));
+    onServer(
+        j,
+        [&](Communicator& peer, int other) {
+          works[j].push_back(peer.send(psHeader({kPsPark, pushes, versions[j], boundary}), other, kPsHeaderTag));
+          works[j].push_back(peer.recv(replies[j], other, kPsHeaderTag));
+        },
+        what);
   }
-  size_t j = 0;
-  try {
-    for (j = 0; j < servers; ++j) {
-      Communicator& peer = *pairs->peers[j];
-      works[j].push_back(peer.send(headers[j], 1 - peer.rank(), kPsHeaderTag));
-      works[j].push_back(peer.recv(replies[j], 1 - peer.rank(), kPsHeaderTag));
-    }
-    for (j = 0; j < servers; ++j) {
-      for (auto& w : works[j]) w->wait();
-    }
-  } catch (const std::exception& e) {
-    throw Error(fmt::format("worker {} (rank {}): waiting for the checkpoint at {} updates, {} failed: {}",
-                            pairs->role.index, pairs->rank, boundary, detail::psPeerName(*pairs, j), e.what()));
-  }
+  for (size_t j = 0; j < servers; ++j) waitAll(works, j, what);
   checkpointed = boundary;
   waitSeconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -151,48 +177,25 @@ void PsWorker::State::waitForCheckpoint() {
 void PsWorker::State::exchange(int64_t kind) {
   const auto t0 = std::chrono::steady_clock::now();
   const size_t servers = pairs->peers.size();
-  const bool push = kind == kPsPush, followed = servers > 1;
+  const bool push = kind == kPsPush;
   std::vector<std::vector<WorkHandle>> works(servers);
-  // Runs fn(peer, its rank in the pair) for server j; a failure names the server.
-  auto onServer = [&](size_t j, const auto& fn) {
-    try {
-      fn(*pairs->peers[j], 1 - pairs->peers[j]->rank());
-    } catch (const std::exception& e) {
-      throw Error(fmt::format("worker {} (rank {}): {} failed: {}", pairs->role.index, pairs->rank,
-                              detail::psPeerName(*pairs, j), e.what()));
-    }
-  };
-  auto waitAll = [&](size_t j) {
-    onServer(j, [&](Communicator&, int) {
-      for (auto& w : works[j]) w->wait();
-      works[j].clear();
-    });
-  };
-  auto header = [](std::initializer_list<int64_t> values) {
-    at::Tensor h = at::zeros({kPsHeaderSize}, at::kLong);
-    std::copy(values.begin(), values.end(), h.data_ptr<int64_t>());
-    return h;
-  };
-  auto slice = [&](const at::Tensor& flat, size_t j) {
-    return flat.narrow(0, ranges[j].first, ranges[j].second - ranges[j].first);
-  };
   // Server 0: the message, then (a push, with followers) its place in the order, then the grant.
-  at::Tensor ack = header({}), grant = header({}), mine0 = slice(weights, 0);
+  at::Tensor ack = psHeader({}), grant = psHeader({}), mine = slice(weights, 0);
   WorkHandle acked;
   onServer(0, [&](Communicator& peer, int other) {
-    works[0].push_back(peer.send(header({kind, pushes + (push ? 1 : 0), versions[0], 0}), other, kPsHeaderTag));
+    works[0].push_back(peer.send(psHeader({kind, pushes + (push ? 1 : 0), versions[0]}), other, kPsHeaderTag));
     if (push) works[0].push_back(peer.send(slice(gradients, 0), other, kPsPayloadTag));
-    if (push && followed) acked = peer.recv(ack, other, kPsAckTag);
+    if (push && servers > 1) acked = peer.recv(ack, other, kPsAckTag);
     works[0].push_back(peer.recv(grant, other, kPsHeaderTag));
-    works[0].push_back(peer.recv(mine0, other, kPsPayloadTag));
+    works[0].push_back(peer.recv(mine, other, kPsPayloadTag));
   });
   for (size_t j = 1; j < servers; ++j) {
     onServer(j, [&](Communicator& peer, int other) {
       if (push) {
-        works[j].push_back(peer.send(header({kPsPush}), other, kPsHeaderTag));
+        works[j].push_back(peer.send(psHeader({kPsPush}), other, kPsHeaderTag));
         works[j].push_back(peer.send(slice(gradients, j), other, kPsPayloadTag));
       } else if (kind == kPsDone) {
-        works[j].push_back(peer.send(header({kPsDone, ticket}), other, kPsHeaderTag));
+        works[j].push_back(peer.send(psHeader({kPsDone, ticket}), other, kPsHeaderTag));
       }
     });
   }
@@ -201,30 +204,16 @@ void PsWorker::State::exchange(int64_t kind) {
     const int64_t* a = ack.data_ptr<int64_t>();
     for (size_t j = 1; j < servers; ++j) {
       onServer(j, [&](Communicator& peer, int other) {
-        works[j].push_back(peer.send(header({kPsOrder, a[0], a[1], a[2], a[3]}), other, kPsHeaderTag));
+        works[j].push_back(peer.send(psHeader({kPsOrder, a[0], a[1], a[2], a[3]}), other, kPsHeaderTag));
       });
     }
   }
-  waitAll(0);
+  waitAll(works, 0);
   const int64_t* g = grant.data_ptr<int64_t>();
   versions[0] = g[0];
   maxStaleness = std::max(maxStaleness, g[1]);
   ticket = g[2];
-  // The other servers: the weights of the version server 0 granted.
-  std::vector<at::Tensor> replies;
-  for (size_t j = 1; j < servers; ++j) {
-    replies.push_back(header({}));
-    onServer(j, [&](Communicator& peer, int other) {
-      works[j].push_back(peer.send(header({kPsRead, versions[0]}), other, kPsHeaderTag));
-      works[j].push_back(peer.recv(replies.back(), other, kPsHeaderTag));
-      at::Tensor mine = slice(weights, j);
-      works[j].push_back(peer.recv(mine, other, kPsPayloadTag));
-    });
-  }
-  for (size_t j = 1; j < servers; ++j) {
-    waitAll(j);
-    versions[j] = replies[j - 1].data_ptr<int64_t>()[0];
-  }
+  readFollowers(works);
   at::NoGradGuard noGrad;
   int64_t offset = 0;
   for (auto& p : parameters) {
@@ -232,6 +221,26 @@ void PsWorker::State::exchange(int64_t kind) {
     offset += p.numel();
   }
   waitSeconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// The other servers' slices of the version server 0 granted (versions[0]), after the messages
+// still pending to them.
+void PsWorker::State::readFollowers(std::vector<std::vector<WorkHandle>>& works) {
+  const size_t servers = pairs->peers.size();
+  std::vector<at::Tensor> replies(servers);
+  for (size_t j = 1; j < servers; ++j) {
+    replies[j] = psHeader({});
+    onServer(j, [&](Communicator& peer, int other) {
+      works[j].push_back(peer.send(psHeader({kPsRead, versions[0]}), other, kPsHeaderTag));
+      works[j].push_back(peer.recv(replies[j], other, kPsHeaderTag));
+      at::Tensor mine = slice(weights, j);
+      works[j].push_back(peer.recv(mine, other, kPsPayloadTag));
+    });
+  }
+  for (size_t j = 1; j < servers; ++j) {
+    waitAll(works, j);
+    versions[j] = replies[j].data_ptr<int64_t>()[0];
+  }
 }
 
 }  // namespace lockstep
