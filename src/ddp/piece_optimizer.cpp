@@ -28,10 +28,6 @@ namespace {
 // send/recv tags of the pieces a checkpoint is assembled from, in the order the writer writes them.
 constexpr int kStateTag = 7201;
 
-std::string paramPrefix(size_t index) { return fmt::format("optimizer/param{}/", index); }
-
-std::string groupPrefix(size_t index) { return fmt::format("optimizer/group{}/", index); }
-
 template <typename Optim, typename Options>
 std::unique_ptr<torch::optim::Optimizer> rebuild(std::vector<torch::optim::OptimizerParamGroup> groups,
                                                  const torch::optim::OptimizerOptions& defaults) {
@@ -160,7 +156,7 @@ void PieceOptimizer::save(TensorArchive* archive, const std::function<void()>& a
     std::map<std::string, at::Tensor> outgoing;
     auto order = optimizerOrder(rank());
     for (size_t j = 0; j < order.size(); ++j) {
-      const std::string from = paramPrefix(j), to = paramPrefix(order[j].first);
+      const std::string from = optimizerParamPrefix(j), to = optimizerParamPrefix(order[j].first);
       for (const auto& key : local.keys(from)) {
         if (local.kind(key) == TensorArchive::Kind::kTensor)
           outgoing[to + key.substr(from.size())] = local.getTensor(key);
@@ -175,7 +171,7 @@ void PieceOptimizer::save(TensorArchive* archive, const std::function<void()>& a
   for (const auto& key : local.keys("optimizer/")) {
     if (key.rfind("optimizer/param", 0) != 0) copyArchiveEntry(local, key, *archive);
   }
-  for (size_t g = 0; g < groupSizes.size(); ++g) archive->putInt(groupPrefix(g) + "params", groupSizes[g]);
+  for (size_t g = 0; g < groupSizes.size(); ++g) archive->putInt(optimizerGroupPrefix(g) + "params", groupSizes[g]);
   // Each state tensor is assembled from the ranks' pieces only when the file is written, one at a time.
   std::map<std::string, AssembledTensor> assembled;
   for (int r = 0; r < world(); ++r) {
@@ -185,7 +181,7 @@ void PieceOptimizer::save(TensorArchive* archive, const std::function<void()>& a
     auto order = optimizerOrder(r);
     for (size_t j = 0; j < order.size(); ++j) {
       const auto& [i, piece] = order[j];
-      const std::string from = paramPrefix(j), to = paramPrefix(i);
+      const std::string from = optimizerParamPrefix(j), to = optimizerParamPrefix(i);
       for (const auto& key : entries.keys(from)) {
         const std::string target = to + key.substr(from.size());
         if (entries.kind(key) != TensorArchive::Kind::kTensor) {
@@ -202,7 +198,8 @@ void PieceOptimizer::save(TensorArchive* archive, const std::function<void()>& a
   }
   for (auto& [key, whole] : assembled) putAssembledTensor(*archive, key, std::move(whole), comm, kStateTag);
   for (size_t i = 0; i < optimizerParams.size(); ++i) {
-    if (!archive->contains(paramPrefix(i) + "present")) archive->putBool(paramPrefix(i) + "present", false);
+    if (!archive->contains(optimizerParamPrefix(i) + "present"))
+      archive->putBool(optimizerParamPrefix(i) + "present", false);
   }
 }
 
@@ -217,7 +214,7 @@ void PieceOptimizer::load(const TensorArchive& archive, bool report) {
   std::set<std::string> known{"optimizer/type", "optimizer/groups"};
   for (const auto& key : archive.keys("optimizer/")) {
     bool ok = known.count(key) > 0;
-    for (size_t g = 0; !ok && g < groupSizes.size(); ++g) ok = key.rfind(groupPrefix(g), 0) == 0;
+    for (size_t g = 0; !ok && g < groupSizes.size(); ++g) ok = key.rfind(optimizerGroupPrefix(g), 0) == 0;
     if (!ok && key.rfind("optimizer/param", 0) == 0) {
       size_t end = key.find('/', 15);
       std::string digits = key.substr(15, end == std::string::npos ? std::string::npos : end - 15);
@@ -235,7 +232,7 @@ void PieceOptimizer::load(const TensorArchive& archive, bool report) {
   std::vector<int64_t> mineInGroup(groupSizes.size(), 0);
   size_t first = 0;
   for (size_t g = 0; g < groupSizes.size(); ++g) {
-    const std::string prefix = groupPrefix(g);
+    const std::string prefix = optimizerGroupPrefix(g);
     if (archive.contains(prefix + "params") && archive.getInt(prefix + "params") != groupSizes[g]) {
       throw CheckpointError(fmt::format("checkpoint {}: optimizer group {} has {} parameters, this run's has {}", label,
                                         g, archive.getInt(prefix + "params"), groupSizes[g]));
@@ -250,7 +247,7 @@ void PieceOptimizer::load(const TensorArchive& archive, bool report) {
   for (size_t j = 0; j < order.size(); ++j) {
     const auto& [i, piece] = order[j];
     const at::Tensor& p = params[piece.param];
-    const std::string from = paramPrefix(i), to = paramPrefix(j);
+    const std::string from = optimizerParamPrefix(i), to = optimizerParamPrefix(j);
     for (const auto& key : archive.keys(from)) {
       const std::string target = to + key.substr(from.size());
       if (archive.kind(key) != TensorArchive::Kind::kTensor) {

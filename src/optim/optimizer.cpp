@@ -211,6 +211,9 @@ std::unique_ptr<torch::optim::OptimizerParamState> readParamState(OptimizerType 
 
 }  // namespace
 
+std::string optimizerParamPrefix(size_t index) { return fmt::format("optimizer/param{}/", index); }
+std::string optimizerGroupPrefix(size_t index) { return fmt::format("optimizer/group{}/", index); }
+
 const char* toString(OptimizerType type) { return enumName(kOptimizerNames, type); }
 
 OptimizerType parseOptimizerType(const std::string& text, const std::string& what) {
@@ -274,11 +277,11 @@ void saveOptimizerState(torch::optim::Optimizer& optimizer, TensorArchive& archi
   int64_t index = 0;
   for (size_t g = 0; g < optimizer.param_groups().size(); ++g) {
     auto& group = optimizer.param_groups()[g];
-    const std::string prefix = fmt::format("optimizer/group{}/", g);
+    const std::string prefix = optimizerGroupPrefix(g);
     archive.putInt(prefix + "params", static_cast<int64_t>(group.params().size()));
     saveGroupOptions(type, group.options(), archive, prefix);
     for (const auto& p : group.params()) {
-      const std::string param = fmt::format("optimizer/param{}/", index++);
+      const std::string param = optimizerParamPrefix(index++);
       auto it = optimizer.state().find(optimizerStateKey(p));
       const bool present = it != optimizer.state().end();
       archive.putBool(param + "present", present);
@@ -307,7 +310,7 @@ void loadOptimizerState(torch::optim::Optimizer& optimizer, const TensorArchive&
   std::vector<std::unique_ptr<torch::optim::OptimizerParamState>> states;
   int64_t index = 0;
   for (size_t g = 0; g < groups.size(); ++g) {
-    const std::string prefix = fmt::format("optimizer/group{}/", g);
+    const std::string prefix = optimizerGroupPrefix(g);
     int64_t params = r.getInt(prefix + "params");
     if (params != static_cast<int64_t>(groups[g].params().size())) {
       throw CheckpointError(fmt::format("checkpoint {}: optimizer group {} has {} parameters, this run's has {}", label,
@@ -315,7 +318,7 @@ void loadOptimizerState(torch::optim::Optimizer& optimizer, const TensorArchive&
     }
     options.push_back(readGroupOptions(type, r, groups[g].options(), prefix, report, label));
     for (const auto& p : groups[g].params()) {
-      states.push_back(readParamState(type, r, *options.back(), fmt::format("optimizer/param{}/", index++), p));
+      states.push_back(readParamState(type, r, *options.back(), optimizerParamPrefix(index++), p));
     }
   }
   r.checkAllUsed();

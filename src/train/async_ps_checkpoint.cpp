@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include <map>
 #include <set>
 #include <string>
 
@@ -20,8 +21,6 @@ namespace lockstep::detail {
 namespace {
 
 constexpr const char* kFlat = "optimizer/param0/";
-
-std::string paramPrefix(size_t i) { return fmt::format("optimizer/param{}/", i); }
 
 /// The servers' pieces of every flat tensor (the weights as "shard", then each optimizer state
 /// tensor), concatenated in server order.
@@ -73,14 +72,13 @@ void PsCheckpointWriter::write(int64_t updates, const at::Tensor& shard, torch::
   int64_t offset = 0;
   for (size_t i = 0; i < params.size(); ++i) {
     for (const auto& key : stateKeys) {
-      const std::string target = paramPrefix(i) + key.substr(std::string(kFlat).size());
+      const std::string target = optimizerParamPrefix(i) + key.substr(std::string(kFlat).size());
       if (local.kind(key) != TensorArchive::Kind::kTensor) {
         copyArchiveEntry(local, key, archive, target);
       } else {
         archive.putTensor(target, whole[key].narrow(0, offset, params[i].numel()).view(params[i].sizes()));
       }
     }
-    if (stateKeys.empty()) archive.putBool(paramPrefix(i) + "present", false);
     offset += params[i].numel();
   }
   const Position at{updates, updates / batchesPerEpoch, updates % batchesPerEpoch};
@@ -108,10 +106,12 @@ TensorArchive psShardOptimizerEntries(const TensorArchive& archive, const std::v
   mine.putInt("optimizer/group0/params", 1);
   // Which entries each parameter has: all must have the same (state for every parameter, or for none).
   std::set<std::string> names;
-  for (const auto& key : archive.keys(paramPrefix(0))) names.insert(key.substr(paramPrefix(0).size()));
+  for (const auto& key : archive.keys(optimizerParamPrefix(0)))
+    names.insert(key.substr(optimizerParamPrefix(0).size()));
   for (size_t i = 1; i < params.size(); ++i) {
     std::set<std::string> theirs;
-    for (const auto& key : archive.keys(paramPrefix(i))) theirs.insert(key.substr(paramPrefix(i).size()));
+    for (const auto& key : archive.keys(optimizerParamPrefix(i)))
+      theirs.insert(key.substr(optimizerParamPrefix(i).size()));
     if (theirs != names) {
       throw CheckpointError(fmt::format(
           "checkpoint {}: parameter {} has other optimizer entries than parameter 0; async_ps servers keep one "
@@ -120,17 +120,17 @@ TensorArchive psShardOptimizerEntries(const TensorArchive& archive, const std::v
     }
   }
   for (const auto& name : names) {
-    const std::string first = paramPrefix(0) + name, target = std::string(kFlat) + name;
+    const std::string first = optimizerParamPrefix(0) + name, target = std::string(kFlat) + name;
     if (archive.kind(first) != TensorArchive::Kind::kTensor) {
       copyArchiveEntry(archive, first, mine, target);
       continue;
     }
     std::vector<at::Tensor> flat;
     for (size_t i = 0; i < params.size(); ++i) {
-      at::Tensor t = archive.getTensor(paramPrefix(i) + name);
+      at::Tensor t = archive.getTensor(optimizerParamPrefix(i) + name);
       if (t.numel() != params[i].numel()) {
         throw CheckpointError(fmt::format("checkpoint {}: '{}{}' has {} elements, the parameter {}", label,
-                                          paramPrefix(i), name, t.numel(), params[i].numel()));
+                                          optimizerParamPrefix(i), name, t.numel(), params[i].numel()));
       }
       flat.push_back(t.reshape({-1}));
     }

@@ -71,6 +71,10 @@ std::string optimizerStateKey(const at::Tensor& param);
 /// (throws Error for another optimizer, as optimizerTypeOf).
 int64_t optimizerStateBytes(torch::optim::Optimizer& optimizer);
 
+/// "optimizer/param<i>/" and "optimizer/group<g>/": the prefixes of the entries above.
+std::string optimizerParamPrefix(size_t index);
+std::string optimizerGroupPrefix(size_t index);
+
 /// Writes the entries above. Throws Error for an optimizer that is not SGD, Adam or AdamW.
 void saveOptimizerState(torch::optim::Optimizer& optimizer, TensorArchive& archive);
 /// Restores what saveOptimizerState wrote. The archive's hyper-parameters win
