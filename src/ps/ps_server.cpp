@@ -154,13 +154,14 @@ ParameterServer::State::Applied ParameterServer::State::apply(size_t w, const at
 // g' = g + lambda g g (w - read), lambda = lambda0 / sqrt(v), v the running mean of g g.
 void ParameterServer::State::compensate(const at::Tensor& g, const at::Tensor& read) {
   at::NoGradGuard noGrad;
+  at::Tensor squared = g * g;
   if (!meanSquare.defined()) {
-    meanSquare = g * g;
+    meanSquare = squared.clone();
   } else {
-    meanSquare.mul_(0.95).addcmul_(g, g, 0.05);
+    meanSquare.mul_(0.95).add_(squared, 0.05);
   }
-  at::Tensor lambda = meanSquare.sqrt().add_(1e-7).reciprocal_().mul_(options.compensation);
-  g.add_(g * g * (shard.detach() - read) * lambda);
+  squared.mul_(shard.detach() - read).div_(meanSquare.sqrt().add_(1e-7));
+  g.add_(squared, options.compensation);
 }
 
 void ParameterServer::State::step(const at::Tensor& gradient) {

@@ -288,37 +288,26 @@ void expectExactCheckpoints(const CheckpointRun& run, int servers, int64_t every
 }
 
 TEST(ParameterServer, CheckpointsHoldExactlyTheUpdatesBeforeTheirBoundary) {
-  {
-    SCOPED_TRACE("one server, staleness 2, a straggler");
+  struct Case {
+    const char* what;
+    int servers, staleness;
+    int64_t every, first, updates, steps;
+    int64_t last;  // the last boundary every server must reach; -1: whichever the unpushed tickets allow
+  };
+  const Case cases[] = {
+      {"one server, staleness 2, a straggler", 1, 2, 5, 0, 24, 0, 24},
+      {"two servers, staleness 0, resumed at 10 updates", 2, 0, 4, 10, 18, 0, 28},
+      {"two servers, staleness 2, a straggler", 2, 2, 5, 0, 24, 0, 24},
+      {"two servers, staleness 2, workers that stop with tickets in hand", 2, 2, 5, 0, 0, 8, -1},
+      // Each worker stops after 8 pushes holding one of the tickets 24..26 unpushed: checkpoints up
+      // to 20 only, and nobody waits for 25.
+      {"one server, staleness 0, workers that stop with tickets in hand", 1, 0, 5, 0, 0, 8, 20},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
     CheckpointRun run;
-    runCheckpointed(3, 1, 2, /*every=*/5, /*first=*/0, /*updates=*/24, /*steps=*/0, run);
-    expectExactCheckpoints(run, 1, 5, 0, 24);
-  }
-  {
-    SCOPED_TRACE("two servers, staleness 0, resumed at 10 updates");
-    CheckpointRun run;
-    runCheckpointed(3, 2, 0, /*every=*/4, /*first=*/10, /*updates=*/18, /*steps=*/0, run);
-    expectExactCheckpoints(run, 2, 4, 10, 28);
-  }
-  {
-    SCOPED_TRACE("two servers, staleness 2, a straggler");
-    CheckpointRun run;
-    runCheckpointed(3, 2, 2, /*every=*/5, /*first=*/0, /*updates=*/24, /*steps=*/0, run);
-    expectExactCheckpoints(run, 2, 5, 0, 24);
-  }
-  {
-    SCOPED_TRACE("two servers, staleness 2, workers that stop with tickets in hand");
-    CheckpointRun run;
-    runCheckpointed(3, 2, 2, /*every=*/5, /*first=*/0, /*updates=*/0, /*steps=*/8, run);
-    expectExactCheckpoints(run, 2, 5, 0, /*last=*/-1);
-  }
-  {
-    // Each worker stops after 8 pushes holding one of the tickets 24..26 unpushed: checkpoints up to
-    // 20 only, and nobody waits for 25.
-    SCOPED_TRACE("workers that stop with tickets in hand");
-    CheckpointRun run;
-    runCheckpointed(3, 1, 0, /*every=*/5, /*first=*/0, /*updates=*/0, /*steps=*/8, run);
-    expectExactCheckpoints(run, 1, 5, 0, 20);
+    runCheckpointed(3, c.servers, c.staleness, c.every, c.first, c.updates, c.steps, run);
+    expectExactCheckpoints(run, c.servers, c.every, c.first, c.last);
   }
 }
 
