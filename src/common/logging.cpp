@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cctype>
 #include <chrono>
+#include <cstdlib>
 #include <ctime>
 
 #include <fmt/format.h>
@@ -18,10 +19,11 @@ namespace lockstep::log {
 namespace {
 
 Level levelFromEnvironment() {
-  auto text = Environment::fromProcess().get(env::kLogLevel);
+  // One getenv, not a copy of the whole environment: this may run on any thread.
+  const char* text = std::getenv(env::kLogLevel);
   if (!text) return Level::kInfo;
   try {
-    return parseLevel(*text, env::kLogLevel);
+    return parseLevel(text, env::kLogLevel);
   } catch (const ConfigError&) {
     return Level::kInfo;  // a bad level must not stop a run; it is reported at init
   }
@@ -31,6 +33,10 @@ std::atomic<int>& levelStorage() {
   static std::atomic<int> value{static_cast<int>(levelFromEnvironment())};
   return value;
 }
+// Read the level while the library loads, on one thread: the first log line may come from a
+// background thread (the rendezvous store's) while the main thread calls setenv (MPI start-up),
+// and reading the environment during a setenv crashed a worker (SIGSEGV in the store thread).
+[[maybe_unused]] const bool kLevelReadAtLoad = (levelStorage(), true);
 std::atomic<int> gRank{-1};
 
 const char* levelName(Level l) {
