@@ -33,10 +33,11 @@ std::atomic<int>& levelStorage() {
   static std::atomic<int> value{static_cast<int>(levelFromEnvironment())};
   return value;
 }
-// Read the level while the library loads, on one thread: the first log line may come from a
-// background thread (the rendezvous store's) while the main thread calls setenv (MPI start-up),
-// and reading the environment during a setenv crashed a worker (SIGSEGV in the store thread).
-[[maybe_unused]] const bool kLevelReadAtLoad = (levelStorage(), true);
+// Read the level and the time zone (localtime_r reads TZ on first use) while the library loads,
+// on one thread: the first log line may come from a background thread (the rendezvous store's)
+// while the main thread calls setenv (MPI start-up), and reading the environment during a setenv
+// crashed a worker (SIGSEGV in the store thread).
+[[maybe_unused]] const bool kEnvironmentReadAtLoad = (levelStorage(), ::tzset(), true);
 std::atomic<int> gRank{-1};
 
 const char* levelName(Level l) {
