@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "ddp/piece_optimizer.h"
 #include "lockstep/ddp/fully_sharded_data_parallel.h"
+#include "optim/piece_optimizer.h"
 
 namespace lockstep {
 

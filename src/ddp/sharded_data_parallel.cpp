@@ -21,25 +21,6 @@
 
 namespace lockstep {
 
-std::vector<GradientPiece> gradientPieces(const std::vector<std::vector<size_t>>& buckets,
-                                          const std::vector<int64_t>& numels, int worldSize, int rank) {
-  LOCKSTEP_CHECK(worldSize >= 1 && rank >= 0 && rank < worldSize, "gradientPieces: rank ", rank, " of ", worldSize);
-  std::vector<GradientPiece> pieces;
-  for (size_t b = 0; b < buckets.size(); ++b) {
-    int64_t elements = 0;
-    for (size_t p : buckets[b]) elements += numels.at(p);
-    const int64_t part = (elements + worldSize - 1) / worldSize;
-    const int64_t begin = part * rank, end = begin + part;
-    int64_t offset = 0;
-    for (size_t p : buckets[b]) {
-      const int64_t first = std::max(begin, offset), last = std::min(end, offset + numels[p]);
-      if (first < last) pieces.push_back({p, b, first - offset, last - first, first - begin});
-      offset += numels[p];
-    }
-  }
-  return pieces;
-}
-
 void ShardedDataParallel::Impl::onAccumulated(size_t index) {
   if (!syncEnabled) return;
   if (arrived[index]) { throw Error(detail::arrivedTwiceError(names[index])); }

@@ -39,14 +39,6 @@ using test::readFile;
 using test::RunSpec;
 using test::train;
 
-TEST(ShardParameters, GreedyByElementsInOrder) {
-  EXPECT_EQ(shardParameters({100, 10, 10, 50, 30}, 2), (std::vector<int>{0, 1, 1, 1, 1}));
-  EXPECT_EQ(shardParameters({4, 4, 4, 4, 4}, 3), (std::vector<int>{0, 1, 2, 0, 1}));
-  EXPECT_EQ(shardParameters({7, 3}, 1), (std::vector<int>{0, 0}));
-  EXPECT_EQ(shardParameters({5}, 4), (std::vector<int>{0}));  // ranks may own nothing
-  EXPECT_THROW(shardParameters({1}, 0), Error);
-}
-
 TEST(Zero1, TrainsLikeDdpBitForBitAndWritesTheSameCheckpoints) {
   for (OptimizerType optimizer : {OptimizerType::kSgd, OptimizerType::kAdam, OptimizerType::kAdamW}) {
     for (int world : {2, 3}) {
@@ -90,7 +82,6 @@ TEST(Zero1, EachRankHoldsOnlyItsShardOfTheState) {
     DistributedDataParallel ddp(local.ptr(), borrow(comm), DdpOptions{});
     ShardedOptimizer sharded(std::make_unique<torch::optim::Adam>(local->parameters(), torch::optim::AdamOptions(0.01)),
                              borrow(comm));
-    EXPECT_EQ(sharded.numParameters(), local->parameters().size());
     for (int step = 0; step < 3; ++step) {
       sharded.optimizer().zero_grad();
       at::mse_loss(local->forward(at::randn({4, 12})), at::randn({4, 5})).backward();
@@ -103,7 +94,8 @@ TEST(Zero1, EachRankHoldsOnlyItsShardOfTheState) {
   int64_t ownedSum = 0;
   for (int r = 0; r < world; ++r) {
     SCOPED_TRACE("rank " + std::to_string(r));
-    EXPECT_GT(owned[r], 0);
+    // Equal parts of the flattened parameters, whatever their sizes (the first layer is half of them).
+    EXPECT_EQ(owned[r], std::min((total + world - 1) / world, total - r * ((total + world - 1) / world)));
     EXPECT_EQ(stateBytes[r], 8 * owned[r]) << "Adam keeps exp_avg and exp_avg_sq, float32, for owned elements only";
     ownedSum += owned[r];
   }
@@ -232,7 +224,8 @@ TEST(Zero2, EachRankHoldsOnlyItsPartOfTheGradientsAndState) {
   int64_t ownedSum = 0;
   for (int r = 0; r < world; ++r) {
     SCOPED_TRACE("rank " + std::to_string(r));
-    EXPECT_GT(owned[r], 0);
+    // Equal parts of the flattened parameters, whatever their sizes (the first layer is half of them).
+    EXPECT_EQ(owned[r], std::min((total + world - 1) / world, total - r * ((total + world - 1) / world)));
     EXPECT_EQ(stateBytes[r], 8 * owned[r]) << "Adam keeps exp_avg and exp_avg_sq, float32, for owned elements only";
     // Its parts of the buckets, padding included: at most one element per bucket more than what it owns.
     EXPECT_GE(gradBytes[r], 4 * owned[r]);

@@ -52,6 +52,7 @@
 
 #include "lockstep/comm/communicator.h"
 #include "lockstep/ddp/distributed_data_parallel.h"
+#include "lockstep/optim/sharded_optimizer.h"
 
 namespace torch::nn {
 class Module;
@@ -63,21 +64,6 @@ class Optimizer;
 namespace lockstep {
 
 class TensorArchive;
-
-/// Where rank `rank`'s part of a bucket cuts its parameters: one entry per
-/// parameter that overlaps the part (tests, the checkpoint remap).
-struct GradientPiece {
-  size_t param = 0;         ///< index among the module's trainable parameters
-  size_t bucket = 0;        ///< bucket index, in launch order
-  int64_t paramOffset = 0;  ///< first element, in the flattened parameter
-  int64_t length = 0;       ///< elements
-  int64_t chunkOffset = 0;  ///< first element, in the rank's part of the bucket
-};
-
-/// The pieces of `rank` for buckets of the given parameters (numels, in
-/// bucket order each) over `worldSize` ranks, in bucket then parameter order.
-std::vector<GradientPiece> gradientPieces(const std::vector<std::vector<size_t>>& buckets,
-                                          const std::vector<int64_t>& numels, int worldSize, int rank);
 
 class ShardedDataParallel {
  public:

@@ -2,40 +2,38 @@
 // across the ranks instead of held whole by each.
 //
 // Every rank keeps the whole model and receives the whole averaged gradients
-// (DistributedDataParallel does that). Each parameter is owned by one rank —
-// a greedy split by element count over the parameters in optimizer order, the
-// same on every rank — and only its owner keeps optimizer state for it and
-// updates it. After the owners stepped, every rank broadcasts the parameters
-// it owns, so each rank ends the step with the parameters a DDP run with the
-// whole optimizer would have: bit for bit, since each parameter is updated by
-// the same arithmetic from the same gradient.
+// (DistributedDataParallel does that). The parameters, flattened one after the
+// other in the optimizer's order, are cut into N equal parts (the last one
+// shorter by the padding): rank r updates part r only — a piece of each
+// parameter the part covers, a view into the parameter — so it keeps optimizer
+// state for 1/N of the elements whatever the sizes of the parameters (one
+// 4096×4096 layer does not land on one rank). After the update every rank
+// broadcasts its part, so each rank ends the step with the parameters a DDP run
+// with the whole optimizer would have: bit for bit, since SGD, Adam and AdamW
+// update each element from its own gradient and state only.
 //
-// The wrapped optimizer is built over ALL parameters, as for DDP (any
-// torch::optim optimizer whose step() skips a parameter without a gradient,
-// as SGD, Adam and AdamW do; parameter groups as the user built them). The
-// sharding is which parameters it sees a gradient for during step(): it
-// creates state only for the owned ones, so a rank holds about 1/N of the
-// optimizer state (Adam: 8 bytes per owned float32 parameter element).
+// The optimizer passed in is over ALL parameters, as for DDP (SGD, Adam or
+// AdamW, any parameter groups; contiguous float32 CPU parameters); it is
+// rebuilt over this rank's pieces with the same type, groups and options, and
+// optimizer() is that one (set learning rates there).
 //
 // Checkpoints: saveState() writes exactly the entries saveOptimizerState()
-// writes for the whole optimizer (optim/optimizer.h), the writing rank
-// gathering each other rank's shard over send/recv, so a sharded run's
+// writes for the whole optimizer (optim/optimizer.h), each parameter's state
+// assembled from the ranks' pieces on the writing rank, so a sharded run's
 // checkpoint loads into a DDP run and the other way round; loadState()
-// restores the whole state and keeps this rank's shard.
+// restores the whole state's entries for this rank's pieces.
 //
-// Collective: step(), saveState() and loadState() are called by every rank in
-// the same order. Not thread-safe.
+// Collective: construction, step(), saveState() and loadState() are called by
+// every rank in the same order. Not thread-safe.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <vector>
 
 #include "lockstep/comm/communicator.h"
 
-namespace at {
-class Tensor;
-}
 namespace torch::optim {
 class Optimizer;
 }
@@ -43,10 +41,26 @@ class Optimizer;
 namespace lockstep {
 
 class TensorArchive;
+namespace detail {
+struct PieceOptimizer;
+}
 
-/// Which rank owns each of `numels` parameters: in order, each goes to the
-/// rank holding the fewest elements so far (the lowest such rank on a tie).
-std::vector<int> shardParameters(const std::vector<int64_t>& numels, int worldSize);
+/// The sharded strategies cut groups of parameters (ZeRO-1: all of them;
+/// ZeRO-2: a gradient bucket; ZeRO-3: a unit) into equal parts, one per rank.
+/// A piece is where one rank's part of a group cuts one parameter.
+struct GradientPiece {
+  size_t param = 0;         ///< index among the parameters the groups are made of
+  size_t bucket = 0;        ///< the group's index
+  int64_t paramOffset = 0;  ///< first element, in the flattened parameter
+  int64_t length = 0;       ///< elements
+  int64_t chunkOffset = 0;  ///< first element, in the rank's part of the group
+};
+
+/// The pieces of `rank` for groups of the given parameters (numels, in group
+/// order each) over `worldSize` ranks, in group then parameter order. A
+/// group's n elements are cut into parts of ceil(n / worldSize).
+std::vector<GradientPiece> gradientPieces(const std::vector<std::vector<size_t>>& groups,
+                                          const std::vector<int64_t>& numels, int worldSize, int rank);
 
 class ShardedOptimizer {
  public:
@@ -56,40 +70,33 @@ class ShardedOptimizer {
   ShardedOptimizer(const ShardedOptimizer&) = delete;
   ShardedOptimizer& operator=(const ShardedOptimizer&) = delete;
 
-  /// Updates the owned parameters from their gradients (every gradient must
-  /// already be averaged), then broadcasts each rank's updated parameters.
+  /// Updates this rank's pieces from the parameters' gradients (every gradient
+  /// must already be averaged), then broadcasts each rank's updated pieces.
   /// Gradients are left as they were.
   void step();
-  /// The wrapped optimizer (learning rates, zero_grad).
-  torch::optim::Optimizer& optimizer() { return *optimizer_; }
+  /// The optimizer over this rank's pieces: same type, groups and options as the one given.
+  torch::optim::Optimizer& optimizer();
 
-  /// The owner of parameter `index` (over every group's parameters, in order).
-  int ownerOf(size_t index) const { return owners_.at(index); }
-  size_t numParameters() const { return owners_.size(); }
-  /// Parameter elements this rank owns.
+  /// This rank's pieces (the parameters in the optimizer's order, one group).
+  const std::vector<GradientPiece>& pieces() const;
+  /// Parameter elements this rank updates.
   int64_t ownedElements() const;
   /// Bytes of optimizer state this rank holds now.
   int64_t stateBytes() const;
 
   /// Collective. `archive` is non-null on rank 0 only (the rank that writes
   /// checkpoints, as in the Trainer), which receives the whole optimizer's
-  /// entries; the others pass null and send it their shard: each state tensor
-  /// only when rank 0 writes the archive (its entry is a tensor source), so
+  /// entries; the others pass null and send it their pieces: each state tensor
+  /// only when rank 0 writes the archive (its entry is assembled then), so
   /// they return once it has and rank 0 must write it (once).
   void saveState(TensorArchive* archive);
   /// Restores the whole optimizer's state from `archive` (as loadOptimizerState)
-  /// and keeps only this rank's shard of it. Every rank passes the same archive.
+  /// and keeps only this rank's pieces of it. Every rank passes the same archive.
   void loadState(const TensorArchive& archive, bool report);
 
  private:
-  void sendShard(int writer);
-  void receiveShard(int from, TensorArchive& archive);
-
-  std::unique_ptr<torch::optim::Optimizer> optimizer_;
-  std::shared_ptr<Communicator> comm_;
-  std::vector<at::Tensor> params_;                ///< every group's parameters, in order
-  std::vector<int> owners_;                       ///< owner rank of each
-  std::vector<std::vector<at::Tensor>> ownedBy_;  ///< detached aliases of each rank's parameters
+  std::unique_ptr<detail::PieceOptimizer> impl_;
+  std::vector<std::vector<at::Tensor>> piecesOf_;  ///< each rank's pieces: views of the parameters it broadcasts
 };
 
 }  // namespace lockstep

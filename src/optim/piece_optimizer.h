@@ -1,9 +1,10 @@
 // piece_optimizer.h — the optimizer of a sharded strategy over this rank's
 // pieces of the parameters, and its checkpoint entries in the whole
-// optimizer's format (optim/optimizer.h): ZeRO-2 (sharded_data_parallel.cpp)
-// and ZeRO-3 (fully_sharded_data_parallel.cpp) both cut the parameters into
-// groups (buckets, units), each group's flattened elements split evenly over
-// the ranks (gradientPieces), and step an optimizer over the rank's pieces.
+// optimizer's format (optim/optimizer.h): ZeRO-1 (sharded_optimizer.cpp),
+// ZeRO-2 (ddp/sharded_data_parallel.cpp) and ZeRO-3
+// (ddp/fully_sharded_data_parallel.cpp) cut the parameters into groups (all of
+// them; buckets; units), each group's flattened elements split evenly over the
+// ranks (gradientPieces), and step an optimizer over the rank's pieces.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -18,7 +19,7 @@
 #include <vector>
 
 #include "lockstep/comm/communicator.h"
-#include "lockstep/ddp/sharded_data_parallel.h"
+#include "lockstep/optim/sharded_optimizer.h"
 
 namespace lockstep {
 

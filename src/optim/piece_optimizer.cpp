@@ -15,12 +15,12 @@
 #include <map>
 #include <set>
 
-#include "ddp/piece_optimizer.h"
 #include "lockstep/comm/archive_transfer.h"
 #include "lockstep/common/error.h"
 #include "lockstep/common/tensor_archive.h"
 #include "lockstep/common/tensor_text.h"
 #include "lockstep/optim/optimizer.h"
+#include "optim/piece_optimizer.h"
 
 namespace lockstep::detail {
 namespace {
@@ -109,7 +109,7 @@ void PieceOptimizer::buildOptimizer(torch::optim::Optimizer& whole) {
     std::vector<at::Tensor> mine;
     for (const auto& p : group.params()) {
       auto it = indexOf.find(p.unsafeGetTensorImpl());
-      LOCKSTEP_CHECK(it != indexOf.end(), "the optimizer given to ShardedDataParallel holds a tensor (",
+      LOCKSTEP_CHECK(it != indexOf.end(), "the optimizer given to a sharded strategy holds a tensor (",
                      describeTensor(p), ") that is not a trainable parameter of its module");
       optimizerParams.push_back(it->second);
       if (pieceOf[it->second] >= 0) mine.push_back(pieceViews[static_cast<size_t>(pieceOf[it->second])]);
