@@ -347,6 +347,9 @@ Trainer::Trainer(std::shared_ptr<Communicator> comm, TrainerOptions options)
   for (size_t i = 0; i < options_.callbacks.size(); ++i) {
     LOCKSTEP_CHECK(options_.callbacks[i] != nullptr, "TrainerOptions::callbacks[", i, "] is null");
   }
+  // The counting allocator: the memory breakdown, and freed blocks reused instead of fresh pages
+  // from the kernel every step (15-20 % more samples/s here; docs/performance.md).
+  trackTensorMemory();
 }
 
 FitResult Trainer::fit(std::shared_ptr<torch::nn::Module> model, const LossFn& loss, const Dataset& train,

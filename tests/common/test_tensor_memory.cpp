@@ -7,7 +7,9 @@
 #include <gtest/gtest.h>
 #include <torch/nn/modules/linear.h>
 
+#include <algorithm>
 #include <thread>
+#include <vector>
 
 #include "lockstep/nn/activation_checkpoint.h"
 
@@ -50,6 +52,49 @@ TEST(TensorMemory, CountsFromManyThreads) {
   }
   for (auto& t : threads) t.join();
   EXPECT_EQ(liveTensorBytes(), before);
+}
+
+TEST(TensorMemory, ReusesFreedLargeBlocksUpToTheLimitOldestGivenBackFirst) {
+  trackTensorMemory();
+  setTensorCacheLimit(int64_t{7} << 19);  // 3.5 MiB: three 1 MiB blocks (and their headers)
+  const int64_t live = liveTensorBytes();
+  const int64_t cachedBefore = cachedTensorBytes();
+  void* first = nullptr;
+  {
+    at::Tensor a = at::empty({1 << 18}, at::kFloat);  // 1 MiB
+    first = a.data_ptr();
+  }
+  EXPECT_GT(cachedTensorBytes(), cachedBefore) << "a freed 1 MiB block is kept";
+  {
+    at::Tensor b = at::ones({1 << 18}, at::kFloat);
+    EXPECT_EQ(b.data_ptr(), first) << "the next tensor of the same size gets the same block";
+    EXPECT_EQ(liveTensorBytes() - live, 4 << 18) << "a reused block counts as live tensor bytes again";
+    EXPECT_FLOAT_EQ(b.sum().item<float>(), static_cast<float>(1 << 18));
+  }
+  // Five freed 1 MiB blocks under a 3.5 MiB limit: the oldest two go back to the C library.
+  std::vector<void*> order;
+  {
+    std::vector<at::Tensor> held;
+    for (int i = 0; i < 5; ++i) held.push_back(at::empty({1 << 18}, at::kFloat));
+    for (auto& t : held) order.push_back(t.data_ptr());
+    for (auto& t : held) t.reset();  // freed in allocation order: order[0] is the oldest
+  }
+  EXPECT_LE(cachedTensorBytes(), int64_t{7} << 19);
+  std::vector<void*> again;
+  std::vector<at::Tensor> held;
+  for (int i = 0; i < 3; ++i) {
+    held.push_back(at::empty({1 << 18}, at::kFloat));
+    again.push_back(held.back().data_ptr());
+  }
+  for (int i = 2; i < 5; ++i) EXPECT_NE(std::find(again.begin(), again.end(), order[i]), again.end()) << i;
+  held.clear();
+  // Small tensors are the C library's business; a limit of 0 keeps nothing.
+  setTensorCacheLimit(0);
+  EXPECT_EQ(cachedTensorBytes(), 0);
+  { at::Tensor big = at::empty({1 << 18}, at::kFloat); }
+  EXPECT_EQ(cachedTensorBytes(), 0);
+  setTensorCacheLimit(int64_t{1} << 30);
+  EXPECT_EQ(liveTensorBytes(), live);
 }
 
 /// Peak tensor bytes above the bytes live before one forward+backward of a

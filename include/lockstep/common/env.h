@@ -53,6 +53,8 @@ inline constexpr const char* kLogLevel = "LOCKSTEP_LOG_LEVEL";
 inline constexpr const char* kBackend = "LOCKSTEP_BACKEND";
 inline constexpr const char* kIface = "LOCKSTEP_IFACE";
 inline constexpr const char* kRestartCount = "LOCKSTEP_RESTART_COUNT";
+/// Megabytes of freed tensor blocks the CPU allocator keeps for reuse (common/tensor_memory.h).
+inline constexpr const char* kCpuCacheMb = "LOCKSTEP_CPU_CACHE_MB";
 }  // namespace env
 
 }  // namespace lockstep

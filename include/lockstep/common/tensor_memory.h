@@ -17,6 +17,16 @@
 // every thread's tensors count (a loader thread's batches, other ranks when
 // ranks are threads), and a reset is seen by all. Thread-safe; installing twice
 // is a no-op. There is no uninstall: tensors may outlive any scope.
+//
+// The allocator also keeps freed blocks of 64 KiB and more (capacity rounded up
+// to whole pages) for the next tensor of the same capacity, up to a limit
+// (LOCKSTEP_CPU_CACHE_MB, default 1024; 0 keeps none), giving the oldest back
+// first. A training step allocates the same sizes every step, and without the
+// cache every large one is fresh memory from the kernel, zeroed page by page
+// (glibc maps blocks of 32 MB and more anew each time and returns freed heap
+// at its top): 2.5 million page faults in 40 steps of a 20M-parameter MLP,
+// 175 thousand with the cache. Cached blocks count as resident memory, not as
+// live tensor bytes.
 #pragma once
 
 #include <cstdint>
@@ -31,6 +41,10 @@ int64_t liveTensorBytes();
 int64_t peakTensorBytes();
 /// Sets the peak to the current live bytes.
 void resetPeakTensorBytes();
+/// How many bytes of freed blocks the allocator keeps (gives back the oldest beyond it; 0: none).
+void setTensorCacheLimit(int64_t bytes);
+/// Bytes of freed blocks the allocator keeps now.
+int64_t cachedTensorBytes();
 
 /// This process's peak resident set size (VmHWM of /proc/self/status); 0 where unreadable.
 int64_t peakResidentBytes();
