@@ -23,35 +23,20 @@ OUT="$(mktemp -d)"
 trap 'rm -rf "$OUT"' EXIT
 
 # shellcheck source=bench/workloads.sh
-. bench/workloads.sh  # config_of
+. bench/workloads.sh  # config_of, timed_run
 for workload in $WORKLOADS; do config_of "$workload" > /dev/null; done  # an unknown name stops here
-
-# run WORKLOAD SIDE ROUND NP RUN-ARGS...: one run, its samples/s appended to the results file.
-run() {
-  local workload="$1" side="$2" round="$3" np="$4"
-  shift 4
-  local rate=fail
-  if "$BIN" run -np "$np" --threads 1 "$@" -- "$BIN" train "$(config_of "$workload")" trainer.max_steps="$STEPS" \
-      trainer.validate=false checkpoint.dir=off checkpoint.resume=none monitor.dir=off generate.samples=0 \
-      --result-json "$OUT/run.json" > "$OUT/run.log" 2>&1; then
-    rate="$(python3 -c "import json; print(json.load(open('$OUT/run.json'))['samples_per_second'])")"
-  else
-    tail -3 "$OUT/run.log" | sed "s/^/    $workload $side: /" >&2
-  fi
-  echo "$workload $side $round $rate" | tee -a "$OUT/results.txt" >&2
-}
 
 for ((r = 1; r <= ROUNDS; r++)); do
   for workload in $WORKLOADS; do
-    run "$workload" single "$r" 1
+    timed_run "$workload" single "$r" 1
     for backend in $BACKENDS; do
       # The order of the sides alternates from round to round.
       if ((r % 2)); then
-        run "$workload" "$backend" "$r" 2 --backend "$backend"
-        run "$workload" "$backend-bind" "$r" 2 --backend "$backend" --bind core
+        timed_run "$workload" "$backend" "$r" 2 --backend "$backend"
+        timed_run "$workload" "$backend-bind" "$r" 2 --backend "$backend" --bind core
       else
-        run "$workload" "$backend-bind" "$r" 2 --backend "$backend" --bind core
-        run "$workload" "$backend" "$r" 2 --backend "$backend"
+        timed_run "$workload" "$backend-bind" "$r" 2 --backend "$backend" --bind core
+        timed_run "$workload" "$backend" "$r" 2 --backend "$backend"
       fi
     done
   done

@@ -23,32 +23,18 @@ OUT="$(mktemp -d)"
 trap 'rm -rf "$OUT"' EXIT
 
 # shellcheck source=bench/workloads.sh
-. bench/workloads.sh  # config_of
+. bench/workloads.sh  # config_of, timed_run
 for workload in $WORKLOADS; do config_of "$workload" > /dev/null; done  # an unknown name stops here
-
-# run WORKLOAD SIDE ROUND CACHE_MB: one run, its samples/s appended to the results file.
-run() {
-  local workload="$1" side="$2" round="$3" cache="$4"
-  local rate=fail
-  if LOCKSTEP_CPU_CACHE_MB="$cache" "$BIN" run -np 2 --threads 1 -- "$BIN" train "$(config_of "$workload")" \
-      trainer.max_steps="$STEPS" trainer.validate=false checkpoint.dir=off checkpoint.resume=none monitor.dir=off \
-      generate.samples=0 "${EXTRA_KEYS[@]}" --result-json "$OUT/run.json" > "$OUT/run.log" 2>&1; then
-    rate="$(python3 -c "import json; print(json.load(open('$OUT/run.json'))['samples_per_second'])")"
-  else
-    tail -3 "$OUT/run.log" | sed "s/^/    $workload $side: /" >&2
-  fi
-  echo "$workload $side $round $rate" | tee -a "$OUT/results.txt" >&2
-}
 
 for ((r = 1; r <= ROUNDS; r++)); do
   for workload in $WORKLOADS; do
     # The order of the sides alternates from round to round.
     if ((r % 2)); then
-      run "$workload" no-cache "$r" 0
-      run "$workload" cache "$r" 1024
+      LOCKSTEP_CPU_CACHE_MB=0 timed_run "$workload" no-cache "$r" 2 -- "${EXTRA_KEYS[@]}"
+      LOCKSTEP_CPU_CACHE_MB=1024 timed_run "$workload" cache "$r" 2 -- "${EXTRA_KEYS[@]}"
     else
-      run "$workload" cache "$r" 1024
-      run "$workload" no-cache "$r" 0
+      LOCKSTEP_CPU_CACHE_MB=1024 timed_run "$workload" cache "$r" 2 -- "${EXTRA_KEYS[@]}"
+      LOCKSTEP_CPU_CACHE_MB=0 timed_run "$workload" no-cache "$r" 2 -- "${EXTRA_KEYS[@]}"
     fi
   done
 done
