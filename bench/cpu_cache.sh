@@ -18,13 +18,9 @@ STEPS="${1:-30}"
 ROUNDS="${ROUNDS:-5}"
 WORKLOADS="${WORKLOADS:-charlstm convnet mlp}"
 read -r -a EXTRA_KEYS <<< "${EXTRA:-}"
-[ -x "$BIN" ] || { echo "cpu_cache.sh: $BIN not found; build lockstep first (scripts/build.sh)" >&2; exit 1; }
-OUT="$(mktemp -d)"
-trap 'rm -rf "$OUT"' EXIT
-
 # shellcheck source=bench/workloads.sh
-. bench/workloads.sh  # config_of, timed_run
-for workload in $WORKLOADS; do config_of "$workload" > /dev/null; done  # an unknown name stops here
+. bench/workloads.sh  # config_of, timed_run, bench_start
+bench_start
 
 for ((r = 1; r <= ROUNDS; r++)); do
   for workload in $WORKLOADS; do

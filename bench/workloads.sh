@@ -40,3 +40,13 @@ timed_run() {
   fi
   echo "$workload $side $round $rate" | tee -a "$OUT/results.txt" >&2
 }
+
+# bench_start: checks that $BIN is built, makes the scratch folder $OUT
+# (removed at exit) and checks every name in $WORKLOADS.
+bench_start() {
+  [ -x "$BIN" ] || { echo "$(basename "$0"): $BIN not found; build lockstep first (scripts/build.sh)" >&2; exit 1; }
+  OUT="$(mktemp -d)"
+  trap 'rm -rf "$OUT"' EXIT
+  local workload
+  for workload in $WORKLOADS; do config_of "$workload" > /dev/null; done  # an unknown name stops here
+}
