@@ -38,9 +38,10 @@ class BlockCache {
   void* take(size_t capacity) {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = bySize_.find(capacity);
-    if (it == bySize_.end() || it->second.empty()) return nullptr;
+    if (it == bySize_.end()) return nullptr;  // no entry is kept empty
     auto block = it->second.back();
     it->second.pop_back();
+    if (it->second.empty()) bySize_.erase(it);
     void* base = block->base;
     cached_ -= capacity;
     lru_.erase(block);
@@ -81,13 +82,10 @@ class BlockCache {
   };
   void* evictOldestLocked() {
     Block oldest = lru_.front();
-    auto& same = bySize_[oldest.capacity];
-    for (auto it = same.begin(); it != same.end(); ++it) {
-      if (*it == lru_.begin()) {
-        same.erase(it);
-        break;
-      }
-    }
+    auto sizeEntry = bySize_.find(oldest.capacity);
+    auto& same = sizeEntry->second;  // the oldest of a size is first: blocks are added at the back
+    same.erase(std::find(same.begin(), same.end(), lru_.begin()));
+    if (same.empty()) bySize_.erase(sizeEntry);
     lru_.pop_front();
     cached_ -= oldest.capacity;
     return oldest.base;
