@@ -161,10 +161,12 @@ Position resumeTraining(const TrainerOptions& o, CheckpointDir* dir, Communicato
     int64_t consumed = info.batchInEpoch * info.batchSize * info.worldSize;
     at.batchInEpoch = consumed / (o.batchSize * world);
     at.batchInEpoch -= at.batchInEpoch % o.accumulation;
-    log::warn(
-        fmt::format("resuming a run of {} workers x batch {} with {} workers x batch {}: continuing epoch {} "
-                    "at micro-batch {}",
-                    info.worldSize, info.batchSize, world, o.batchSize, at.epoch, at.batchInEpoch));
+    if (master) {  // every rank computes the same position: one line says it
+      log::warn(
+          fmt::format("resuming a run of {} workers x batch {} with {} workers x batch {}: continuing epoch {} "
+                      "at micro-batch {}",
+                      info.worldSize, info.batchSize, world, o.batchSize, at.epoch, at.batchInEpoch));
+    }
   }
   if (master) {
     log::info(fmt::format("resumed from {}: step {}, epoch {}, micro-batch {} of the epoch", path, at.step, at.epoch,
