@@ -199,9 +199,7 @@ ShardedDataParallel::ShardedDataParallel(std::shared_ptr<torch::nn::Module> modu
   }
   s.plan = plan;
   s.pieces = gradientPieces(plan, s.numels, s.world(), s.rank());
-  for (const auto& piece : s.pieces) {
-    s.pieceViews.push_back(s.params[piece.param].detach().view({-1}).narrow(0, piece.paramOffset, piece.length));
-  }
+  for (const auto& piece : s.pieces) { s.pieceViews.push_back(s.viewOf(piece)); }
   s.buildOptimizer(*optimizer);
   s.arrived.assign(s.params.size(), false);
   s.reset();

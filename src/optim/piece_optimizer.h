@@ -54,6 +54,11 @@ struct PieceOptimizer {
   void unhook();
   int world() const { return comm->size(); }
 
+  /// A piece's elements as a flat view of its parameter, detached: updates and collectives write
+  /// into the parameter outside autograd.
+  at::Tensor viewOf(const GradientPiece& piece) const {
+    return params[piece.param].detach().view({-1}).narrow(0, piece.paramOffset, piece.length);
+  }
   /// Parameter elements this rank updates (its pieces').
   int64_t ownedElements() const;
   /// Collective: scales the pieces' gradients so the norm over the whole model is at most maxNorm

@@ -60,11 +60,7 @@ ShardedOptimizer::ShardedOptimizer(std::unique_ptr<torch::optim::Optimizer> opti
   piecesOf_.resize(static_cast<size_t>(s.world()));
   for (int r = 0; r < s.world(); ++r) {
     auto pieces = gradientPieces(s.plan, s.numels, s.world(), r);
-    for (const auto& piece : pieces) {
-      // Detached views: the update and the broadcast write into the parameters outside autograd.
-      piecesOf_[static_cast<size_t>(r)].push_back(
-          s.params[piece.param].detach().view({-1}).narrow(0, piece.paramOffset, piece.length));
-    }
+    for (const auto& piece : pieces) piecesOf_[static_cast<size_t>(r)].push_back(s.viewOf(piece));
     if (r == s.rank()) {
       s.pieces = std::move(pieces);
       s.pieceViews = piecesOf_[static_cast<size_t>(r)];

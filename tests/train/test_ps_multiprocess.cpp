@@ -28,21 +28,25 @@ std::string command(const std::string& args, const std::string& runArgs = "") {
          " strategy.type=async_ps checkpoint.dir=off monitor.dir=off optimizer.lr=0.003 " + args;
 }
 
-/// A shell script: `run` in the background into `log`, wait until `file` exists, SIGKILL rank 3 by
-/// the pid of the launcher's first line, wait for the run and print its log (exit 99: no file or pid).
-std::string killServerWhen(const std::string& dir, const std::string& run, const std::string& file) {
-  return "cd " + quote(dir) + "\n" + run +
-         " > log 2>&1 &\nrun=$!\n"
-         "for i in $(seq 1 600); do [ -e " +
-         file +
-         " ] && break; sleep 0.2; done\n"
-         "pid=$(sed -n 's/.*rank 3 pid \\([0-9]*\\).*/\\1/p' log | head -1)\n"
-         "if [ -z \"$pid\" ] || [ ! -e " +
-         file +
-         " ]; then kill $run; cat log; exit 99; fi\n"
-         "kill -9 \"$pid\"\n"
-         "wait $run; code=$?\n"
-         "cat log; exit $code\n";
+/// Runs a shell script in `dir`: `run` in the background into `log`, wait until `file` exists, SIGKILL
+/// rank 3 by the pid of the launcher's first line, wait for the run and print its log (exit 99: no file
+/// or pid).
+test::ProcessResult runKillingServerWhen(const std::string& dir, const std::string& run, const std::string& file) {
+  const std::string script = "cd " + quote(dir) + "\n" + run +
+                             " > log 2>&1 &\nrun=$!\n"
+                             "for i in $(seq 1 600); do [ -e " +
+                             file +
+                             " ] && break; sleep 0.2; done\n"
+                             "pid=$(sed -n 's/.*rank 3 pid \\([0-9]*\\).*/\\1/p' log | head -1)\n"
+                             "if [ -z \"$pid\" ] || [ ! -e " +
+                             file +
+                             " ]; then kill $run; cat log; exit 99; fi\n"
+                             "kill -9 \"$pid\"\n"
+                             "wait $run; code=$?\n"
+                             "cat log; exit $code\n";
+  test::ProcessOptions o;
+  o.timeout = std::chrono::seconds(280);
+  return test::runProcess({"sh", "-c", script}, o);
 }
 
 TEST(PsMultiprocess, ThreeWorkersAndAServerLearnFashionMnistWithAStraggler) {
@@ -81,14 +85,11 @@ TEST(PsMultiprocess, AKilledServerEndsTheRunNamingIt) {
   // Start the run, wait for its first checkpoint, SIGKILL rank 3 (the server) by the pid the
   // launcher's first line gives (Gloo: it names every rank's); the launcher stops the workers and
   // names rank 3.
-  const std::string script = killServerWhen(
+  auto r = runKillingServerWhen(
       dir,
       command("ps.staleness=2 trainer.max_steps=100000 trainer.log_every=5 checkpoint.dir=ck checkpoint.every=2",
               "--backend gloo"),
       "ck/step-000000006.ckpt");
-  test::ProcessOptions o;
-  o.timeout = std::chrono::seconds(280);
-  auto r = test::runProcess({"sh", "-c", script}, o);
   EXPECT_FALSE(r.timedOut);
   EXPECT_NE(r.exitCode, 0) << r.out;
   EXPECT_NE(r.exitCode, 99) << "no progress line, or no pid of rank 3:\n" << r.out;
@@ -99,14 +100,13 @@ TEST(PsMultiprocess, AKilledServerEndsTheRunNamingIt) {
 TEST(PsMultiprocess, AKilledServerIsRestartedAndTheRunResumesFromItsCheckpoint) {
   const std::string dir = test::makeTempDir();
   // 100 synchronous steps = 300 updates, a checkpoint every 15; the server dies after the one of 30.
-  const std::string script = killServerWhen(
+  auto r = runKillingServerWhen(
       dir,
       command("ps.staleness=2 trainer.max_steps=100 trainer.log_every=50 checkpoint.dir=ck checkpoint.every=5",
               "--backend gloo --max-restarts 1"),
       "ck/step-000000030.ckpt");
-  test::ProcessOptions o;
+  test::ProcessOptions o;  // for the DDP run below
   o.timeout = std::chrono::seconds(280);
-  auto r = test::runProcess({"sh", "-c", script}, o);
   ASSERT_EQ(r.exitCode, 0) << r.out;
   EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(rank 3 \(pid \d+\) was killed by SIGKILL)"))) << r.out;
   EXPECT_HAS(r.out, "restarting all 4 worker(s) of node 0 (restart 1 of 1)");
