@@ -192,7 +192,9 @@ at::Tensor checkpointSequence(const std::vector<CheckpointStage>& stages, int64_
   at::Tensor x = input;
   int64_t begin = 0;
   for (int64_t s = 0; s < segments; ++s) {
-    const int64_t end = begin + n / segments + (s < n % segments ? 1 : 0);
+    // The longer segments come last: the last one is never recomputed, so
+    // its extra stage costs no second forward.
+    const int64_t end = begin + n / segments + (s >= segments - n % segments ? 1 : 0);
     // The segment's stages are copied: backward recomputes after this returns.
     std::vector<TensorFn> fns;
     for (int64_t i = begin; i < end; ++i) fns.push_back(stages[static_cast<size_t>(i)].fn);

@@ -184,6 +184,24 @@ TEST(ActivationCheckpoint, RecomputesOncePerBackward) {
   EXPECT_TRUE(at::equal(w.grad(), at::ones({3})));  // reached through the anchor, though no input needs grad
 }
 
+TEST(ActivationCheckpoint, TheLongerSegmentsComeLastSoFewerStagesRunTwice) {
+  // 5 stages in 3 segments: 1, 2, 2. The last segment is not checkpointed, so
+  // stages 0..2 run twice (forward and recomputation) and 3..4 once; with the
+  // longer segments first (2, 2, 1) four stages would run twice.
+  std::vector<int> calls(5, 0);
+  auto w = at::ones({3}).requires_grad_(true);
+  std::vector<CheckpointStage> stages;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    stages.push_back({[&calls, &w, i](const at::Tensor& x) {
+                        ++calls[i];
+                        return x * w;
+                      },
+                      nullptr});
+  }
+  checkpointSequence(stages, 3, at::ones({3})).sum().backward();
+  EXPECT_EQ(calls, (std::vector<int>{2, 2, 2, 1, 1}));
+}
+
 TEST(ActivationCheckpoint, ErrorsNameTheSegment) {
   ActivationCheckpointOptions o;
   o.name = "segment 2 of 4";

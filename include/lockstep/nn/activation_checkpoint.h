@@ -80,8 +80,10 @@ struct CheckpointStage {
 };
 
 /// Runs `stages` in order, split into `segments` groups of consecutive stages
-/// (sizes differing by at most one). Every group but the last is checkpointed;
-/// the last runs normally, since backward needs its activations at once.
+/// (sizes differing by at most one, the longer ones last). Every group but the
+/// last is checkpointed; the last runs normally, since backward needs its
+/// activations at once (5 stages in 3 segments: 1, 2, 2 — three stages
+/// recomputed, not four).
 /// segments == 1 runs the chain plainly. segments < 1 or more segments than
 /// stages -> lockstep::ConfigError naming both numbers.
 at::Tensor checkpointSequence(const std::vector<CheckpointStage>& stages, int64_t segments, const at::Tensor& input,
