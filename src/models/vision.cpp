@@ -15,10 +15,14 @@
 #include <torch/nn/modules/pooling.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 #include <unordered_set>
 
+#include "lockstep/common/env.h"
 #include "lockstep/common/error.h"
 #include "lockstep/nn/activation_checkpoint.h"
+#include "lockstep/nn/pooling.h"
 
 namespace lockstep {
 namespace {
@@ -52,6 +56,16 @@ at::Tensor runStages(const std::vector<CheckpointStage>& stages, int64_t segment
 
 // ---- convnet ----------------------------------------------------------------
 
+/// ReLU then 2 x 2 max pooling: lockstep's one-pass kernel, or LibTorch's two
+/// ops when LOCKSTEP_PLAIN_POOLING is set (the same bits either way).
+at::Tensor reluPool(const at::Tensor& x) {
+  static const bool plain = [] {
+    const char* value = std::getenv(env::kPlainPooling);
+    return value != nullptr && *value != '\0' && std::string(value) != "0";
+  }();
+  return plain ? at::max_pool2d(at::relu(x), {2, 2}) : reluMaxPool2x2(x);
+}
+
 class ConvNetImpl : public ImageClassifierImpl {
  public:
   explicit ConvNetImpl(const ImageModelOptions& o) : options_(o) {
@@ -64,8 +78,8 @@ class ConvNetImpl : public ImageClassifierImpl {
 
   at::Tensor forward(const at::Tensor& images) override {
     checkImages(images, "convnet", options_.inChannels, options_.imageSize);
-    at::Tensor x = at::max_pool2d(at::relu(conv1_->forward(images)), {2, 2});
-    x = at::max_pool2d(at::relu(conv2_->forward(x)), {2, 2});
+    at::Tensor x = reluPool(conv1_->forward(images));
+    x = reluPool(conv2_->forward(x));
     x = at::relu(fc1_->forward(x.flatten(1)));
     return fc2_->forward(x);
   }
@@ -75,14 +89,10 @@ class ConvNetImpl : public ImageClassifierImpl {
     return {{"conv1",
              [self](const at::Tensor& images) {
                checkImages(images, "convnet", self->options_.inChannels, self->options_.imageSize);
-               return at::max_pool2d(at::relu(self->conv1_->forward(images)), {2, 2});
+               return reluPool(self->conv1_->forward(images));
              },
              {conv1_.ptr()}},
-            {"conv2",
-             [self](const at::Tensor& x) {
-               return at::max_pool2d(at::relu(self->conv2_->forward(x)), {2, 2});
-             },
-             {conv2_.ptr()}},
+            {"conv2", [self](const at::Tensor& x) { return reluPool(self->conv2_->forward(x)); }, {conv2_.ptr()}},
             {"fc1", [self](const at::Tensor& x) { return at::relu(self->fc1_->forward(x.flatten(1))); }, {fc1_.ptr()}},
             {"fc2", [self](const at::Tensor& x) { return self->fc2_->forward(x); }, {fc2_.ptr()}}};
   }
