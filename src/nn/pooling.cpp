@@ -65,8 +65,7 @@ void poolForward(const T* in, T* out, uint8_t* where, int64_t planes, int64_t h,
 /// first (+0.0 is all zero bits in float32 and bfloat16), then every window's
 /// winner written without a branch.
 template <typename T>
-void poolBackward(const T* grad, const T* out, const uint8_t* where, T* gradIn, int64_t planes, int64_t h,
-                  int64_t w) {
+void poolBackward(const T* grad, const T* out, const uint8_t* where, T* gradIn, int64_t planes, int64_t h, int64_t w) {
   const int64_t oh = h / 2, ow = w / 2;
   const T zero = static_cast<T>(0.0f);
   at::parallel_for(0, planes, 1, [&](int64_t begin, int64_t end) {
@@ -79,8 +78,8 @@ void poolBackward(const T* grad, const T* out, const uint8_t* where, T* gradIn, 
         for (int64_t j = 0; j < ow; ++j) {
           // 0 + g, as max_pool2d's backward accumulates into zeros (a -0 gradient becomes +0);
           // a NaN output passes, as in ReLU's backward.
-          const T g = static_cast<float>(out[o + j]) <= 0.0f ? zero
-                                                              : static_cast<T>(0.0f + static_cast<float>(grad[o + j]));
+          const T g =
+              static_cast<float>(out[o + j]) <= 0.0f ? zero : static_cast<T>(0.0f + static_cast<float>(grad[o + j]));
           const uint8_t q = where[o + j];
           row0[(q >> 1) * w + 2 * j + (q & 1)] = g;
         }

@@ -31,8 +31,8 @@ void expectSameBits(const at::Tensor& input, const std::string& what) {
   ASSERT_EQ(fused.out.sizes(), plain.out.sizes());
   EXPECT_TRUE(at::equal(fused.out.isnan(), plain.out.isnan()));
   EXPECT_TRUE(at::equal(at::nan_to_num(fused.out), at::nan_to_num(plain.out)));
-  EXPECT_TRUE(at::equal(fused.grad, plain.grad)) << "largest gradient difference "
-                                                 << (fused.grad - plain.grad).abs().max().item<double>();
+  EXPECT_TRUE(at::equal(fused.grad, plain.grad))
+      << "largest gradient difference " << (fused.grad - plain.grad).abs().max().item<double>();
 }
 
 TEST(ReluMaxPool2x2, MatchesReluThenMaxPoolBitForBit) {
