@@ -5,7 +5,6 @@
 #include <ATen/Parallel.h>
 #include <torch/csrc/autograd/custom_function.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -99,9 +98,11 @@ struct ReluMaxPool2x2 : public torch::autograd::Function<ReluMaxPool2x2> {
     const int64_t n = x.size(0), c = x.size(1), h = x.size(2), w = x.size(3);
     at::Tensor out = at::empty({n, c, h / 2, w / 2}, x.options());
     at::Tensor where = at::empty({n, c, h / 2, w / 2}, x.options().dtype(at::kByte));
-    AT_DISPATCH_FLOATING_TYPES_AND(at::kBFloat16, x.scalar_type(), "reluMaxPool2x2", [&] {
-      poolForward(x.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), where.data_ptr<uint8_t>(), n * c, h, w);
-    });
+    if (x.scalar_type() == at::kFloat) {
+      poolForward(x.data_ptr<float>(), out.data_ptr<float>(), where.data_ptr<uint8_t>(), n * c, h, w);
+    } else {  // bfloat16 (supported())
+      poolForward(x.data_ptr<at::BFloat16>(), out.data_ptr<at::BFloat16>(), where.data_ptr<uint8_t>(), n * c, h, w);
+    }
     ctx->save_for_backward({out, where});
     ctx->saved_data["h"] = h;
     ctx->saved_data["w"] = w;
@@ -116,10 +117,14 @@ struct ReluMaxPool2x2 : public torch::autograd::Function<ReluMaxPool2x2> {
     const int64_t h = ctx->saved_data["h"].toInt(), w = ctx->saved_data["w"].toInt();
     const at::Tensor grad = grads[0].contiguous().to(out.scalar_type());
     at::Tensor gradIn = at::empty({out.size(0), out.size(1), h, w}, out.options());
-    AT_DISPATCH_FLOATING_TYPES_AND(at::kBFloat16, out.scalar_type(), "reluMaxPool2x2Backward", [&] {
-      poolBackward(grad.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), where.data_ptr<uint8_t>(),
-                   gradIn.data_ptr<scalar_t>(), out.size(0) * out.size(1), h, w);
-    });
+    const int64_t planes = out.size(0) * out.size(1);
+    if (out.scalar_type() == at::kFloat) {
+      poolBackward(grad.data_ptr<float>(), out.data_ptr<float>(), where.data_ptr<uint8_t>(), gradIn.data_ptr<float>(),
+                   planes, h, w);
+    } else {
+      poolBackward(grad.data_ptr<at::BFloat16>(), out.data_ptr<at::BFloat16>(), where.data_ptr<uint8_t>(),
+                   gradIn.data_ptr<at::BFloat16>(), planes, h, w);
+    }
     return {gradIn};
   }
 };
