@@ -15,8 +15,6 @@
 #include <torch/nn/modules/pooling.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <string>
 #include <unordered_set>
 
 #include "lockstep/common/env.h"
@@ -56,19 +54,16 @@ at::Tensor runStages(const std::vector<CheckpointStage>& stages, int64_t segment
 
 // ---- convnet ----------------------------------------------------------------
 
-/// ReLU then 2 x 2 max pooling: lockstep's one-pass kernel, or LibTorch's two
-/// ops when LOCKSTEP_PLAIN_POOLING is set (the same bits either way).
-at::Tensor reluPool(const at::Tensor& x) {
-  static const bool plain = [] {
-    const char* value = std::getenv(env::kPlainPooling);
-    return value != nullptr && *value != '\0' && std::string(value) != "0";
-  }();
-  return plain ? at::max_pool2d(at::relu(x), {2, 2}) : reluMaxPool2x2(x);
+/// LOCKSTEP_PLAIN_POOLING: 1 runs LibTorch's relu + max_pool2d, 0 or unset
+/// lockstep's one-pass kernel (the same bits either way); read when a convnet
+/// is built, anything else a ConfigError naming the variable.
+bool plainPoolingFromEnvironment() {
+  return Environment::fromProcess().getInt(env::kPlainPooling, 0, 1).value_or(0) == 1;
 }
 
 class ConvNetImpl : public ImageClassifierImpl {
  public:
-  explicit ConvNetImpl(const ImageModelOptions& o) : options_(o) {
+  explicit ConvNetImpl(const ImageModelOptions& o) : options_(o), plainPooling_(plainPoolingFromEnvironment()) {
     int64_t pooled = o.imageSize / 4;
     conv1_ = register_module("conv1", nn::Conv2d(nn::Conv2dOptions(o.inChannels, 32, 3).padding(1)));
     conv2_ = register_module("conv2", nn::Conv2d(nn::Conv2dOptions(32, 64, 3).padding(1)));
@@ -89,16 +84,22 @@ class ConvNetImpl : public ImageClassifierImpl {
     return {{"conv1",
              [self](const at::Tensor& images) {
                checkImages(images, "convnet", self->options_.inChannels, self->options_.imageSize);
-               return reluPool(self->conv1_->forward(images));
+               return self->reluPool(self->conv1_->forward(images));
              },
              {conv1_.ptr()}},
-            {"conv2", [self](const at::Tensor& x) { return reluPool(self->conv2_->forward(x)); }, {conv2_.ptr()}},
+            {"conv2", [self](const at::Tensor& x) { return self->reluPool(self->conv2_->forward(x)); }, {conv2_.ptr()}},
             {"fc1", [self](const at::Tensor& x) { return at::relu(self->fc1_->forward(x.flatten(1))); }, {fc1_.ptr()}},
             {"fc2", [self](const at::Tensor& x) { return self->fc2_->forward(x); }, {fc2_.ptr()}}};
   }
 
  private:
+  /// ReLU then 2 x 2 max pooling (lockstep/nn/pooling.h).
+  at::Tensor reluPool(const at::Tensor& x) const {
+    return plainPooling_ ? at::max_pool2d(at::relu(x), {2, 2}) : reluMaxPool2x2(x);
+  }
+
   ImageModelOptions options_;
+  bool plainPooling_;
   nn::Conv2d conv1_{nullptr}, conv2_{nullptr};
   nn::Linear fc1_{nullptr}, fc2_{nullptr};
 };

@@ -5,11 +5,14 @@
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
+#include <torch/csrc/autograd/function.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "lockstep/common/error.h"
 #include "lockstep/models/vision.h"
@@ -239,6 +242,51 @@ TEST(VisionModels, ConvNetBackwardReachesEveryParameter) {
     EXPECT_EQ(item.value().grad().sizes(), item.value().sizes());
     EXPECT_GT(item.value().grad().abs().sum().item<double>(), 0.0);
   }
+}
+
+/// The convnet's parameters after 3 SGD steps, built with LOCKSTEP_PLAIN_POOLING=`plain`
+/// (the variable is read when the model is built).
+std::vector<at::Tensor> convNetAfterSteps(const char* plain) {
+  ::setenv("LOCKSTEP_PLAIN_POOLING", plain, 1);
+  at::manual_seed(4);
+  auto model = makeImageModel("convnet", opts(1, 28, 10));
+  ::unsetenv("LOCKSTEP_PLAIN_POOLING");
+  at::manual_seed(5);
+  for (int step = 0; step < 3; ++step) {
+    model->zero_grad();
+    at::Tensor images = at::randn({16, 1, 28, 28});
+    at::cross_entropy_loss(model->forward(images), at::randint(10, {16}, at::kLong)).backward();
+    at::NoGradGuard noGrad;
+    for (auto& p : model->parameters()) p.sub_(p.grad() * 0.1);
+  }
+  std::vector<at::Tensor> params;
+  for (auto& p : model->parameters()) params.push_back(p.detach().clone());
+  return params;
+}
+
+TEST(VisionModels, ConvNetTrainsToTheSameBitsWithLibTorchsPooling) {
+  // lockstep::reluMaxPool2x2 (the default) against LibTorch's relu + max_pool2d, through training.
+  auto ours = convNetAfterSteps("0");
+  auto libtorch = convNetAfterSteps("1");
+  ASSERT_EQ(ours.size(), libtorch.size());
+  for (size_t i = 0; i < ours.size(); ++i) EXPECT_TRUE(at::equal(ours[i], libtorch[i])) << "parameter " << i;
+  // And the variable does choose: the first layer's output comes from LibTorch's pooling only with 1.
+  auto firstLayerOp = [](const char* plain) {
+    ::setenv("LOCKSTEP_PLAIN_POOLING", plain, 1);
+    auto model = makeImageModel("convnet", opts(1, 28, 10));
+    ::unsetenv("LOCKSTEP_PLAIN_POOLING");
+    return model->layers().front().forward(at::randn({2, 1, 28, 28})).grad_fn()->name();
+  };
+  EXPECT_EQ(firstLayerOp("1"), "MaxPool2DWithIndicesBackward0");
+  EXPECT_NE(firstLayerOp("0").find("ReluMaxPool2x2"), std::string::npos) << firstLayerOp("0");
+  ::setenv("LOCKSTEP_PLAIN_POOLING", "yes", 1);
+  try {
+    makeImageModel("convnet", opts(1, 28, 10));
+    ADD_FAILURE() << "no error for LOCKSTEP_PLAIN_POOLING=yes";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("LOCKSTEP_PLAIN_POOLING"), std::string::npos) << e.what();
+  }
+  ::unsetenv("LOCKSTEP_PLAIN_POOLING");
 }
 
 TEST(VisionModels, ResNetBackwardReachesEveryParameter) {

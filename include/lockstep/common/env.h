@@ -55,8 +55,8 @@ inline constexpr const char* kIface = "LOCKSTEP_IFACE";
 inline constexpr const char* kRestartCount = "LOCKSTEP_RESTART_COUNT";
 /// Megabytes of freed tensor blocks the CPU allocator keeps for reuse (common/tensor_memory.h).
 inline constexpr const char* kCpuCacheMb = "LOCKSTEP_CPU_CACHE_MB";
-/// Set (not "0"): the built-in convnet pools with LibTorch's relu + max_pool2d instead of
-/// lockstep::reluMaxPool2x2 (nn/pooling.h) — same bits, for comparing kernels.
+/// 1: the built-in convnet pools with LibTorch's relu + max_pool2d instead of
+/// lockstep::reluMaxPool2x2 (nn/pooling.h) — same bits, for comparing kernels; 0 or unset: ours.
 inline constexpr const char* kPlainPooling = "LOCKSTEP_PLAIN_POOLING";
 }  // namespace env
 
