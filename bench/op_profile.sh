@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Where the convnet's forward+backward goes, op by op, with lockstep's one-pass
+# ReLU + pooling (nn/pooling.h) and with LibTorch's relu + max_pool2d
+# (LOCKSTEP_PLAIN_POOLING=1): bench/op_profile (LibTorch's profiler, one thread,
+# batch 128, STEPS steps) for each side, then the milliseconds per step of the
+# TOP most expensive op names (nested ops count inside their callers too).
+#
+#   bench/op_profile.sh [STEPS] [fp32|bf16]     (defaults 20, fp32)
+#
+# Environment: TOP (default 12), LOCKSTEP_BUILD_DIR (default build, configured with
+# -DLOCKSTEP_BUILD_BENCHMARKS=ON).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PROFILE="${LOCKSTEP_BUILD_DIR:-build}/bench/op_profile"
+STEPS="${1:-20}"
+PRECISION="${2:-fp32}"
+[ -x "$PROFILE" ] || {
+  echo "op_profile.sh: $PROFILE not found; cmake -B build -DLOCKSTEP_BUILD_BENCHMARKS=ON && cmake --build build --target op_profile" >&2
+  exit 1
+}
+OUT="$(mktemp -d)"
+trap 'rm -rf "$OUT"' EXIT
+LOCKSTEP_PLAIN_POOLING=1 "$PROFILE" "$OUT/libtorch.json" convnet 128 "$STEPS" "$PRECISION"
+LOCKSTEP_PLAIN_POOLING=0 "$PROFILE" "$OUT/fused.json" convnet 128 "$STEPS" "$PRECISION"
+python3 - "$OUT" "$STEPS" "${TOP:-12}" <<'PY'
+import collections, json, sys
+out, steps, top = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+for side in ("libtorch", "fused"):
+    events = json.load(open(f"{out}/{side}.json"))
+    total = collections.Counter()
+    for e in events:
+        if e.get("ph") == "X" and not e["name"].startswith("autograd::engine::evaluate_function"):
+            total[e["name"]] += e["dur"]
+    print(f"{side}: ms per step by op (top {top})")
+    for name, us in total.most_common(top):
+        print(f"  {us / steps / 1000:8.2f}  {name}")
+PY
