@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <fstream>
+#include <random>
 
 #include "common/socket_address.h"
 #include "launch/child_process.h"
@@ -43,7 +45,27 @@ int tryBind(const std::string& host, int port) {
 
 }  // namespace
 
+/// The first port of the kernel's ephemeral range (where bind(0) and outgoing connections take theirs).
+int ephemeralPortsFrom() {
+  std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range");
+  int low = 0;
+  return range >> low && low > 0 ? low : 32768;
+}
+
 int pickFreePort(const std::string& host) {
+  // Between this choice and the worker that listens on the port, any outgoing connection on the
+  // machine could take a port of the ephemeral range (a busy test suite's Gloo connections once
+  // did): look below it first, where only an explicit bind can collide.
+  constexpr int kLowest = 10000;
+  const int below = ephemeralPortsFrom();
+  if (below > kLowest) {
+    std::mt19937 draw(std::random_device{}());
+    std::uniform_int_distribution<int> ports(kLowest, below - 1);
+    for (int attempt = 0; attempt < 64; ++attempt) {
+      const int port = ports(draw);
+      if (tryBind(host, port) == port) return port;
+    }
+  }
   int port = tryBind(host, 0);
   if (port <= 0) throw Error("cannot find a free TCP port on " + host + ": " + std::strerror(errno));
   return port;

@@ -62,7 +62,8 @@ bool isLockstepProgram(const std::string& path);
 
 /// Finds `program` the way execvp would; empty when it cannot be run.
 std::string resolveProgram(const std::string& program);
-/// A TCP port on `host` that was free a moment ago.
+/// A TCP port on `host` that was free a moment ago, below the kernel's ephemeral range when one
+/// there is free (no outgoing connection can take it before a worker listens on it).
 int pickFreePort(const std::string& host);
 /// Whether `host`:`port` can be bound now.
 bool portIsFree(const std::string& host, int port);

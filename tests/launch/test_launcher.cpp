@@ -40,6 +40,20 @@ bool contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;
 }
 
+TEST(Launcher, PicksMasterPortsBelowTheEphemeralRange) {
+  // Outgoing connections take their ports from the ephemeral range; a port picked there could be
+  // taken before rank 0 listens on it (it happened in a busy suite run).
+  int low = 0;
+  std::ifstream("/proc/sys/net/ipv4/ip_local_port_range") >> low;
+  ASSERT_GT(low, 10000) << "this machine's ephemeral range starts at " << low;
+  for (int i = 0; i < 20; ++i) {
+    int port = detail::pickFreePort("127.0.0.1");
+    EXPECT_GE(port, 10000);
+    EXPECT_LT(port, low);
+    EXPECT_TRUE(detail::portIsFree("127.0.0.1", port));
+  }
+}
+
 TEST(Launcher, SuccessPrefixesEveryLineWithTheRank) {
   auto r = run({"-np", "3", "--", "sh", "-c", "echo out-$LOCKSTEP_RANK; echo err-$LOCKSTEP_RANK >&2"});
   EXPECT_EQ(r.exitCode, 0) << r.err;
