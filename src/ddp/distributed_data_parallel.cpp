@@ -1,5 +1,8 @@
 #include "lockstep/ddp/distributed_data_parallel.h"
 
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/utils/lambda_post_hook.h>
+#include <torch/csrc/autograd/variable.h>
 #include <torch/nn/module.h>
 
 #include <fmt/format.h>
@@ -74,13 +77,25 @@ void broadcastModule(torch::nn::Module& module, Communicator& comm) {
   if (!tensors.empty()) comm.broadcast(tensors, 0)->wait();
 }
 
+namespace {
+
+/// A tensor over the same memory as `view` that autograd does not know as a view: these become
+/// .grad, and LibTorch's Optimizer::zero_grad() calls detach_() on every .grad, which throws for views.
+at::Tensor aliasOf(const at::Tensor& view) {
+  at::Tensor alias = at::empty({0}, view.options());
+  alias.set_(view.storage(), view.storage_offset(), view.sizes(), view.strides());
+  return alias;
+}
+
+}  // namespace
+
 struct DistributedDataParallel::Impl {
   struct Bucket {
     std::vector<size_t> params;  // indices into params
     std::vector<int64_t> offsets;
     at::Tensor buffer;
     at::Tensor scratch;
-    std::vector<at::Tensor> gradients;  ///< views of buffer shaped like the parameters, one per slot
+    std::vector<at::Tensor> gradients;  ///< aliases of buffer shaped like the parameters, one per slot (the .grad)
     int pending = 0;
     bool ready = false;
     WorkHandle work;
@@ -96,7 +111,8 @@ struct DistributedDataParallel::Impl {
   std::vector<std::pair<size_t, size_t>> slotOf;  // param -> (bucket, slot)
   std::vector<bool> arrived;
   std::vector<Bucket> buckets;
-  std::vector<unsigned> hookHandles;
+  /// Each parameter's AccumulateGrad node (the variable holds it weakly) and our post-hook on it.
+  std::vector<std::pair<std::shared_ptr<torch::autograd::Node>, uintptr_t>> accumulators;
   size_t nextToLaunch = 0;
   bool alone = false;  ///< a world of one: no buckets are copied or communicated
   bool anyArrived = false;
@@ -104,28 +120,37 @@ struct DistributedDataParallel::Impl {
   DdpStats stats;
   std::vector<BucketTiming> lastTimings;  // sized once, on the first sync
 
-  void onGradient(size_t index, const at::Tensor& grad) {
+  /// Runs after autograd accumulated this step's gradient into .grad.
+  void onGradient(size_t index) {
     if (!syncEnabled) return;
     if (arrived[index]) { throw Error(detail::arrivedTwiceError(names[index])); }
-    if (alone) {
-      // One rank: the average is the gradient itself; autograd accumulates it into .grad as usual.
-      arrived[index] = true;
-      anyArrived = true;
-      return;
-    }
-    auto [b, slot] = slotOf[index];
-    Bucket& bucket = buckets[b];
-    const at::Tensor& p = params[index];
-    at::Tensor& slice = bucket.gradients[slot];
-    slice.copy_(grad);
-    // Gradients accumulated under noSync() are part of what gets averaged.
-    if (p.grad().defined()) slice.add_(p.grad());
     arrived[index] = true;
     anyArrived = true;
+    // One rank: the average is the gradient itself, already in .grad.
+    if (alone) return;
+    auto [b, slot] = slotOf[index];
+    Bucket& bucket = buckets[b];
+    // .grad holds what backward produced plus whatever it held before (noSync accumulation):
+    // exactly what gets averaged.
+    bindToBucket(params[index], bucket.gradients[slot]);
     if (--bucket.pending == 0) {
       bucket.ready = true;
       launchReady(/*duringBackward=*/true);
     }
+  }
+
+  /// Makes .grad the bucket's view, copying its value in unless it already is that view (a
+  /// gradient autograd accumulated into the view in place). After it, the average written into the
+  /// bucket is the .grad, with no copy back.
+  static void bindToBucket(at::Tensor& param, const at::Tensor& slice) {
+    const at::Tensor& grad = param.grad();
+    if (grad.defined() && grad.data_ptr() == slice.data_ptr()) return;
+    if (grad.defined()) {
+      slice.copy_(grad);
+    } else {
+      slice.zero_();
+    }
+    param.mutable_grad() = slice;
   }
 
   void launchReady(bool duringBackward) {
@@ -165,11 +190,7 @@ struct DistributedDataParallel::Impl {
       if (arrived[i]) continue;
       auto [b, slot] = slotOf[i];
       Bucket& bucket = buckets[b];
-      at::Tensor& slice = bucket.gradients[slot];
-      if (params[i].grad().defined())
-        slice.copy_(params[i].grad());
-      else
-        slice.zero_();
+      bindToBucket(params[i], bucket.gradients[slot]);
       if (--bucket.pending == 0) bucket.ready = true;
     }
     launchReady(/*duringBackward=*/false);
@@ -182,17 +203,8 @@ struct DistributedDataParallel::Impl {
       if (completed == std::chrono::steady_clock::time_point{}) completed = std::chrono::steady_clock::now();
       lastTimings[b] = BucketTiming{static_cast<int>(b), bucket.buffer.numel() * 4, bucket.launched, completed};
       GradBucket view{static_cast<int>(b), &bucket.buffer, &bucket.scratch, &bucket.gradients};
-      hook->finish(*comm, view);
+      hook->finish(*comm, view);  // the averages are now in the bucket, that is, in every .grad
       stats.bytesSent += view.bytesSent;
-      for (size_t slot = 0; slot < bucket.params.size(); ++slot) {
-        at::Tensor& p = params[bucket.params[slot]];
-        const at::Tensor& slice = bucket.gradients[slot];
-        if (p.grad().defined()) {
-          p.mutable_grad().copy_(slice);
-        } else {
-          p.mutable_grad() = slice.clone();
-        }
-      }
     }
     if (options.broadcastBuffers) {
       std::vector<at::Tensor> buffers;
@@ -264,30 +276,30 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
     bucket.buffer = at::zeros({total}, at::kFloat);
     for (size_t slot = 0; slot < bucket.params.size(); ++slot) {
       const at::Tensor& p = s.params[bucket.params[slot]];
-      bucket.gradients.push_back(bucket.buffer.narrow(0, bucket.offsets[slot], p.numel()).view(p.sizes()));
+      bucket.gradients.push_back(aliasOf(bucket.buffer.narrow(0, bucket.offsets[slot], p.numel()).view(p.sizes())));
     }
   }
   s.arrived.assign(s.params.size(), false);
   s.reset();
 
+  // Post-hooks on the parameters' AccumulateGrad nodes run once autograd has accumulated the
+  // step's gradient into .grad (in place when .grad is already the bucket's view).
   std::weak_ptr<Impl> weak = impl_;
   for (size_t i = 0; i < s.params.size(); ++i) {
-    s.hookHandles.push_back(s.params[i].register_hook([weak, i](const at::Tensor& grad) {
-      if (auto impl = weak.lock()) impl->onGradient(i, grad);
-    }));
+    auto accumulator = torch::autograd::impl::grad_accumulator(s.params[i]);
+    auto key = accumulator->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
+        [weak, i](const torch::autograd::variable_list& outputs, const torch::autograd::variable_list&) {
+          if (auto impl = weak.lock()) impl->onGradient(i);
+          return outputs;
+        }));
+    s.accumulators.emplace_back(std::move(accumulator), key);
   }
   log::debug(fmt::format("DDP: {} parameters in {} bucket(s) of <= {} MB, hook {}", s.params.size(), s.buckets.size(),
                          options.bucketCapMb, s.hook->name()));
 }
 
 DistributedDataParallel::~DistributedDataParallel() {
-  for (size_t i = 0; i < impl_->params.size() && i < impl_->hookHandles.size(); ++i) {
-    try {
-      impl_->params[i].remove_hook(impl_->hookHandles[i]);
-    } catch (...) {
-      // A module torn down first has nothing left to unhook.
-    }
-  }
+  for (auto& [accumulator, key] : impl_->accumulators) accumulator->del_post_hook(key);
 }
 
 void DistributedDataParallel::finishGradientSync() { impl_->finish(); }
@@ -298,10 +310,25 @@ int DistributedDataParallel::numBuckets() const { return static_cast<int>(impl_-
 int64_t DistributedDataParallel::bufferBytes() const {
   int64_t total = 0;
   for (const auto& b : impl_->buckets) {
-    if (b.buffer.defined()) total += static_cast<int64_t>(b.buffer.nbytes());
     if (b.scratch.defined()) total += static_cast<int64_t>(b.scratch.nbytes());
   }
   return total + impl_->hook->stateBytes();
+}
+
+int64_t DistributedDataParallel::gradientBytes() const {
+  const Impl& s = *impl_;
+  int64_t total = 0;
+  for (const auto& b : s.buckets) {
+    if (b.buffer.defined()) total += static_cast<int64_t>(b.buffer.nbytes());
+  }
+  for (size_t i = 0; i < s.params.size(); ++i) {
+    const at::Tensor& grad = s.params[i].grad();
+    if (!grad.defined()) continue;
+    auto [b, slot] = s.slotOf[i];
+    bool inBucket = !s.alone && grad.data_ptr() == s.buckets[b].gradients[slot].data_ptr();
+    if (!inBucket) total += static_cast<int64_t>(grad.nbytes());
+  }
+  return total;
 }
 const DdpStats& DistributedDataParallel::stats() const { return impl_->stats; }
 const std::vector<BucketTiming>& DistributedDataParallel::lastSyncTimings() const { return impl_->lastTimings; }

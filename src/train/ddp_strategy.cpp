@@ -110,8 +110,9 @@ class DdpStrategy final : public Strategy {
     RankMemory m;
     for (const auto& p : model_->parameters()) {
       m.parameterBytes += static_cast<int64_t>(p.nbytes());
-      if (p.grad().defined()) m.gradientBytes += static_cast<int64_t>(p.grad().nbytes());
+      if (!ddp_ && p.grad().defined()) m.gradientBytes += static_cast<int64_t>(p.grad().nbytes());
     }
+    if (ddp_) m.gradientBytes = ddp_->gradientBytes();  // .grad are views of its buckets
     m.optimizerBytes = sharded_ ? sharded_->stateBytes() : optimizerStateBytes(*optimizer_);
     m.commBufferBytes = ddp_ ? ddp_->bufferBytes() : 0;  // with the hook's state
     return m;

@@ -131,8 +131,9 @@ class PipelineStrategy final : public Strategy {
     RankMemory m;
     for (const auto& p : stage_->parameters()) {
       m.parameterBytes += static_cast<int64_t>(p.nbytes());
-      if (p.grad().defined()) m.gradientBytes += static_cast<int64_t>(p.grad().nbytes());
+      if (!ddp_ && p.grad().defined()) m.gradientBytes += static_cast<int64_t>(p.grad().nbytes());
     }
+    if (ddp_) m.gradientBytes = ddp_->gradientBytes();  // .grad are views of its buckets
     m.optimizerBytes = optimizerStateBytes(*optimizer_);
     m.commBufferBytes = ddp_ ? ddp_->bufferBytes() : 0;
     m.activationPeakBytes = activationPeak_;

@@ -190,6 +190,65 @@ TEST(DdpAccumulation, FourMicroBatchesUnderNoSyncEqualOneBigStep) {
   for (auto& r : replicas) expectSameParameters(*r, *reference, 1e-5, 1e-6, "accumulated");
 }
 
+TEST(DdpGradients, AreViewsOfTheBucketsSoTheAverageNeedsNoCopyBack) {
+  // After a sync every .grad is a view of its bucket slot: the same memory from step to step whether
+  // the loop fills gradients with zeros (the next backward accumulates into the bucket in place) or
+  // drops them (the new gradient is copied in once and bound again), and with noSync accumulation in
+  // between; the buckets are all the gradient memory DDP holds. Training still equals one process.
+  const int world = 2;
+  const int64_t perRank = 4;
+  const int64_t steps = 4;
+  test::RegressionSteps data = test::makeRegressionSteps(world * perRank, steps);
+  Mlp reference = makeMlp(1);
+  torch::optim::SGD refOpt(reference->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  for (int64_t s = 0; s < steps; ++s) {
+    refOpt.zero_grad();
+    at::mse_loss(reference->forward(data.x[s]), data.y[s]).backward();
+    refOpt.step();
+  }
+  std::vector<Mlp> replicas{makeMlp(1), makeMlp(2)};
+  runRanks(world, [&](int rank, Communicator& comm) {
+    auto shared = std::shared_ptr<Communicator>(&comm, [](Communicator*) {});
+    Mlp model = replicas[rank];
+    DdpOptions options;
+    options.bucketCapMb = 0.001;  // several buckets
+    DistributedDataParallel ddp(model.ptr(), shared, options);
+    torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+    std::vector<const void*> bound;
+    for (int64_t s = 0; s < steps; ++s) {
+      if (s % 2 == 0) {
+        opt.zero_grad();  // LibTorch 1.13: fills zeros
+      } else {
+        for (auto& p : model->parameters()) p.mutable_grad() = at::Tensor();
+      }
+      auto x = data.x[s].narrow(0, rank * perRank, perRank);
+      auto y = data.y[s].narrow(0, rank * perRank, perRank);
+      if (s == 2) {  // two half batches, the first under noSync: the same mean gradient
+        {
+          auto guard = ddp.noSync();
+          (at::mse_loss(model->forward(x.narrow(0, 0, 2)), y.narrow(0, 0, 2)) / 2).backward();
+        }
+        (at::mse_loss(model->forward(x.narrow(0, 2, 2)), y.narrow(0, 2, 2)) / 2).backward();
+      } else {
+        at::mse_loss(model->forward(x), y).backward();
+      }
+      ddp.finishGradientSync();
+      std::vector<const void*> now;
+      for (const auto& p : model->parameters()) now.push_back(p.grad().data_ptr());
+      if (s == 0) bound = now;
+      EXPECT_EQ(now, bound) << "step " << s << ": a .grad is not its bucket slot after the sync";
+      opt.step();
+    }
+    int64_t parameterBytes = 0;
+    for (const auto& p : model->parameters()) parameterBytes += static_cast<int64_t>(p.nbytes());
+    EXPECT_EQ(ddp.gradientBytes(), parameterBytes) << "gradients held twice";
+    EXPECT_EQ(ddp.bufferBytes(), 0);
+  });
+  for (int r = 0; r < world; ++r) {
+    expectSameParameters(*replicas[r], *reference, 1e-5, 1e-6, "rank " + std::to_string(r));
+  }
+}
+
 /// An MLP with an extra layer that forward() skips unless asked.
 struct SometimesUnusedImpl : torch::nn::Module {
   SometimesUnusedImpl() {

@@ -18,6 +18,13 @@
 // always launched in the same order on every rank. finishGradientSync()
 // must follow every synchronised backward.
 //
+// Each parameter's .grad becomes a view of its bucket slot when its gradient
+// is first synchronised (one float32 copy of the model, not two): the
+// average lands in .grad with no copy back, and a zero_grad() that fills
+// zeros lets the next backward accumulate straight into the bucket. A .grad
+// reset to undefined (zero_grad(true)) is copied in once and bound again;
+// keep no reference to a .grad across steps.
+//
 // Inside a noSync() scope backward only accumulates local gradients; the
 // first synchronised backward after it averages the accumulated sum.
 // Parameters that get no gradient in a step are an error (naming them)
@@ -102,7 +109,11 @@ class DistributedDataParallel {
   bool syncEnabled() const;
 
   int numBuckets() const;
-  /// Bytes of the bucket buffers (flat gradient copies and compression scratch).
+  /// Bytes of the gradients: the buckets (every .grad is a view of one after
+  /// a sync) and any .grad that is not such a view (a world of one, or a
+  /// gradient that replaced the view since).
+  int64_t gradientBytes() const;
+  /// Bytes held besides the gradients: compression scratch and the comm hook's state.
   int64_t bufferBytes() const;
   /// Parameter names of each bucket, in bucket order (tests, logs).
   std::vector<std::vector<std::string>> bucketLayout() const;
