@@ -28,6 +28,7 @@ namespace {
 class AllreduceHook final : public CommHook {
  public:
   std::string name() const override { return "allreduce"; }
+  bool acceptsLentGradients() const override { return true; }
   WorkHandle start(Communicator& comm, GradBucket& bucket) override {
     bucket.bytesSent += bucket.buffer->numel() * 4;
     std::vector<at::Tensor> tensors{*bucket.buffer};
@@ -43,6 +44,7 @@ class CompressHook final : public CommHook {
  public:
   explicit CompressHook(at::ScalarType dtype) : dtype_(dtype) {}
   std::string name() const override { return dtype_ == at::kHalf ? "fp16_compress" : "bf16_compress"; }
+  bool acceptsLentGradients() const override { return true; }
   WorkHandle start(Communicator& comm, GradBucket& bucket) override {
     *bucket.scratch = bucket.buffer->div(comm.size()).to(dtype_);
     bucket.bytesSent += bucket.scratch->numel() * 2;

@@ -114,7 +114,8 @@ struct DistributedDataParallel::Impl {
   /// Each parameter's AccumulateGrad node (the variable holds it weakly) and our post-hook on it.
   std::vector<std::pair<std::shared_ptr<torch::autograd::Node>, uintptr_t>> accumulators;
   size_t nextToLaunch = 0;
-  bool alone = false;  ///< a world of one: no buckets are copied or communicated
+  bool alone = false;           ///< a world of one: no buckets are copied or communicated
+  bool lendsGradients = false;  ///< the hook takes a lone parameter's gradient as its bucket
   bool anyArrived = false;
   bool syncEnabled = true;
   DdpStats stats;
@@ -132,25 +133,32 @@ struct DistributedDataParallel::Impl {
     Bucket& bucket = buckets[b];
     // .grad holds what backward produced plus whatever it held before (noSync accumulation):
     // exactly what gets averaged.
-    bindToBucket(params[index], bucket.gradients[slot]);
+    bindToBucket(bucket, slot, params[index]);
     if (--bucket.pending == 0) {
       bucket.ready = true;
       launchReady(/*duringBackward=*/true);
     }
   }
 
-  /// Makes .grad the bucket's view, copying its value in unless it already is that view (a
-  /// gradient autograd accumulated into the view in place). After it, the average written into the
-  /// bucket is the .grad, with no copy back.
-  static void bindToBucket(at::Tensor& param, const at::Tensor& slice) {
+  /// Makes .grad the bucket's slot, copying its value in unless it already is that slot (a
+  /// gradient autograd accumulated into the slot in place). After it, the average written into the
+  /// bucket is the .grad, with no copy back. A parameter alone in its bucket lends its gradient
+  /// instead, where the hook allows: that tensor becomes the bucket, and nothing is copied at all.
+  void bindToBucket(Bucket& bucket, size_t slot, at::Tensor& param) {
     const at::Tensor& grad = param.grad();
-    if (grad.defined() && grad.data_ptr() == slice.data_ptr()) return;
-    if (grad.defined()) {
-      slice.copy_(grad);
-    } else {
-      slice.zero_();
+    at::Tensor& place = bucket.gradients[slot];
+    if (grad.defined() && grad.data_ptr() == place.data_ptr()) return;
+    if (lendsGradients && bucket.params.size() == 1 && grad.defined() && grad.is_contiguous()) {
+      place = grad;
+      bucket.buffer = grad.view({-1});
+      return;
     }
-    param.mutable_grad() = slice;
+    if (grad.defined()) {
+      place.copy_(grad);
+    } else {
+      place.zero_();
+    }
+    param.mutable_grad() = place;
   }
 
   void launchReady(bool duringBackward) {
@@ -190,7 +198,7 @@ struct DistributedDataParallel::Impl {
       if (arrived[i]) continue;
       auto [b, slot] = slotOf[i];
       Bucket& bucket = buckets[b];
-      bindToBucket(params[i], bucket.gradients[slot]);
+      bindToBucket(bucket, slot, params[i]);
       if (--bucket.pending == 0) bucket.ready = true;
     }
     launchReady(/*duringBackward=*/false);
@@ -240,6 +248,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
   s.comm = std::move(comm);
   s.options = options;
   s.hook = options.hook ? options.hook : makeCommHook(options.compression, options.powerSgd);
+  s.lendsGradients = s.hook->acceptsLentGradients();
 
   for (const auto& p : s.module->named_parameters(true)) {
     if (!p.value().requires_grad()) continue;

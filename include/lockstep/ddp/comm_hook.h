@@ -24,7 +24,7 @@ class TensorArchive;
 
 struct GradBucket {
   int index = 0;
-  at::Tensor* buffer = nullptr;   ///< flat float32 gradients of the bucket, averaged in place
+  at::Tensor* buffer = nullptr;  ///< flat float32 gradients of the bucket, averaged in place (see acceptsLentGradients)
   at::Tensor* scratch = nullptr;  ///< a tensor the hook may keep between start() and finish()
   /// The bucket's gradients as views of *buffer, shaped like their parameters, in bucket order.
   const std::vector<at::Tensor>* gradients = nullptr;
@@ -41,6 +41,11 @@ class CommHook {
   virtual void finish(Communicator& comm, GradBucket& bucket) = 0;
   /// Bytes of tensors the hook keeps between steps (memory reports).
   virtual int64_t stateBytes() const { return 0; }
+  /// True when start() and finish() take the bucket's tensors afresh each step
+  /// (they keep no views of them): DistributedDataParallel may then hand a
+  /// bucket that holds one parameter that parameter's own gradient, instead of
+  /// copying it into a buffer of its own. Default false: the buffers stay put.
+  virtual bool acceptsLentGradients() const { return false; }
   /// Adds the state the hook keeps between steps to a checkpoint. Collective
   /// over `comm`: every rank calls it; `archive` is null on all but rank 0, the
   /// writer, whose archive must be written once before the others' calls return.

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Is a change faster? Two builds of lockstep, interleaved: for each round and
+# workload, the same training run (2 workers x 1 thread by default) with the
+# base build and with this one, the order alternating from round to round;
+# samples/s over the same timed steps, per side the median and spread, and
+# this build's ratio to the base with a bootstrap interval
+# (bench/summarize_rounds.py).
+#
+#   BASE_BUILD=DIR bench/compare_builds.sh [STEPS] [key=value ...]
+#
+# Make the base build from the commit to compare with, e.g.
+#   git worktree add /tmp/base <commit> && (cd /tmp/base && scripts/build.sh -DLOCKSTEP_BUILD_TESTS=OFF)
+#   BASE_BUILD=/tmp/base/build WORKLOADS="mlp convnet" bench/compare_builds.sh 30
+#
+# Environment: BASE_BUILD (required), ROUNDS (default 5), WORKLOADS (default
+# "convnet mlp"), NP (workers, default 2), LOCKSTEP_BUILD_DIR (this build,
+# default build). Overrides after STEPS reach every run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+STEPS="${1:-30}"
+(($#)) && shift
+ROUNDS="${ROUNDS:-5}"
+WORKLOADS="${WORKLOADS:-convnet mlp}"
+NP="${NP:-2}"
+NEW="${LOCKSTEP_BUILD_DIR:-build}/lockstep"
+[ -n "${BASE_BUILD:-}" ] || { echo "compare_builds.sh: set BASE_BUILD to the base build's directory" >&2; exit 2; }
+BASE="$BASE_BUILD/lockstep"
+[ -x "$BASE" ] || { echo "compare_builds.sh: $BASE not found; build the base first (see the header)" >&2; exit 1; }
+BIN="$NEW"
+# shellcheck source=bench/workloads.sh
+. bench/workloads.sh  # config_of, timed_run, bench_start
+bench_start
+
+side() {  # NAME ROUND WORKLOAD [key=value ...]: one run with that build
+  local name="$1" round="$2" workload="$3"
+  shift 3
+  if [ "$name" = base ]; then BIN="$BASE"; else BIN="$NEW"; fi
+  timed_run "$workload" "$name" "$round" "$NP" -- "$@"
+}
+
+for ((r = 1; r <= ROUNDS; r++)); do
+  for workload in $WORKLOADS; do
+    if ((r % 2)); then
+      side base "$r" "$workload" "$@"
+      side this "$r" "$workload" "$@"
+    else
+      side this "$r" "$workload" "$@"
+      side base "$r" "$workload" "$@"
+    fi
+  done
+done
+python3 bench/summarize_rounds.py "$OUT/results.txt" base
