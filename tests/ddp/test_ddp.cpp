@@ -33,12 +33,8 @@ void expectSameParameters(torch::nn::Module& a, torch::nn::Module& b, double rto
   }
 }
 
-/// Trains a reference model on the whole batch and `world` DDP replicas on its
-/// shards, then compares every replica with the reference.
-void checkEquivalence(int world, double bucketCapMb, GradCompression compression, double rtol, double atol) {
-  const int64_t perRank = 6;
-  const int64_t steps = 5;
-  test::RegressionSteps data = test::makeRegressionSteps(world * perRank, steps);
+/// One process on the whole batch of each step: SGD with momentum 0.9, lr 0.1 (what the replicas run).
+Mlp trainReference(const test::RegressionSteps& data, int64_t steps) {
   Mlp reference = makeMlp(1);
   torch::optim::SGD refOpt(reference->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
   for (int64_t s = 0; s < steps; ++s) {
@@ -46,6 +42,16 @@ void checkEquivalence(int world, double bucketCapMb, GradCompression compression
     at::mse_loss(reference->forward(data.x[s]), data.y[s]).backward();
     refOpt.step();
   }
+  return reference;
+}
+
+/// Trains a reference model on the whole batch and `world` DDP replicas on its
+/// shards, then compares every replica with the reference.
+void checkEquivalence(int world, double bucketCapMb, GradCompression compression, double rtol, double atol) {
+  const int64_t perRank = 6;
+  const int64_t steps = 5;
+  test::RegressionSteps data = test::makeRegressionSteps(world * perRank, steps);
+  Mlp reference = trainReference(data, steps);
   // Replicas start different on purpose: DDP must broadcast rank 0's weights.
   std::vector<Mlp> replicas;
   for (int r = 0; r < world; ++r) replicas.push_back(makeMlp(r == 0 ? 1 : 100 + r));
@@ -200,13 +206,7 @@ TEST(DdpGradients, AreViewsOfTheBucketsSoTheAverageNeedsNoCopyBack) {
   const int64_t perRank = 4;
   const int64_t steps = 4;
   test::RegressionSteps data = test::makeRegressionSteps(world * perRank, steps);
-  Mlp reference = makeMlp(1);
-  torch::optim::SGD refOpt(reference->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
-  for (int64_t s = 0; s < steps; ++s) {
-    refOpt.zero_grad();
-    at::mse_loss(reference->forward(data.x[s]), data.y[s]).backward();
-    refOpt.step();
-  }
+  Mlp reference = trainReference(data, steps);
   std::vector<Mlp> replicas{makeMlp(1), makeMlp(2)};
   runRanks(world, [&](int rank, Communicator& comm) {
     auto shared = std::shared_ptr<Communicator>(&comm, [](Communicator*) {});

@@ -22,8 +22,10 @@
 // is first synchronised (one float32 copy of the model, not two): the
 // average lands in .grad with no copy back, and a zero_grad() that fills
 // zeros lets the next backward accumulate straight into the bucket. A .grad
-// reset to undefined (zero_grad(true)) is copied in once and bound again;
-// keep no reference to a .grad across steps.
+// reset to undefined (zero_grad(true)) gets autograd's new gradient, which is
+// copied in once and bound again — or, for a parameter alone in its bucket
+// and a hook that allows it (CommHook::acceptsLentGradients), becomes the
+// bucket itself. Keep no reference to a .grad across steps.
 //
 // Inside a noSync() scope backward only accumulates local gradients; the
 // first synchronised backward after it averages the accumulated sum.
