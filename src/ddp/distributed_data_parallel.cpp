@@ -282,7 +282,9 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
     int64_t total = 0;
     for (size_t slot = 0; slot < bucket.params.size(); ++slot) total += s.params[bucket.params[slot]].numel();
     if (s.alone) continue;
-    bucket.buffer = at::zeros({total}, at::kFloat);
+    // Uninitialised: every slot is written (copied, zeroed, or lent) before its bucket is launched,
+    // and a lent bucket's first buffer is never touched at all.
+    bucket.buffer = at::empty({total}, at::kFloat);
     for (size_t slot = 0; slot < bucket.params.size(); ++slot) {
       const at::Tensor& p = s.params[bucket.params[slot]];
       bucket.gradients.push_back(aliasOf(bucket.buffer.narrow(0, bucket.offsets[slot], p.numel()).view(p.sizes())));

@@ -43,14 +43,14 @@ int tryBind(const std::string& host, int port) {
   return result;
 }
 
-}  // namespace
-
 /// The first port of the kernel's ephemeral range (where bind(0) and outgoing connections take theirs).
 int ephemeralPortsFrom() {
   std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range");
   int low = 0;
   return range >> low && low > 0 ? low : 32768;
 }
+
+}  // namespace
 
 int pickFreePort(const std::string& host) {
   // Between this choice and the worker that listens on the port, any outgoing connection on the

@@ -92,17 +92,26 @@ bool supported(const at::Tensor& x) {
          x.size(2) >= 2 && x.size(3) >= 2 && x.numel() > 0;
 }
 
+/// Calls f(T{}) with T the element type: float or at::BFloat16 (what supported() lets through).
+template <typename F>
+void byElementType(at::ScalarType type, F&& f) {
+  if (type == at::kFloat) {
+    f(float{});
+  } else {
+    f(at::BFloat16{});
+  }
+}
+
 struct ReluMaxPool2x2 : public torch::autograd::Function<ReluMaxPool2x2> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& input) {
     const at::Tensor x = input.contiguous();
     const int64_t n = x.size(0), c = x.size(1), h = x.size(2), w = x.size(3);
     at::Tensor out = at::empty({n, c, h / 2, w / 2}, x.options());
     at::Tensor where = at::empty({n, c, h / 2, w / 2}, x.options().dtype(at::kByte));
-    if (x.scalar_type() == at::kFloat) {
-      poolForward(x.data_ptr<float>(), out.data_ptr<float>(), where.data_ptr<uint8_t>(), n * c, h, w);
-    } else {  // bfloat16 (supported())
-      poolForward(x.data_ptr<at::BFloat16>(), out.data_ptr<at::BFloat16>(), where.data_ptr<uint8_t>(), n * c, h, w);
-    }
+    byElementType(x.scalar_type(), [&](auto tag) {
+      using T = decltype(tag);
+      poolForward(x.data_ptr<T>(), out.data_ptr<T>(), where.data_ptr<uint8_t>(), n * c, h, w);
+    });
     ctx->save_for_backward({out, where});
     ctx->saved_data["h"] = h;
     ctx->saved_data["w"] = w;
@@ -118,13 +127,11 @@ struct ReluMaxPool2x2 : public torch::autograd::Function<ReluMaxPool2x2> {
     const at::Tensor grad = grads[0].contiguous().to(out.scalar_type());
     at::Tensor gradIn = at::empty({out.size(0), out.size(1), h, w}, out.options());
     const int64_t planes = out.size(0) * out.size(1);
-    if (out.scalar_type() == at::kFloat) {
-      poolBackward(grad.data_ptr<float>(), out.data_ptr<float>(), where.data_ptr<uint8_t>(), gradIn.data_ptr<float>(),
-                   planes, h, w);
-    } else {
-      poolBackward(grad.data_ptr<at::BFloat16>(), out.data_ptr<at::BFloat16>(), where.data_ptr<uint8_t>(),
-                   gradIn.data_ptr<at::BFloat16>(), planes, h, w);
-    }
+    byElementType(out.scalar_type(), [&](auto tag) {
+      using T = decltype(tag);
+      poolBackward(grad.data_ptr<T>(), out.data_ptr<T>(), where.data_ptr<uint8_t>(), gradIn.data_ptr<T>(), planes, h,
+                   w);
+    });
     return {gradIn};
   }
 };

@@ -108,11 +108,9 @@ class DdpStrategy final : public Strategy {
 
   RankMemory memory() const override {
     RankMemory m;
-    for (const auto& p : model_->parameters()) {
-      m.parameterBytes += static_cast<int64_t>(p.nbytes());
-      if (!ddp_ && p.grad().defined()) m.gradientBytes += static_cast<int64_t>(p.grad().nbytes());
-    }
-    if (ddp_) m.gradientBytes = ddp_->gradientBytes();  // .grad are views of its buckets
+    for (const auto& p : model_->parameters()) m.parameterBytes += static_cast<int64_t>(p.nbytes());
+    // The .grad are views of DDP's buckets: it counts them once (none before start()).
+    m.gradientBytes = ddp_ ? ddp_->gradientBytes() : 0;
     m.optimizerBytes = sharded_ ? sharded_->stateBytes() : optimizerStateBytes(*optimizer_);
     m.commBufferBytes = ddp_ ? ddp_->bufferBytes() : 0;  // with the hook's state
     return m;

@@ -244,13 +244,19 @@ TEST(VisionModels, ConvNetBackwardReachesEveryParameter) {
   }
 }
 
-/// The convnet's parameters after 3 SGD steps, built with LOCKSTEP_PLAIN_POOLING=`plain`
-/// (the variable is read when the model is built).
-std::vector<at::Tensor> convNetAfterSteps(const char* plain) {
+/// A convnet built with LOCKSTEP_PLAIN_POOLING=`plain` (the variable is read when the model is built).
+std::shared_ptr<ImageClassifierImpl> convNetWithPooling(const char* plain) {
   ::setenv("LOCKSTEP_PLAIN_POOLING", plain, 1);
+  struct Unset {
+    ~Unset() { ::unsetenv("LOCKSTEP_PLAIN_POOLING"); }
+  } unset;
+  return makeImageModel("convnet", opts(1, 28, 10));
+}
+
+/// The convnet's parameters after 3 SGD steps, built with LOCKSTEP_PLAIN_POOLING=`plain`.
+std::vector<at::Tensor> convNetAfterSteps(const char* plain) {
   at::manual_seed(4);
-  auto model = makeImageModel("convnet", opts(1, 28, 10));
-  ::unsetenv("LOCKSTEP_PLAIN_POOLING");
+  auto model = convNetWithPooling(plain);
   at::manual_seed(5);
   for (int step = 0; step < 3; ++step) {
     model->zero_grad();
@@ -272,21 +278,16 @@ TEST(VisionModels, ConvNetTrainsToTheSameBitsWithLibTorchsPooling) {
   for (size_t i = 0; i < ours.size(); ++i) EXPECT_TRUE(at::equal(ours[i], libtorch[i])) << "parameter " << i;
   // And the variable does choose: the first layer's output comes from LibTorch's pooling only with 1.
   auto firstLayerOp = [](const char* plain) {
-    ::setenv("LOCKSTEP_PLAIN_POOLING", plain, 1);
-    auto model = makeImageModel("convnet", opts(1, 28, 10));
-    ::unsetenv("LOCKSTEP_PLAIN_POOLING");
-    return model->layers().front().forward(at::randn({2, 1, 28, 28})).grad_fn()->name();
+    return convNetWithPooling(plain)->layers().front().forward(at::randn({2, 1, 28, 28})).grad_fn()->name();
   };
   EXPECT_EQ(firstLayerOp("1"), "MaxPool2DWithIndicesBackward0");
   EXPECT_NE(firstLayerOp("0").find("ReluMaxPool2x2"), std::string::npos) << firstLayerOp("0");
-  ::setenv("LOCKSTEP_PLAIN_POOLING", "yes", 1);
   try {
-    makeImageModel("convnet", opts(1, 28, 10));
+    convNetWithPooling("yes");
     ADD_FAILURE() << "no error for LOCKSTEP_PLAIN_POOLING=yes";
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("LOCKSTEP_PLAIN_POOLING"), std::string::npos) << e.what();
   }
-  ::unsetenv("LOCKSTEP_PLAIN_POOLING");
 }
 
 TEST(VisionModels, ResNetBackwardReachesEveryParameter) {
