@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -33,9 +34,10 @@ struct RunSpec {
   StrategyType strategy;
   int world;
   int64_t maxSteps;
-  std::string checkpointDir;  ///< checkpoints every 25 steps; empty: none
-  double clip = 0.5;          ///< clipGradNorm
-  bool layered = false;       ///< Trainer::fit(LayeredModel): each Linear (+ ReLU) a layer
+  std::string checkpointDir;   ///< checkpoints every 25 steps; empty: none
+  double clip = 0.5;           ///< clipGradNorm
+  bool layered = false;        ///< Trainer::fit(LayeredModel): each Linear (+ ReLU) a layer
+  double bucketCapMb = 0.001;  ///< several buckets
 };
 
 inline TrainerOptions optionsFor(const RunSpec& spec) {
@@ -52,7 +54,7 @@ inline TrainerOptions optionsFor(const RunSpec& spec) {
   o.lrScaling.rule = LrScalingRule::kNone;
   o.validate = false;
   o.logEvery = 100000;
-  o.ddp.bucketCapMb = 0.001;  // several buckets
+  o.ddp.bucketCapMb = spec.bucketCapMb;
   o.seed = 3;
   o.strategy = spec.strategy;
   o.checkpoint.dir = spec.checkpointDir;
@@ -146,6 +148,17 @@ inline void expectClose(Mlp& expected, Mlp& actual, const std::string& what, dou
     EXPECT_TRUE(at::allclose(a[i], b[i], rtol, rtol / 10))
         << what << ": parameter " << i << " differs by up to " << (a[i] - b[i]).abs().max().item<double>();
   }
+}
+
+/// The largest relative difference ||b - a|| / ||a|| (2-norms) over the parameters.
+inline double largestRelativeDifference(Mlp& a, Mlp& b) {
+  auto x = a->parameters();
+  auto y = b->parameters();
+  double largest = 0;
+  for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
+    largest = std::max(largest, (x[i] - y[i]).norm().item<double>() / x[i].norm().item<double>());
+  }
+  return largest;
 }
 
 /// Every parameter's relative difference ||actual - expected|| / ||expected|| (2-norms) at most `bound`.
