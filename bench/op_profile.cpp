@@ -3,8 +3,9 @@
 // STEPS steps of a random batch, one thread, after 5 untimed steps; writes a
 // Chrome trace that bench/op_profile.sh sums per op name.
 //
-//   build/bench/op_profile TRACE.json [MODEL] [BATCH] [STEPS] [fp32|bf16]
-//     (defaults convnet, 128, 20, fp32; 1x28x28 images, 10 classes;
+//   build/bench/op_profile TRACE.json [MODEL] [BATCH] [STEPS] [fp32|bf16] [HIDDEN]
+//     (defaults convnet, 128, 20, fp32; 1x28x28 images, 10 classes; HIDDEN is
+//      the mlp's hidden widths, default 4096,4096 as configs/mlp-bench.yaml;
 //      built with -DLOCKSTEP_BUILD_BENCHMARKS=ON)
 //
 // LOCKSTEP_PLAIN_POOLING=1 profiles the convnet with LibTorch's relu + max_pool2d.
@@ -14,6 +15,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <stdexcept>
 #include <string>
 
 #include "lockstep/models/vision.h"
@@ -21,7 +23,7 @@
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: op_profile TRACE.json [MODEL] [BATCH] [STEPS] [fp32|bf16]\n");
+    std::fprintf(stderr, "usage: op_profile TRACE.json [MODEL] [BATCH] [STEPS] [fp32|bf16] [HIDDEN]\n");
     return 2;
   }
   const std::string trace = argv[1];
@@ -35,6 +37,17 @@ int main(int argc, char** argv) {
     lockstep::ImageModelOptions options;
     options.inChannels = 1;
     options.imageSize = 28;
+    options.hiddenSizes = {4096, 4096};
+    if (argc > 6) {
+      options.hiddenSizes.clear();
+      for (const char* p = argv[6]; *p != '\0';) {
+        char* end = nullptr;
+        options.hiddenSizes.push_back(std::strtoll(p, &end, 10));
+        if (end == p)
+          throw std::invalid_argument(std::string("HIDDEN: expected widths like 4096,4096, got ") + argv[6]);
+        p = *end == ',' ? end + 1 : end;
+      }
+    }
     auto model = lockstep::makeImageModel(type, options);
     const at::Tensor images = at::randn({batch, 1, 28, 28});
     const at::Tensor labels = at::randint(10, {batch}, at::kLong);

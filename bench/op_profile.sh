@@ -22,16 +22,4 @@ OUT="$(mktemp -d)"
 trap 'rm -rf "$OUT"' EXIT
 LOCKSTEP_PLAIN_POOLING=1 "$PROFILE" "$OUT/libtorch.json" convnet 128 "$STEPS" "$PRECISION"
 LOCKSTEP_PLAIN_POOLING=0 "$PROFILE" "$OUT/fused.json" convnet 128 "$STEPS" "$PRECISION"
-python3 - "$OUT" "$STEPS" "${TOP:-12}" <<'PY'
-import collections, json, sys
-out, steps, top = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-for side in ("libtorch", "fused"):
-    events = json.load(open(f"{out}/{side}.json"))
-    total = collections.Counter()
-    for e in events:
-        if e.get("ph") == "X" and not e["name"].startswith("autograd::engine::evaluate_function"):
-            total[e["name"]] += e["dur"]
-    print(f"{side}: ms per step by op (top {top})")
-    for name, us in total.most_common(top):
-        print(f"  {us / steps / 1000:8.2f}  {name}")
-PY
+python3 bench/summarize_trace.py "$STEPS" "${TOP:-12}" libtorch="$OUT/libtorch.json" fused="$OUT/fused.json"
