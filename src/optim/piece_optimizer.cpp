@@ -19,6 +19,7 @@
 #include "lockstep/common/error.h"
 #include "lockstep/common/tensor_archive.h"
 #include "lockstep/common/tensor_text.h"
+#include "lockstep/optim/grad_clip.h"
 #include "lockstep/optim/optimizer.h"
 #include "optim/piece_optimizer.h"
 
@@ -74,20 +75,9 @@ int64_t PieceOptimizer::ownedElements() const {
 }
 
 double PieceOptimizer::clipGradNorm(double maxNorm) {
-  at::Tensor sum = at::zeros({1}, at::kDouble);
-  for (const auto& view : pieceViews) {
-    if (view.grad().defined()) sum += view.grad().to(at::kDouble).pow(2).sum();
-  }
-  std::vector<at::Tensor> total{sum};
-  comm->allreduce(total, ReduceOp::kSum)->wait();
-  const double norm = std::sqrt(total[0].item<double>());
-  const double coefficient = maxNorm / (norm + 1e-6);
-  if (coefficient < 1) {
-    for (auto& view : pieceViews) {
-      if (view.grad().defined()) view.mutable_grad().mul_(coefficient);
-    }
-  }
-  return norm;
+  std::vector<at::Tensor> grads;
+  for (const auto& view : pieceViews) grads.push_back(view.grad());
+  return lockstep::clipGradNorm(grads, maxNorm, comm.get());
 }
 
 int64_t PieceOptimizer::wholeGradientBytes() const {

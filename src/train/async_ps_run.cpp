@@ -14,6 +14,7 @@
 
 #include "lockstep/common/error.h"
 #include "lockstep/common/logging.h"
+#include "lockstep/optim/grad_clip.h"
 #include "lockstep/optim/optimizer.h"
 #include "lockstep/train/checkpoint.h"
 #include "ps/ps_pairs.h"
@@ -230,7 +231,7 @@ double AsyncPsRun::trainBatch(int64_t ticket) {
   }
   timer_.endPhase(Phase::kForward);
   loss.backward();
-  if (o_.clipGradNorm > 0) torch::nn::utils::clip_grad_norm_(model_->parameters(), o_.clipGradNorm);
+  if (o_.clipGradNorm > 0) clipGradNorm(gradientsOf(model_->parameters()), o_.clipGradNorm);
   applyTestSlowdown(o_, rank_, computeStart);
   timer_.endPhase(Phase::kBackward);
   return value;

@@ -11,6 +11,7 @@
 #include "lockstep/common/enum_names.h"
 #include "lockstep/common/error.h"
 #include "lockstep/common/logging.h"
+#include "lockstep/optim/grad_clip.h"
 #include "lockstep/optim/optimizer.h"
 #include "lockstep/optim/sharded_optimizer.h"
 #include "lockstep/train/checkpoint.h"
@@ -57,7 +58,7 @@ class DdpStrategy final : public Strategy {
   void finishGradientSync() override { ddp_->finishGradientSync(); }
 
   void step(double clipGradNorm) override {
-    if (clipGradNorm > 0) torch::nn::utils::clip_grad_norm_(model_->parameters(), clipGradNorm);
+    if (clipGradNorm > 0) lockstep::clipGradNorm(gradientsOf(model_->parameters()), clipGradNorm);
     if (sharded_) {
       sharded_->step();
     } else {

@@ -15,6 +15,7 @@
 #include "lockstep/comm/archive_transfer.h"
 #include "lockstep/common/error.h"
 #include "lockstep/common/tensor_archive.h"
+#include "lockstep/optim/grad_clip.h"
 #include "lockstep/optim/optimizer.h"
 #include "lockstep/train/checkpoint.h"
 #include "lockstep/train/strategy.h"
@@ -87,20 +88,7 @@ class PipelineStrategy final : public Strategy {
 
   /// Clipping by the norm over every stage's gradients (one allreduce over the pipeline).
   void step(double clipGradNorm) override {
-    if (clipGradNorm > 0) {
-      std::vector<at::Tensor> grads;
-      for (const auto& p : stage_->parameters()) {
-        if (p.grad().defined()) grads.push_back(p.grad());
-      }
-      double squares = 0;
-      for (const auto& g : grads) squares += g.to(at::kDouble).pow(2).sum().item<double>();
-      std::vector<at::Tensor> total{at::tensor({squares}, at::kDouble)};
-      pipe_->allreduce(total, ReduceOp::kSum)->wait();
-      const double coefficient = clipGradNorm / (std::sqrt(total[0].item<double>()) + 1e-6);
-      if (coefficient < 1) {
-        for (auto& g : grads) g.mul_(coefficient);
-      }
-    }
+    if (clipGradNorm > 0) lockstep::clipGradNorm(gradientsOf(stage_->parameters()), clipGradNorm, pipe_.get());
     optimizer_->step();
   }
 
