@@ -8,19 +8,24 @@
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
-#include <torch/nn/utils/clip_grad.h>
 #include <torch/types.h>
 
+// After torch/types.h, which it needs.
+#include <torch/nn/utils/clip_grad.h>
+
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <vector>
 
 #include "lockstep/common/error.h"
+#include "optim/squares.h"
 #include "support/thread_ranks.h"
 
 namespace lockstep {
 namespace {
 
-/// Gradients of mixed sizes and scales; the first spans several of the norm's 64 K-element chunks.
+/// Gradients of mixed sizes and scales (lengths not multiples of 8, the norm's running sums).
 std::vector<at::Tensor> someGradients() {
   at::manual_seed(5);
   return {at::randn({300, 700}) * 3, at::randn({17}) * 1e-3, at::randn({40, 9}), at::randn({1}) * 50};
@@ -88,6 +93,19 @@ TEST(GradClip, PiecesOnSeveralRanksScaleExactlyAsTheWholeGradients) {
   }
 }
 
+TEST(GradClip, TheAvx2AndPortableSumsOfSquaresGiveTheSameBits) {
+  // Lengths around the 16 running sums, magnitudes from 1e-30 to 1e30 (each square exact in float64).
+  std::printf("this CPU %s AVX2 and FMA\n", detail::hasAvx2() ? "has" : "lacks (both are the portable sum)");
+  at::manual_seed(9);
+  for (int64_t n : {0, 1, 15, 16, 17, 31, 33, 1000, 100003}) {
+    const at::Tensor x = at::randn({n}) * at::pow(10.0, at::randint(-30, 31, {n}).to(at::kFloat));
+    const float* data = x.data_ptr<float>();
+    const double portable = detail::squaresPortable(data, n), avx2 = detail::squaresAvx2(data, n);
+    EXPECT_EQ(std::memcmp(&portable, &avx2, sizeof(double)), 0) << n << " elements: " << portable << " vs " << avx2;
+    EXPECT_NEAR(portable, x.to(at::kDouble).pow(2).sum().item<double>(), 1e-12 * portable) << n << " elements";
+  }
+}
+
 TEST(GradClip, SkipsUndefinedGradientsAndNamesBadInput) {
   auto grads = someGradients();
   grads.push_back(at::Tensor());
@@ -96,7 +114,9 @@ TEST(GradClip, SkipsUndefinedGradientsAndNamesBadInput) {
   try {
     clipGradNorm({at::ones({3}, at::kDouble)}, 1.0);
     FAIL() << "a float64 gradient was accepted";
-  } catch (const Error& e) { EXPECT_NE(std::string(e.what()).find("expected float32"), std::string::npos) << e.what(); }
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("expected float32 on the CPU"), std::string::npos) << e.what();
+  }
   EXPECT_THROW(clipGradNorm(someGradients(), 0.0), Error);
 }
 

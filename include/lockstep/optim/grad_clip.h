@@ -13,8 +13,11 @@
 // float32 number and their updates stay equal bit for bit; LibTorch's version
 // sums each tensor's squares in float32, in an order that depends on the
 // tensor's extent, and its result differs with the cut. The norm costs one
-// read of the gradients (in 64 K-element chunks, converted in a reused buffer);
-// the scaling a second.
+// read of the gradients (AVX2 where the CPU has it, the same bits as the
+// portable loop: optim/squares.h), the scaling a second; converting every
+// element to float64 makes the norm slower than LibTorch's float32 one (on
+// mlp-bench's 20 M parameters, one worker, about 10 ms more a step).
+// Gradients must be float32 CPU tensors (Error otherwise).
 #pragma once
 
 #include <vector>
@@ -27,7 +30,7 @@ namespace lockstep {
 
 class Communicator;
 
-/// Scales `grads` (float32; undefined entries are skipped) in place so their
+/// Scales `grads` (float32 on the CPU; undefined entries are skipped) in place so their
 /// global 2-norm is at most maxNorm, and returns the norm before. With
 /// `sumOver`, the sum of squares is summed over its ranks first (collective:
 /// every rank calls it, each with its own part of the gradients).
