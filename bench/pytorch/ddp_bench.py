@@ -145,6 +145,9 @@ def worker(rank, args, port):
     spec = WORKLOADS[args.workload]
     batch = spec["batch"]
     model, loss_fn, inputs, targets = build(args, rank, world)
+    if args.first_bucket_mb is not None:
+        # DDP's documented knob for the size of its first bucket (1 MB by default).
+        dist._DEFAULT_FIRST_BUCKET_BYTES = int(args.first_bucket_mb * 1024 * 1024)
     ddp = DistributedDataParallel(model, bucket_cap_mb=args.bucket_cap_mb)
     if args.powersgd:
         # PyTorch's own PowerSGD hook, the reference for lockstep's ddp.compression powersgd.
@@ -221,6 +224,8 @@ def main():
     p.add_argument("--hidden-sizes", type=int, nargs="+", default=[4096, 4096], help="mlp hidden layers")
     p.add_argument("--data", default=FASHION_MNIST, help="folder with Fashion-MNIST's IDX .gz files")
     p.add_argument("--bucket-cap-mb", type=float, default=25, help="DDP's bucket_cap_mb (PyTorch's default: 25)")
+    p.add_argument("--first-bucket-mb", type=float, default=None,
+                   help="size of DDP's first bucket (torch.distributed._DEFAULT_FIRST_BUCKET_BYTES; PyTorch: 1)")
     p.add_argument("--powersgd", type=int, default=0, help="PowerSGD comm hook at this rank (0: plain allreduce)")
     p.add_argument("--powersgd-batched", action="store_true",
                    help="PyTorch's batched_powerSGD_hook (the whole bucket as one square matrix) instead")
