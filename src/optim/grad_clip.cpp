@@ -2,7 +2,9 @@
 #include "lockstep/optim/grad_clip.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <cmath>
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -88,6 +90,23 @@ double squaresOf(const float* x, int64_t n) { return hasAvx2() ? squaresAvx2(x, 
 
 namespace {
 
+/// Sum of the squares of n floats in 64 K-element blocks, summed in block order: the same bits
+/// whatever the number of intra-op threads that compute the blocks.
+double squaresInBlocks(const float* x, int64_t n) {
+  constexpr int64_t kBlock = int64_t{1} << 16;
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
+  if (blocks <= 1) return detail::squaresOf(x, n);
+  std::vector<double> partial(static_cast<size_t>(blocks));
+  at::parallel_for(0, blocks, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; ++b) {
+      partial[static_cast<size_t>(b)] = detail::squaresOf(x + b * kBlock, std::min(kBlock, n - b * kBlock));
+    }
+  });
+  double sum = 0;
+  for (double p : partial) sum += p;
+  return sum;
+}
+
 /// Sum of the squares of `grads`, in float64.
 double sumOfSquares(const std::vector<at::Tensor>& grads) {
   double sum = 0;
@@ -96,7 +115,7 @@ double sumOfSquares(const std::vector<at::Tensor>& grads) {
     LOCKSTEP_CHECK(grad.scalar_type() == at::kFloat && grad.device().is_cpu(), "clipGradNorm: a gradient is ",
                    describeTensor(grad), " on ", grad.device().str(), "; expected float32 on the CPU");
     const at::Tensor dense = grad.contiguous();
-    sum += detail::squaresOf(dense.data_ptr<float>(), dense.numel());
+    sum += squaresInBlocks(dense.data_ptr<float>(), dense.numel());
   }
   return sum;
 }

@@ -14,10 +14,11 @@
 // sums each tensor's squares in float32, in an order that depends on the
 // tensor's extent, and its result differs with the cut. The norm costs one
 // read of the gradients (AVX2 where the CPU has it, the same bits as the
-// portable loop: optim/squares.h), the scaling a second; converting every
-// element to float64 makes the norm slower than LibTorch's float32 one (on
-// mlp-bench's 20 M parameters, one worker, about 10 ms more a step).
-// Gradients must be float32 CPU tensors (Error otherwise).
+// portable loop: optim/squares.h; 64 K-element blocks over the intra-op
+// threads, added in block order, so the thread count does not change the
+// bits), the scaling a second: as fast as LibTorch's on mlp-bench's 20 M
+// parameters (docs/training.md). Gradients must be float32 CPU tensors
+// (Error otherwise).
 #pragma once
 
 #include <vector>
