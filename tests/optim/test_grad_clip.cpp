@@ -7,6 +7,7 @@
 #include "lockstep/optim/grad_clip.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 #include <torch/types.h>
 
@@ -104,6 +105,21 @@ TEST(GradClip, TheAvx2AndPortableSumsOfSquaresGiveTheSameBits) {
     EXPECT_EQ(std::memcmp(&portable, &avx2, sizeof(double)), 0) << n << " elements: " << portable << " vs " << avx2;
     EXPECT_NEAR(portable, x.to(at::kDouble).pow(2).sum().item<double>(), 1e-12 * portable) << n << " elements";
   }
+}
+
+TEST(GradClip, TheNumberOfThreadsDoesNotChangeTheBits) {
+  // The norm's 64 K-element blocks run on the intra-op threads and are added in block order.
+  const int threads = at::get_num_threads();
+  std::vector<double> norms;
+  at::manual_seed(4);
+  const int64_t n = 40 * 65536 + 123;  // 41 blocks, magnitudes over seven decades
+  const at::Tensor grad = at::randn({n}) * at::pow(10.0, at::randint(-3, 4, {n}).to(at::kFloat));
+  for (int count : {1, 2, 3, 5}) {
+    at::set_num_threads(count);
+    norms.push_back(clipGradNorm({grad}, 1e30));
+  }
+  at::set_num_threads(threads);
+  for (double norm : norms) EXPECT_EQ(std::memcmp(&norm, &norms[0], sizeof(double)), 0) << norm << " vs " << norms[0];
 }
 
 TEST(GradClip, SkipsUndefinedGradientsAndNamesBadInput) {
