@@ -3,7 +3,6 @@
 
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
-#include <torch/nn/utils/clip_grad.h>
 #include <torch/optim/optimizer.h>
 
 #include <fmt/format.h>

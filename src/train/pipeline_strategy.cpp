@@ -9,7 +9,6 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
-#include <cmath>
 #include <set>
 
 #include "lockstep/comm/archive_transfer.h"
