@@ -11,15 +11,11 @@
 # -DLOCKSTEP_BUILD_BENCHMARKS=ON).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PROFILE="${LOCKSTEP_BUILD_DIR:-build}/bench/op_profile"
 STEPS="${1:-20}"
 PRECISION="${2:-fp32}"
-[ -x "$PROFILE" ] || {
-  echo "op_profile.sh: $PROFILE not found; cmake -B build -DLOCKSTEP_BUILD_BENCHMARKS=ON && cmake --build build --target op_profile" >&2
-  exit 1
-}
-OUT="$(mktemp -d)"
-trap 'rm -rf "$OUT"' EXIT
+# shellcheck source=bench/workloads.sh
+. bench/workloads.sh  # op_profile_start
+op_profile_start
 LOCKSTEP_PLAIN_POOLING=1 "$PROFILE" "$OUT/libtorch.json" convnet 128 "$STEPS" "$PRECISION"
 LOCKSTEP_PLAIN_POOLING=0 "$PROFILE" "$OUT/fused.json" convnet 128 "$STEPS" "$PRECISION"
 python3 bench/summarize_trace.py "$STEPS" "${TOP:-12}" libtorch="$OUT/libtorch.json" fused="$OUT/fused.json"

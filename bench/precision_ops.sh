@@ -13,17 +13,13 @@
 # -DLOCKSTEP_BUILD_BENCHMARKS=ON).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PROFILE="${LOCKSTEP_BUILD_DIR:-build}/bench/op_profile"
 MODEL="${1:-mlp}"
 BATCH="${2:-32}"
 STEPS="${3:-20}"
 HIDDEN="${4:-4096,4096}"
-[ -x "$PROFILE" ] || {
-  echo "precision_ops.sh: $PROFILE not found; cmake -B build -DLOCKSTEP_BUILD_BENCHMARKS=ON && cmake --build build --target op_profile" >&2
-  exit 1
-}
-OUT="$(mktemp -d)"
-trap 'rm -rf "$OUT"' EXIT
+# shellcheck source=bench/workloads.sh
+. bench/workloads.sh  # op_profile_start
+op_profile_start
 for precision in fp32 bf16; do
   "$PROFILE" "$OUT/$precision.json" "$MODEL" "$BATCH" "$STEPS" "$precision" "$HIDDEN"
 done

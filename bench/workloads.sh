@@ -1,6 +1,7 @@
 # shellcheck shell=bash
 # bench/workloads.sh — sourced by the bench scripts: the config file of each
-# workload name they accept, and one timed training run.
+# workload name they accept, one timed training run, and the set-up of the
+# op-profile scripts (op_profile_start).
 #
 #   config_of WORKLOAD    prints the config's path (relative to the project root);
 #                         an unknown name is an error naming the calling script.
@@ -39,6 +40,18 @@ timed_run() {
     tail -3 "$OUT/run.log" | sed "s/^/    $workload $side: /" >&2
   fi
   echo "$workload $side $round $rate" | tee -a "$OUT/results.txt" >&2
+}
+
+# op_profile_start: sets PROFILE to the built bench/op_profile (an error naming the calling
+# script and how to build it, when it is not) and makes the scratch folder $OUT (removed at exit).
+op_profile_start() {
+  PROFILE="${LOCKSTEP_BUILD_DIR:-build}/bench/op_profile"
+  [ -x "$PROFILE" ] || {
+    echo "$(basename "$0"): $PROFILE not found; cmake -B build -DLOCKSTEP_BUILD_BENCHMARKS=ON && cmake --build build --target op_profile" >&2
+    exit 1
+  }
+  OUT="$(mktemp -d)"
+  trap 'rm -rf "$OUT"' EXIT
 }
 
 # bench_start: checks that $BIN is built, makes the scratch folder $OUT

@@ -74,9 +74,7 @@ int64_t PieceOptimizer::ownedElements() const {
 }
 
 double PieceOptimizer::clipGradNorm(double maxNorm) {
-  std::vector<at::Tensor> grads;
-  for (const auto& view : pieceViews) grads.push_back(view.grad());
-  return lockstep::clipGradNorm(grads, maxNorm, comm.get());
+  return lockstep::clipGradNorm(gradientsOf(pieceViews), maxNorm, comm.get());
 }
 
 int64_t PieceOptimizer::wholeGradientBytes() const {

@@ -150,26 +150,28 @@ inline void expectClose(Mlp& expected, Mlp& actual, const std::string& what, dou
   }
 }
 
-/// The largest relative difference ||b - a|| / ||a|| (2-norms) over the parameters.
-inline double largestRelativeDifference(Mlp& a, Mlp& b) {
-  auto x = a->parameters();
-  auto y = b->parameters();
+/// ||actual - expected|| / ||expected|| (2-norms) of one parameter.
+inline double relativeDifference(const at::Tensor& expected, const at::Tensor& actual) {
+  return (actual - expected).norm().item<double>() / expected.norm().item<double>();
+}
+
+/// The largest relative difference over the parameters.
+inline double largestRelativeDifference(Mlp& expected, Mlp& actual) {
+  auto a = expected->parameters();
+  auto b = actual->parameters();
   double largest = 0;
-  for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
-    largest = std::max(largest, (x[i] - y[i]).norm().item<double>() / x[i].norm().item<double>());
-  }
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) largest = std::max(largest, relativeDifference(a[i], b[i]));
   return largest;
 }
 
-/// Every parameter's relative difference ||actual - expected|| / ||expected|| (2-norms) at most `bound`.
+/// Every parameter's relative difference at most `bound`.
 inline void expectRelativeDifference(Mlp& expected, Mlp& actual, const std::string& what, double bound) {
   auto a = expected->parameters();
   auto b = actual->parameters();
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) {
-    const double relative = (a[i] - b[i]).norm().item<double>() / a[i].norm().item<double>();
-    EXPECT_LE(relative, bound) << what << ": parameter " << i << " differs by up to "
-                               << (a[i] - b[i]).abs().max().item<double>();
+    EXPECT_LE(relativeDifference(a[i], b[i]), bound)
+        << what << ": parameter " << i << " differs by up to " << (a[i] - b[i]).abs().max().item<double>();
   }
 }
 
