@@ -52,6 +52,24 @@ at::Tensor runStages(const std::vector<CheckpointStage>& stages, int64_t segment
   return y;
 }
 
+/// A model's layers() as checkpoint stages (convnet, alexnet: their forward is
+/// that chain). A layer with several modules gets one holder module over them,
+/// so the checkpoint saves and restores the buffers of all of them.
+std::vector<CheckpointStage> stagesOf(const std::vector<PipelineLayer>& layers) {
+  std::vector<CheckpointStage> stages;
+  for (const auto& layer : layers) {
+    std::shared_ptr<nn::Module> holder;
+    if (layer.modules.size() == 1) {
+      holder = layer.modules[0];
+    } else if (!layer.modules.empty()) {
+      holder = std::make_shared<nn::Module>();
+      for (size_t i = 0; i < layer.modules.size(); ++i) holder->register_module(std::to_string(i), layer.modules[i]);
+    }
+    stages.push_back({layer.forward, std::move(holder)});
+  }
+  return stages;
+}
+
 // ---- convnet ----------------------------------------------------------------
 
 /// LOCKSTEP_PLAIN_POOLING: 1 runs LibTorch's relu + max_pool2d, 0 or unset
@@ -69,9 +87,12 @@ class ConvNetImpl : public ImageClassifierImpl {
     conv2_ = register_module("conv2", nn::Conv2d(nn::Conv2dOptions(32, 64, 3).padding(1)));
     fc1_ = register_module("fc1", nn::Linear(64 * pooled * pooled, 128));
     fc2_ = register_module("fc2", nn::Linear(128, o.numClasses));
+    if (o.checkpointSegments > 0) stages_ = stagesOf(layers());
   }
+  static constexpr int64_t kStages = 4;
 
   at::Tensor forward(const at::Tensor& images) override {
+    if (options_.checkpointSegments > 0) return runStages(stages_, options_.checkpointSegments, images);
     checkImages(images, "convnet", options_.inChannels, options_.imageSize);
     at::Tensor x = reluPool(conv1_->forward(images));
     x = reluPool(conv2_->forward(x));
@@ -102,6 +123,7 @@ class ConvNetImpl : public ImageClassifierImpl {
   bool plainPooling_;
   nn::Conv2d conv1_{nullptr}, conv2_{nullptr};
   nn::Linear fc1_{nullptr}, fc2_{nullptr};
+  std::vector<CheckpointStage> stages_;  ///< layers(), with model.checkpoint_segments
 };
 
 // ---- mlp --------------------------------------------------------------------
@@ -193,9 +215,12 @@ class AlexNetImpl : public ImageClassifierImpl {
         "classifier",
         nn::Sequential(nn::Dropout(0.5), nn::Linear(256 * l.pooledSide * l.pooledSide, l.hidden), relu(),
                        nn::Dropout(0.5), nn::Linear(l.hidden, l.hidden), relu(), nn::Linear(l.hidden, o.numClasses)));
+    if (o.checkpointSegments > 0) stages_ = stagesOf(layers());
   }
+  static constexpr int64_t kStages = 8;
 
   at::Tensor forward(const at::Tensor& images) override {
+    if (options_.checkpointSegments > 0) return runStages(stages_, options_.checkpointSegments, images);
     checkImages(images, type_, options_.inChannels, /*side=*/0);
     at::Tensor x = avgpool_->forward(features_->forward(images));
     return classifier_->forward(x.flatten(1));
@@ -235,6 +260,7 @@ class AlexNetImpl : public ImageClassifierImpl {
   const char* type_;
   nn::Sequential features_{nullptr}, classifier_{nullptr};
   nn::AdaptiveAvgPool2d avgpool_{nullptr};
+  std::vector<CheckpointStage> stages_;  ///< layers(), with model.checkpoint_segments
 };
 
 // ---- resnet18, resnet50 -----------------------------------------------------
@@ -453,13 +479,10 @@ std::shared_ptr<ImageClassifierImpl> makeImageModel(const std::string& type, con
             "model.checkpoint_segments=" + std::to_string(o.checkpointSegments) + " but the model has " +
                 std::to_string(stages) + " stages (" + what + "); expected 0 (off) to " + std::to_string(stages));
   };
-  const bool splittable = type == "mlp" || type == "resnet18" || type == "resnet50";
-  require(splittable || o.checkpointSegments == 0,
-          "model.checkpoint_segments is supported by mlp, resnet18, resnet50 (and charlstm), not by this model; "
-          "set it to 0");
 
   if (type == "convnet") {
     require(o.imageSize >= 4, "needs images of at least 4x4 (two 2x2 max pools), got " + size);
+    checkSegments(ConvNetImpl::kStages, "each conv with its ReLU and pooling, fc1, fc2");
     return std::make_shared<ConvNetImpl>(o);
   }
   if (type == "mlp") {
@@ -469,6 +492,9 @@ std::shared_ptr<ImageClassifierImpl> makeImageModel(const std::string& type, con
     }
     checkSegments(ImageMlpImpl::stageCount(o), "each Linear");
     return std::make_shared<ImageMlpImpl>(o);
+  }
+  if (type == "alexnet" || type == "alexnet-cifar") {
+    checkSegments(AlexNetImpl::kStages, "5 conv blocks, 3 classifier Linears");
   }
   if (type == "alexnet") {
     require(alexNetFeatureSide(o.imageSize) >= 1, "needs images of at least 63x63 (it is laid out for 224x224), got " +

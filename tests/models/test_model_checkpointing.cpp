@@ -44,13 +44,15 @@ void expectSame(const Pass& a, const Pass& b) {
   for (size_t i = 0; i < a.buffers.size(); ++i) EXPECT_TRUE(at::equal(a.buffers[i], b.buffers[i])) << "buffer " << i;
 }
 
-TEST(ModelCheckpointing, ImageMlpAndResNetMatchThePlainModelBitForBit) {
+TEST(ModelCheckpointing, EveryImageModelMatchesThePlainModelBitForBit) {
   struct Case {
     std::string type;
     int64_t side;
     std::vector<int64_t> segments;
   };
-  for (const Case& c : {Case{"mlp", 8, {1, 2, 4}}, Case{"resnet18", 16, {1, 3, 10}}}) {
+  // alexnet-cifar has dropout (the recomputation must draw the same masks), resnet18 BatchNorm.
+  for (const Case& c : {Case{"mlp", 8, {1, 2, 4}}, Case{"convnet", 8, {1, 2, 4}}, Case{"alexnet-cifar", 8, {1, 3, 8}},
+                        Case{"resnet18", 16, {1, 3, 10}}}) {
     auto input = [&] { return at::randn({4, 3, c.side, c.side}); };
     auto build = [&](int64_t segments) {
       return [&, segments] {
@@ -88,10 +90,15 @@ TEST(ModelCheckpointing, BadSegmentCountsNameTheKey) {
   o.checkpointSegments = 3;
   EXPECT_NE(message([&] { makeImageModel("mlp", o); }).find("model.checkpoint_segments=3 but the model has 2 stages"),
             std::string::npos);
-  o.checkpointSegments = 2;
+  o.checkpointSegments = 5;
+  EXPECT_NE(
+      message([&] { makeImageModel("convnet", o); }).find("model.checkpoint_segments=5 but the model has 4 stages"),
+      std::string::npos);
+  o.checkpointSegments = 9;
+  o.imageSize = 32;
   EXPECT_NE(message([&] {
-              makeImageModel("convnet", o);
-            }).find("model.checkpoint_segments is supported by mlp, resnet18, resnet50 (and charlstm)"),
+              makeImageModel("alexnet-cifar", o);
+            }).find("model.checkpoint_segments=9 but the model has 8 stages"),
             std::string::npos);
   o.checkpointSegments = -1;
   EXPECT_NE(message([&] { makeImageModel("resnet18", o); }).find("model.checkpoint_segments=-1"), std::string::npos);

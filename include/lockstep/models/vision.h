@@ -52,9 +52,10 @@ struct ImageModelOptions {
   /// Empty or a non-positive width -> lockstep::ConfigError. Other models ignore it.
   std::vector<int64_t> hiddenSizes = {512, 256};
   /// > 0: activation checkpointing in this many segments (nn/activation_checkpoint.h)
-  /// over the model's stages: "mlp" each Linear(-ReLU); "resnet18"/"resnet50"
-  /// the stem, each residual block, the head. 0: off. Other models, or more
-  /// segments than stages -> lockstep::ConfigError.
+  /// over the model's stages, which are its layers(): "convnet" 4, "mlp" each
+  /// Linear(-ReLU), "alexnet"/"alexnet-cifar" 8, "resnet18"/"resnet50" the stem,
+  /// each residual block, the head. 0: off. More segments than stages ->
+  /// lockstep::ConfigError.
   int64_t checkpointSegments = 0;
 };
 
