@@ -12,8 +12,15 @@
 #   git worktree add /tmp/base <commit> && (cd /tmp/base && scripts/build.sh -DLOCKSTEP_BUILD_TESTS=OFF)
 #   BASE_BUILD=/tmp/base/build WORKLOADS="mlp convnet" bench/compare_builds.sh 30
 #
-# Environment: BASE_BUILD (required), ROUNDS (default 5), WORKLOADS (default
-# "convnet mlp"), NP (workers, default 2), LOCKSTEP_BUILD_DIR (this build,
+# A change inside the libraries only needs no second build: copy the base's
+# build/liblockstep*.so to a folder before rebuilding, and BASE_LIBS=FOLDER
+# (instead of BASE_BUILD) runs this build's binary on them (LD_LIBRARY_PATH
+# comes before the binary's RUNPATH).
+#   BASE_LIBS=/tmp/oldlib WORKLOADS=mlp bench/compare_builds.sh 20 strategy.type=zero2
+#
+# Environment: BASE_BUILD or BASE_LIBS (one is required), ROUNDS (default 5),
+# WORKLOADS (default "convnet mlp"), NP (workers, default 2), BACKEND (gloo or
+# mpi; default: lockstep run's own choice), LOCKSTEP_BUILD_DIR (this build,
 # default build). Overrides after STEPS reach every run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,9 +30,16 @@ ROUNDS="${ROUNDS:-5}"
 WORKLOADS="${WORKLOADS:-convnet mlp}"
 NP="${NP:-2}"
 NEW="${LOCKSTEP_BUILD_DIR:-build}/lockstep"
-[ -n "${BASE_BUILD:-}" ] || { echo "compare_builds.sh: set BASE_BUILD to the base build's directory" >&2; exit 2; }
-BASE="$BASE_BUILD/lockstep"
-[ -x "$BASE" ] || { echo "compare_builds.sh: $BASE not found; build the base first (see the header)" >&2; exit 1; }
+if [ -n "${BASE_LIBS:-}" ]; then
+  [ -f "$BASE_LIBS/liblockstep.so" ] || { echo "compare_builds.sh: $BASE_LIBS/liblockstep.so not found (BASE_LIBS)" >&2; exit 1; }
+  BASE="$NEW"
+else
+  [ -n "${BASE_BUILD:-}" ] || { echo "compare_builds.sh: set BASE_BUILD to the base build's directory (or BASE_LIBS)" >&2; exit 2; }
+  BASE="$BASE_BUILD/lockstep"
+  [ -x "$BASE" ] || { echo "compare_builds.sh: $BASE not found; build the base first (see the header)" >&2; exit 1; }
+fi
+RUN_ARGS=()
+if [ -n "${BACKEND:-}" ]; then RUN_ARGS=(--backend "$BACKEND"); fi
 BIN="$NEW"
 # shellcheck source=bench/workloads.sh
 . bench/workloads.sh  # config_of, timed_run, bench_start
@@ -35,7 +49,12 @@ side() {  # NAME ROUND WORKLOAD [key=value ...]: one run with that build
   local name="$1" round="$2" workload="$3"
   shift 3
   if [ "$name" = base ]; then BIN="$BASE"; else BIN="$NEW"; fi
-  timed_run "$workload" "$name" "$round" "$NP" -- "$@"
+  if [ "$name" = base ] && [ -n "${BASE_LIBS:-}" ]; then
+    LD_LIBRARY_PATH="$BASE_LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" timed_run "$workload" "$name" "$round" "$NP" \
+      "${RUN_ARGS[@]}" -- "$@"
+  else
+    timed_run "$workload" "$name" "$round" "$NP" "${RUN_ARGS[@]}" -- "$@"
+  fi
 }
 
 for ((r = 1; r <= ROUNDS; r++)); do

@@ -324,8 +324,10 @@ class MpiCommunicator final : public Communicator {
         std::move(info), options, {in, out},
         [this, in, out](std::vector<MPI_Request>& requests) {
           MPI_Request r;
-          int rc = MPI_Iallgather(in.data_ptr(), static_cast<int>(in.numel()), MPI_BYTE, out.data_ptr(),
-                                  static_cast<int>(in.numel()), MPI_BYTE, engine_->comm, &r);
+          // MPI forbids a send buffer inside the receive buffer; this rank's own chunk is MPI_IN_PLACE.
+          const bool inPlace = in.data_ptr() == static_cast<char*>(out.data_ptr()) + rank_ * in.numel();
+          int rc = MPI_Iallgather(inPlace ? MPI_IN_PLACE : in.data_ptr(), static_cast<int>(in.numel()), MPI_BYTE,
+                                  out.data_ptr(), static_cast<int>(in.numel()), MPI_BYTE, engine_->comm, &r);
           if (rc == MPI_SUCCESS) requests.push_back(r);
           return rc;
         },

@@ -131,24 +131,37 @@ void ShardedDataParallel::Impl::reset() {
 }
 
 /// Every rank's updated part of each bucket to every rank, two buckets in flight.
+/// A bucket that is one parameter without padding is gathered in place: this
+/// rank's piece is the parameter's own chunk, so nothing is copied in or out.
+/// Other buckets go through a flat buffer, and only the other ranks' parts of it
+/// are copied back (this rank's are in the parameters already).
 void ShardedDataParallel::Impl::gatherParameters() {
   at::NoGradGuard noGrad;
   struct InFlight {
     size_t bucket;
     at::Tensor input, output;
     WorkHandle work;
+    bool inPlace;
   };
   std::vector<InFlight> window;
   size_t piece = 0;
   auto launch = [&](size_t b) {
     Bucket& bucket = buckets[b];
-    InFlight f{b, at::empty({bucket.part}, at::kFloat), at::empty({bucket.part * world()}, at::kFloat), nullptr};
-    int64_t filled = 0;  // pieces fill the part from its start; the rest is padding
-    for (; piece < pieces.size() && pieces[piece].bucket == b; ++piece) {
-      f.input.narrow(0, pieces[piece].chunkOffset, pieces[piece].length).copy_(pieceViews[piece]);
-      filled = pieces[piece].chunkOffset + pieces[piece].length;
+    InFlight f{b, {}, {}, nullptr, bucket.params.size() == 1 && bucket.part * world() == bucket.elements};
+    if (f.inPlace) {
+      f.output = params[bucket.params[0]].detach().view({-1});
+      f.input = f.output.narrow(0, rank() * bucket.part, bucket.part);
+      while (piece < pieces.size() && pieces[piece].bucket == b) ++piece;
+    } else {
+      f.input = at::empty({bucket.part}, at::kFloat);
+      f.output = at::empty({bucket.part * world()}, at::kFloat);
+      int64_t filled = 0;  // pieces fill the part from its start; the rest is padding
+      for (; piece < pieces.size() && pieces[piece].bucket == b; ++piece) {
+        f.input.narrow(0, pieces[piece].chunkOffset, pieces[piece].length).copy_(pieceViews[piece]);
+        filled = pieces[piece].chunkOffset + pieces[piece].length;
+      }
+      if (filled < bucket.part) f.input.narrow(0, filled, bucket.part - filled).zero_();
     }
-    if (filled < bucket.part) f.input.narrow(0, filled, bucket.part - filled).zero_();
     f.work = comm->allgather(f.input, f.output);
     window.push_back(std::move(f));
   };
@@ -156,10 +169,19 @@ void ShardedDataParallel::Impl::gatherParameters() {
     InFlight f = std::move(window.front());
     window.erase(window.begin());
     f.work->wait();
+    if (f.inPlace) return;
     const Bucket& bucket = buckets[f.bucket];
+    const int64_t mineBegin = rank() * bucket.part, mineEnd = mineBegin + bucket.part;
     for (size_t slot = 0; slot < bucket.params.size(); ++slot) {
       const size_t p = bucket.params[slot];
-      params[p].detach().view({-1}).copy_(f.output.narrow(0, bucket.offsets[slot], numels[p]));
+      const int64_t begin = bucket.offsets[slot], end = begin + numels[p];
+      at::Tensor flat = params[p].detach().view({-1});
+      // [begin, end) of the bucket, less this rank's part: what lies before it and after it.
+      auto copy = [&](int64_t from, int64_t to) {
+        if (from < to) flat.narrow(0, from - begin, to - from).copy_(f.output.narrow(0, from, to - from));
+      };
+      copy(begin, std::min(end, mineBegin));
+      copy(std::max(begin, mineEnd), end);
     }
   };
   for (size_t b = 0; b < buckets.size(); ++b) {

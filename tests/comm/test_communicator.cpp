@@ -131,6 +131,13 @@ TEST_P(CommunicatorWorlds, AllgatherFlatAndList) {
           expectEqualValues(out.narrow(0, r * n, n), inputFor(r, n, at::kDouble), "allgather flat");
         }
       }
+      // In place: the input is the output's own chunk.
+      at::Tensor whole = at::full({world * 5}, -1, at::TensorOptions().dtype(dtype));
+      whole.narrow(0, rank * 5, 5).copy_(inputFor(rank, 5, dtype));
+      comm.allgather(whole.narrow(0, rank * 5, 5), whole)->wait();
+      for (int r = 0; r < world; ++r) {
+        expectEqualValues(whole.narrow(0, r * 5, 5), inputFor(r, 5, at::kDouble), "allgather in place");
+      }
       std::vector<at::Tensor> outs;
       for (int r = 0; r < world; ++r) outs.push_back(at::zeros({2, 3}, at::TensorOptions().dtype(dtype)));
       comm.allgather(inputFor(rank, 6, dtype).view({2, 3}), outs)->wait();

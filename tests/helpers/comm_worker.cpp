@@ -74,6 +74,12 @@ void check(Communicator& comm) {
       for (int r = 0; r < world; ++r) {
         expect(close(gathered.narrow(0, r * n, n), inputFor(r, n, at::kDouble)), "allgather " + tag);
       }
+      at::Tensor whole = at::full({world * n}, -1, at::TensorOptions().dtype(dtype));
+      whole.narrow(0, rank * n, n).copy_(inputFor(rank, n, dtype));
+      comm.allgather(whole.narrow(0, rank * n, n), whole)->wait();  // in place: the input is its own chunk
+      for (int r = 0; r < world; ++r) {
+        expect(close(whole.narrow(0, r * n, n), inputFor(r, n, at::kDouble)), "allgather in place " + tag);
+      }
       at::Tensor scattered = at::empty({n}, at::TensorOptions().dtype(dtype));
       comm.reduceScatter(inputFor(rank, world * n, dtype), scattered, ReduceOp::kSum)->wait();
       auto full = at::arange(world * n, at::kLong).remainder(7).to(at::kDouble) * world + world * (world + 1) / 2.0;

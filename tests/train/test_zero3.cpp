@@ -243,6 +243,17 @@ TEST(Zero3, BadInputNamesTheParameterOrTheStrategy) {
     });
     EXPECT_HAS(message, "fc0.weight");
     EXPECT_HAS(message, "float32");
+    // Not on the CPU: LibTorch's meta device (shapes without storage) stands in for an accelerator here.
+    auto elsewhere = std::make_shared<torch::nn::Module>();
+    elsewhere->register_parameter("kernel", at::empty({4, 3}, at::TensorOptions().device(at::kMeta)));
+    message = test::errorOf([&] {
+      FullyShardedDataParallel(
+          elsewhere, {}, borrow(comm),
+          std::make_unique<torch::optim::Adam>(elsewhere->parameters(), torch::optim::AdamOptions(0.01)));
+    });
+    EXPECT_HAS(message, "'kernel'");
+    EXPECT_HAS(message, "on meta");
+    EXPECT_HAS(message, "CPU");
     EXPECT_HAS(test::errorOf([&] { makeStrategy(StrategyType::kZero3, local.ptr(), borrow(comm), {}, adam()); }),
                "FullyShardedDataParallel");
   });

@@ -59,7 +59,8 @@ class Communicator {
   /// Copies `root`'s tensors into every other rank's, in place.
   virtual WorkHandle broadcast(std::vector<at::Tensor>& tensors, int root, const CollectiveOptions& options = {}) = 0;
   /// output = concatenation over ranks of `input` (output.numel() == size() * input.numel(),
-  /// same dtype). This is the flat form ZeRO needs.
+  /// same dtype). This is the flat form ZeRO needs. `input` may be output's own chunk
+  /// (output.narrow(0, rank() * n, n)): an in-place all-gather, nothing copied in or out.
   virtual WorkHandle allgather(const at::Tensor& input, at::Tensor& output, const CollectiveOptions& options = {}) = 0;
   /// outputs[r] = rank r's `input`; outputs.size() == size(), each shaped like `input`.
   virtual WorkHandle allgather(const at::Tensor& input, std::vector<at::Tensor>& outputs,
