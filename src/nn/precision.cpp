@@ -1,7 +1,14 @@
 // The scoped CPU autocast of nn/precision.h.
 #include "lockstep/nn/precision.h"
 
+#include <ATen/ATen.h>
 #include <ATen/autocast_mode.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <vector>
 
 #include "lockstep/common/enum_names.h"
 
@@ -18,6 +25,36 @@ const char* toString(Precision precision) { return enumName(kPrecisionNames, pre
 
 Precision parsePrecision(const std::string& text, const std::string& what) {
   return parseEnum(kPrecisionNames, text, what);
+}
+
+double measureBf16MatmulSlowdown() {
+  at::NoGradGuard noGrad;
+  // Not from the global generator: the probe must not move the training's random stream.
+  const at::Tensor a = at::linspace(-1, 1, 128 * 512).view({128, 512});
+  const at::Tensor b = at::linspace(1, -1, 512 * 512).view({512, 512});
+  auto medianSeconds = [](const at::Tensor& x, const at::Tensor& y) {
+    at::mm(x, y);  // warm-up: kernel selection, first-touch of the output
+    std::vector<double> seconds;
+    for (int i = 0; i < 5; ++i) {
+      auto start = std::chrono::steady_clock::now();
+      at::mm(x, y);
+      seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+    std::nth_element(seconds.begin(), seconds.begin() + 2, seconds.end());
+    return seconds[2];
+  };
+  const double fp32 = medianSeconds(a, b);
+  const double bf16 = medianSeconds(a.to(at::kBFloat16), b.to(at::kBFloat16));
+  return bf16 / std::max(fp32, 1e-9);
+}
+
+std::string bf16SpeedWarning(double slowdown) {
+  if (slowdown < 1.5) return "";
+  return fmt::format(
+      "precision bf16: on this CPU a bfloat16 matrix product took {:.1f}x as long as the float32 one (LibTorch has "
+      "no fast bf16 kernel for it here); where that was so, bf16 training ran 5-8x slower than fp32 "
+      "(docs/activations-and-precision.md, bf16 mixed precision)",
+      slowdown);
 }
 
 AutocastGuard::AutocastGuard(Precision precision) : active_(precision == Precision::kBf16) {

@@ -13,7 +13,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <fstream>
 #include <iterator>
 #include <optional>
 
@@ -43,17 +42,6 @@ DistributedSampler makeSampler(const Dataset& train, int dataRank, int dataWorld
 
 int stagesOf(const TrainerOptions& o, const LayeredModel* layered) {
   return layered != nullptr ? static_cast<int>(o.pipeline.stages) : 1;
-}
-
-/// Whether /proc/cpuinfo lists AMX-BF16, with which LibTorch 1.13's bf16 matmuls and convolutions
-/// ran faster than fp32 here (docs/activations-and-precision.md); without it they ran 5-8x slower.
-bool cpuHasAmxBf16() {
-  std::ifstream cpuinfo("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(cpuinfo, line)) {
-    if (line.rfind("flags", 0) == 0) return line.find(" amx_bf16") != std::string::npos;
-  }
-  return false;
 }
 
 }  // namespace
@@ -160,10 +148,11 @@ FitResult FitRun::run() {
 
 void FitRun::announce() {
   if (master_) {
-    if (o_.precision == Precision::kBf16 && !cpuHasAmxBf16()) {
-      log::warn(
-          "precision bf16: this CPU has no AMX-BF16; on such a CPU LibTorch 1.13 ran bf16 training 5-8x slower than "
-          "fp32, on one with AMX-BF16 1.1-1.4x faster (docs/activations-and-precision.md, bf16 mixed precision)");
+    if (o_.precision == Precision::kBf16) {
+      // Measured, not read from the CPU's flags: an AVX-512 BF16 CPU without AMX ran bf16 1.4x faster on one
+      // machine and 5-8x slower on another.
+      const std::string warning = bf16SpeedWarning(measureBf16MatmulSlowdown());
+      if (!warning.empty()) log::warn(warning);
     }
     log::info(fmt::format(
         "training on {} worker(s): {} samples, per-worker batch {}{}, global batch {}; lr {} scaled to {} ({} rule, "

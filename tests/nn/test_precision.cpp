@@ -8,6 +8,9 @@
 #include <gtest/gtest.h>
 #include <torch/nn/modules/linear.h>
 
+#include <cmath>
+#include <cstdio>
+
 #include "lockstep/common/error.h"
 #include "lockstep/models/char_lstm.h"
 #include "lockstep/models/vision.h"
@@ -107,6 +110,21 @@ TEST(Precision, ParsesNamesAndRefusesOthers) {
     EXPECT_NE(std::string(e.what()).find("precision 'fp16' is unknown; expected fp32 or bf16"), std::string::npos)
         << e.what();
   }
+}
+
+TEST(Precision, WarnsOnlyWhereBf16MatrixProductsAreMeasuredSlow) {
+  EXPECT_EQ(bf16SpeedWarning(0.7), "");
+  EXPECT_EQ(bf16SpeedWarning(1.49), "");
+  const std::string warning = bf16SpeedWarning(6.04);
+  EXPECT_NE(warning.find("took 6.0x as long as the float32 one"), std::string::npos) << warning;
+  // The probe runs in the Trainer before training: it must not draw from the global generator.
+  torch::manual_seed(4);
+  const at::Tensor expected = at::randn({8});
+  torch::manual_seed(4);
+  const double slowdown = measureBf16MatmulSlowdown();
+  EXPECT_TRUE(at::equal(at::randn({8}), expected)) << "the probe moved the random stream";
+  EXPECT_TRUE(std::isfinite(slowdown) && slowdown > 0) << slowdown;
+  std::printf("bf16 matrix product on this CPU: %.2fx the float32 time\n", slowdown);
 }
 
 }  // namespace
