@@ -18,6 +18,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "lockstep/common/tensor_memory.h"
 #include "lockstep/models/vision.h"
 #include "lockstep/nn/precision.h"
 
@@ -33,6 +34,10 @@ int main(int argc, char** argv) {
   try {
     const lockstep::Precision precision = lockstep::parsePrecision(argc > 5 ? argv[5] : "fp32", "precision");
     at::set_num_threads(1);
+    // The allocator the Trainer trains with (common/tensor_memory.h): freed blocks are kept for the
+    // next tensor of their size. Without it every large tensor of a step (autocast's bf16 copies of the
+    // weights, new gradients) is fresh memory from the kernel, and its page faults count in its op.
+    lockstep::trackTensorMemory();
     at::manual_seed(0);
     lockstep::ImageModelOptions options;
     options.inChannels = 1;
