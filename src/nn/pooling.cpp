@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 namespace lockstep {
 
@@ -37,6 +38,97 @@ inline float windowMax(float a, float b, float c, float d, uint8_t* at) {
   return lower ? bottom : top;
 }
 
+// The row kernels below select with masks, not branches: which element of a
+// window wins is a coin toss on real data, and GCC had turned the selects into
+// branches mispredicted about half the time. On x86-64 each is also compiled
+// for AVX2 and AVX-512 (three-operand compares and maxima), and the CPU picks
+// one when the library loads. The rows are short (14 and 7 outputs on the
+// convnet), so -O3's vector loops would run mostly their scalar remainder:
+// measured slower for bfloat16, so the file stays at -O2.
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define LOCKSTEP_VECTOR_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define LOCKSTEP_VECTOR_CLONES
+#endif
+
+inline uint32_t bitsOf(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+inline float fromBits(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+/// All ones when `yes`, else zero.
+inline uint32_t mask(bool yes) { return 0u - static_cast<uint32_t>(yes); }
+
+/// One output row from input rows r0, r1, assuming no NaN (what windowMax does
+/// then); returns nonzero when a NaN was read, and the caller redoes the row
+/// with windowMax.
+LOCKSTEP_VECTOR_CLONES int rowForward(const float* __restrict r0, const float* __restrict r1, float* __restrict o,
+                                      uint8_t* __restrict k, int64_t ow) {
+  int nan = 0;
+  for (int64_t j = 0; j < ow; ++j) {
+    const float a = r0[2 * j], b = r0[2 * j + 1], c = r1[2 * j], d = r1[2 * j + 1];
+    nan |= std::isunordered(a, b) | std::isunordered(c, d);
+    const uint32_t second = b > a, fourth = d > c;
+    const float top = b > a ? b : a, bottom = d > c ? d : c;
+    const uint32_t lower = bottom > top;
+    const float best = bottom > top ? bottom : top;
+    k[j] = static_cast<uint8_t>(second + lower * (2 + fourth - second));
+    o[j] = best > 0.0f ? best : 0.0f;
+  }
+  return nan;
+}
+
+/// bfloat16: widened to float (exact), and the winner's upper 16 bits stored
+/// (exact again: it was a bfloat16).
+LOCKSTEP_VECTOR_CLONES int rowForward(const uint16_t* __restrict r0, const uint16_t* __restrict r1,
+                                      uint16_t* __restrict o, uint8_t* __restrict k, int64_t ow) {
+  int nan = 0;
+  for (int64_t j = 0; j < ow; ++j) {
+    const float a = fromBits(static_cast<uint32_t>(r0[2 * j]) << 16),
+                b = fromBits(static_cast<uint32_t>(r0[2 * j + 1]) << 16),
+                c = fromBits(static_cast<uint32_t>(r1[2 * j]) << 16),
+                d = fromBits(static_cast<uint32_t>(r1[2 * j + 1]) << 16);
+    nan |= std::isunordered(a, b) | std::isunordered(c, d);
+    const uint32_t second = b > a, fourth = d > c;
+    const float top = b > a ? b : a, bottom = d > c ? d : c;
+    const uint32_t lower = bottom > top;
+    const float best = bottom > top ? bottom : top;
+    k[j] = static_cast<uint8_t>(second + lower * (2 + fourth - second));
+    o[j] = static_cast<uint16_t>((bitsOf(best) >> 16) & mask(best > 0.0f));
+  }
+  return nan;
+}
+
+/// The row by at::max_pool2d's scan, for rows holding a NaN.
+template <typename T>
+void rowForwardScan(const T* row0, const T* row1, T* o, uint8_t* k, int64_t ow) {
+  for (int64_t j = 0; j < ow; ++j) {
+    const float best = windowMax(static_cast<float>(row0[2 * j]), static_cast<float>(row0[2 * j + 1]),
+                                 static_cast<float>(row1[2 * j]), static_cast<float>(row1[2 * j + 1]), &k[j]);
+    o[j] = static_cast<T>(best > 0.0f || std::isnan(best) ? best : 0.0f);
+  }
+}
+
+static_assert(sizeof(at::BFloat16) == sizeof(uint16_t), "bfloat16 is read as its 16 bits");
+
+/// The kernels' element type for T: float, or bfloat16's bits.
+template <typename T>
+using Raw = std::conditional_t<std::is_same_v<T, float>, float, uint16_t>;
+
+template <typename T>
+Raw<T>* raw(T* p) {
+  return reinterpret_cast<Raw<T>*>(p);
+}
+template <typename T>
+const Raw<T>* raw(const T* p) {
+  return reinterpret_cast<const Raw<T>*>(p);
+}
+
 /// ReLU of each window's maximum (a NaN stays NaN, as at::relu keeps it);
 /// `where` gets the winner's position for backward.
 template <typename T>
@@ -46,42 +138,64 @@ void poolForward(const T* in, T* out, uint8_t* where, int64_t planes, int64_t h,
     for (int64_t p = begin; p < end; ++p) {
       for (int64_t i = 0; i < oh; ++i) {
         const T* row0 = in + (p * h + 2 * i) * w;
-        const T* row1 = row0 + w;
         T* o = out + (p * oh + i) * ow;
         uint8_t* k = where + (p * oh + i) * ow;
-        for (int64_t j = 0; j < ow; ++j) {
-          const float best = windowMax(static_cast<float>(row0[2 * j]), static_cast<float>(row0[2 * j + 1]),
-                                       static_cast<float>(row1[2 * j]), static_cast<float>(row1[2 * j + 1]), &k[j]);
-          o[j] = static_cast<T>(best > 0.0f || std::isnan(best) ? best : 0.0f);
-        }
+        if (rowForward(raw(row0), raw(row0 + w), raw(o), k, ow)) rowForwardScan(row0, row0 + w, o, k, ow);
       }
     }
   });
 }
 
-/// Each output's gradient to its window's winner unless the output is <= 0
-/// (where ReLU's backward passes none); zeros elsewhere. The plane is zeroed
-/// first (+0.0 is all zero bits in float32 and bfloat16), then every window's
-/// winner written without a branch.
+/// One output row's gradients to the two input rows r0, r1: 0 + g at each
+/// window's winner (as max_pool2d's backward accumulates into zeros, a -0
+/// gradient becomes +0) unless the output is <= 0 (where ReLU's backward passes
+/// none; a NaN output passes), zeros at the other three.
+LOCKSTEP_VECTOR_CLONES void rowBackward(const float* __restrict grad, const float* __restrict out,
+                                        const uint8_t* __restrict k, float* __restrict r0, float* __restrict r1,
+                                        int64_t ow) {
+  for (int64_t j = 0; j < ow; ++j) {
+    const uint32_t g = bitsOf(0.0f + grad[j]) & mask(!(out[j] <= 0.0f));
+    const uint32_t q = k[j];
+    r0[2 * j] = fromBits(g & mask(q == 0));
+    r0[2 * j + 1] = fromBits(g & mask(q == 1));
+    r1[2 * j] = fromBits(g & mask(q == 2));
+    r1[2 * j + 1] = fromBits(g & mask(q == 3));
+  }
+}
+
+/// bfloat16 on the bits: an output is <= 0 only as +0 (ReLU writes +0); 0 + g
+/// turns -0 into +0 and, through float, any NaN into bfloat16's 0x7FC0.
+LOCKSTEP_VECTOR_CLONES void rowBackward(const uint16_t* __restrict grad, const uint16_t* __restrict out,
+                                        const uint8_t* __restrict k, uint16_t* __restrict r0, uint16_t* __restrict r1,
+                                        int64_t ow) {
+  for (int64_t j = 0; j < ow; ++j) {
+    const uint32_t u = grad[j];
+    const bool nan = (u & 0x7FFFu) > 0x7F80u;
+    const uint32_t sum = ((u & mask(u != 0x8000u)) & ~mask(nan)) | (0x7FC0u & mask(nan));
+    const uint32_t g = sum & mask(out[j] != 0);
+    const uint32_t q = k[j];
+    r0[2 * j] = static_cast<uint16_t>(g & mask(q == 0));
+    r0[2 * j + 1] = static_cast<uint16_t>(g & mask(q == 1));
+    r1[2 * j] = static_cast<uint16_t>(g & mask(q == 2));
+    r1[2 * j + 1] = static_cast<uint16_t>(g & mask(q == 3));
+  }
+}
+
+/// Each output's gradient to its window's winner, zeros elsewhere (a plane
+/// with an odd side is zeroed first for the row or column no window covers;
+/// +0.0 is all zero bits in float32 and bfloat16).
 template <typename T>
 void poolBackward(const T* grad, const T* out, const uint8_t* where, T* gradIn, int64_t planes, int64_t h, int64_t w) {
   const int64_t oh = h / 2, ow = w / 2;
-  const T zero = static_cast<T>(0.0f);
+  const bool uncovered = h % 2 != 0 || w % 2 != 0;
   at::parallel_for(0, planes, 1, [&](int64_t begin, int64_t end) {
     for (int64_t p = begin; p < end; ++p) {
       T* plane = gradIn + p * h * w;
-      std::memset(static_cast<void*>(plane), 0, sizeof(T) * h * w);
+      if (uncovered) std::memset(static_cast<void*>(plane), 0, sizeof(T) * h * w);
       for (int64_t i = 0; i < oh; ++i) {
         const int64_t o = (p * oh + i) * ow;
         T* row0 = plane + 2 * i * w;
-        for (int64_t j = 0; j < ow; ++j) {
-          // 0 + g, as max_pool2d's backward accumulates into zeros (a -0 gradient becomes +0);
-          // a NaN output passes, as in ReLU's backward.
-          const T g =
-              static_cast<float>(out[o + j]) <= 0.0f ? zero : static_cast<T>(0.0f + static_cast<float>(grad[o + j]));
-          const uint8_t q = where[o + j];
-          row0[(q >> 1) * w + 2 * j + (q & 1)] = g;
-        }
+        rowBackward(raw(grad + o), raw(out + o), where + o, raw(row0), raw(row0 + w), ow);
       }
     }
   });

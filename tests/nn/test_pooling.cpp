@@ -22,16 +22,23 @@ Result run(const at::Tensor& input, const at::Tensor& upstream, bool fused) {
   return {y.detach(), x.grad()};
 }
 
-void expectSameBits(const at::Tensor& input, const std::string& what) {
+/// The tensor's bit patterns as integers of its width.
+at::Tensor bits(const at::Tensor& t) {
+  const auto size = t.element_size();
+  return t.contiguous().view(size == 2 ? at::kShort : size == 4 ? at::kInt : at::kLong);
+}
+
+void expectSameBits(const at::Tensor& input, const std::string& what, at::Tensor upstream = {}) {
   SCOPED_TRACE(what);
   at::Tensor probe = at::max_pool2d(input.detach(), {2, 2});
-  at::Tensor upstream = at::randn(probe.sizes()).to(input.scalar_type());
+  if (!upstream.defined()) upstream = at::randn(probe.sizes()).to(input.scalar_type());
   Result plain = run(input, upstream, false);
   Result fused = run(input, upstream, true);
   ASSERT_EQ(fused.out.sizes(), plain.out.sizes());
   EXPECT_TRUE(at::equal(fused.out.isnan(), plain.out.isnan()));
   EXPECT_TRUE(at::equal(at::nan_to_num(fused.out), at::nan_to_num(plain.out)));
-  EXPECT_TRUE(at::equal(fused.grad, plain.grad))
+  // Bits, not values: -0 against +0 and NaN payloads count.
+  EXPECT_TRUE(at::equal(bits(fused.grad), bits(plain.grad)))
       << "largest gradient difference " << (fused.grad - plain.grad).abs().max().item<double>();
 }
 
@@ -48,6 +55,30 @@ TEST(ReluMaxPool2x2, MatchesReluThenMaxPoolBitForBit) {
     nan[0][1][2][2] = std::numeric_limits<float>::quiet_NaN();
     nan[0][1][3][3] = std::numeric_limits<float>::quiet_NaN();
     expectSameBits(nan, name + " NaN propagates");
+    // Rows wider than any vector the kernels run on (AVX-512: 16 floats, 32 bfloat16s).
+    expectSameBits(at::randn({2, 3, 6, 70}).to(dtype), name + " wide rows");
+    at::Tensor wideNan = at::randn({1, 2, 4, 80}).to(dtype);
+    wideNan[0][1][1][37] = std::numeric_limits<float>::quiet_NaN();
+    expectSameBits(wideNan, name + " a NaN in a wide row");
+  }
+}
+
+TEST(ReluMaxPool2x2, SignedZerosAndSpecialGradientsMatchBitForBit) {
+  at::manual_seed(7);
+  for (auto dtype : {at::kFloat, at::kBFloat16}) {
+    const std::string name = dtype == at::kFloat ? "float32" : "bfloat16";
+    // Windows of -0, +0 and -1 only: +0 and -0 compare equal, so the first one wins.
+    at::Tensor zeros = at::randint(0, 3, {2, 3, 8, 40});
+    at::Tensor input =
+        at::where(zeros.eq(0), at::full({}, -0.0), at::where(zeros.eq(1), at::full({}, 0.0), at::full({}, -1.0)));
+    expectSameBits(input.to(dtype), name + " signed zeros");
+    // Positive inputs (every gradient passes ReLU) and gradients of -0, +0, NaN and infinity.
+    at::Tensor positive = at::rand({2, 3, 8, 40}).add_(0.5).to(dtype);
+    at::Tensor upstream = at::randn({2, 3, 4, 20});
+    upstream.view(-1).slice(0, 0, 40).fill_(-0.0);
+    upstream.view(-1).slice(0, 40, 50).fill_(std::numeric_limits<float>::quiet_NaN());
+    upstream.view(-1).slice(0, 50, 60).fill_(-std::numeric_limits<float>::infinity());
+    expectSameBits(positive, name + " -0, NaN and infinite gradients", upstream.to(dtype));
   }
 }
 

@@ -12,7 +12,10 @@
 // and the ReLUs' backward 7.0, against 13.3 for both convolutions' forward
 // (batch 128, one thread; bench/op_profile.sh); this kernel reads the input once,
 // keeps one byte per output for backward (not an int64 index), and skips the
-// separate ReLU passes. float32 and bfloat16 (what the convolutions return
+// separate ReLU passes. Its row loops select with masks, not branches (which
+// element of a window wins is a coin toss on real data), and on x86-64 are
+// also compiled for AVX2 and AVX-512, picked when the library loads.
+// float32 and bfloat16 (what the convolutions return
 // under bf16 autocast) 4-D tensors; anything else (other dtypes, 3-D input)
 // falls back to the two LibTorch ops.
 #pragma once
