@@ -1,6 +1,8 @@
 // ReLU + 2 x 2 max pooling as one autograd function (lockstep/nn/pooling.h).
 #include "lockstep/nn/pooling.h"
 
+#include "nn/pool_rows.h"
+
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/csrc/autograd/custom_function.h>
@@ -36,72 +38,6 @@ inline float windowMax(float a, float b, float c, float d, uint8_t* at) {
   const bool lower = bottom > top;
   *at = lower ? static_cast<uint8_t>(2 + fourth) : static_cast<uint8_t>(second);
   return lower ? bottom : top;
-}
-
-// The row kernels below select with masks, not branches: which element of a
-// window wins is a coin toss on real data, and GCC had turned the selects into
-// branches mispredicted about half the time. On x86-64 each is also compiled
-// for AVX2 and AVX-512 (three-operand compares and maxima), and the CPU picks
-// one when the library loads. The rows are short (14 and 7 outputs on the
-// convnet), so -O3's vector loops would run mostly their scalar remainder:
-// measured slower for bfloat16, so the file stays at -O2.
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-#define LOCKSTEP_VECTOR_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define LOCKSTEP_VECTOR_CLONES
-#endif
-
-inline uint32_t bitsOf(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  return u;
-}
-inline float fromBits(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
-/// All ones when `yes`, else zero.
-inline uint32_t mask(bool yes) { return 0u - static_cast<uint32_t>(yes); }
-
-/// One output row from input rows r0, r1, assuming no NaN (what windowMax does
-/// then); returns nonzero when a NaN was read, and the caller redoes the row
-/// with windowMax.
-LOCKSTEP_VECTOR_CLONES int rowForward(const float* __restrict r0, const float* __restrict r1, float* __restrict o,
-                                      uint8_t* __restrict k, int64_t ow) {
-  int nan = 0;
-  for (int64_t j = 0; j < ow; ++j) {
-    const float a = r0[2 * j], b = r0[2 * j + 1], c = r1[2 * j], d = r1[2 * j + 1];
-    nan |= std::isunordered(a, b) | std::isunordered(c, d);
-    const uint32_t second = b > a, fourth = d > c;
-    const float top = b > a ? b : a, bottom = d > c ? d : c;
-    const uint32_t lower = bottom > top;
-    const float best = bottom > top ? bottom : top;
-    k[j] = static_cast<uint8_t>(second + lower * (2 + fourth - second));
-    o[j] = best > 0.0f ? best : 0.0f;
-  }
-  return nan;
-}
-
-/// bfloat16: widened to float (exact), and the winner's upper 16 bits stored
-/// (exact again: it was a bfloat16).
-LOCKSTEP_VECTOR_CLONES int rowForward(const uint16_t* __restrict r0, const uint16_t* __restrict r1,
-                                      uint16_t* __restrict o, uint8_t* __restrict k, int64_t ow) {
-  int nan = 0;
-  for (int64_t j = 0; j < ow; ++j) {
-    const float a = fromBits(static_cast<uint32_t>(r0[2 * j]) << 16),
-                b = fromBits(static_cast<uint32_t>(r0[2 * j + 1]) << 16),
-                c = fromBits(static_cast<uint32_t>(r1[2 * j]) << 16),
-                d = fromBits(static_cast<uint32_t>(r1[2 * j + 1]) << 16);
-    nan |= std::isunordered(a, b) | std::isunordered(c, d);
-    const uint32_t second = b > a, fourth = d > c;
-    const float top = b > a ? b : a, bottom = d > c ? d : c;
-    const uint32_t lower = bottom > top;
-    const float best = bottom > top ? bottom : top;
-    k[j] = static_cast<uint8_t>(second + lower * (2 + fourth - second));
-    o[j] = static_cast<uint16_t>((bitsOf(best) >> 16) & mask(best > 0.0f));
-  }
-  return nan;
 }
 
 /// The row by at::max_pool2d's scan, for rows holding a NaN.
@@ -140,45 +76,10 @@ void poolForward(const T* in, T* out, uint8_t* where, int64_t planes, int64_t h,
         const T* row0 = in + (p * h + 2 * i) * w;
         T* o = out + (p * oh + i) * ow;
         uint8_t* k = where + (p * oh + i) * ow;
-        if (rowForward(raw(row0), raw(row0 + w), raw(o), k, ow)) rowForwardScan(row0, row0 + w, o, k, ow);
+        if (detail::poolRowForward(raw(row0), raw(row0 + w), raw(o), k, ow)) rowForwardScan(row0, row0 + w, o, k, ow);
       }
     }
   });
-}
-
-/// One output row's gradients to the two input rows r0, r1: 0 + g at each
-/// window's winner (as max_pool2d's backward accumulates into zeros, a -0
-/// gradient becomes +0) unless the output is <= 0 (where ReLU's backward passes
-/// none; a NaN output passes), zeros at the other three.
-LOCKSTEP_VECTOR_CLONES void rowBackward(const float* __restrict grad, const float* __restrict out,
-                                        const uint8_t* __restrict k, float* __restrict r0, float* __restrict r1,
-                                        int64_t ow) {
-  for (int64_t j = 0; j < ow; ++j) {
-    const uint32_t g = bitsOf(0.0f + grad[j]) & mask(!(out[j] <= 0.0f));
-    const uint32_t q = k[j];
-    r0[2 * j] = fromBits(g & mask(q == 0));
-    r0[2 * j + 1] = fromBits(g & mask(q == 1));
-    r1[2 * j] = fromBits(g & mask(q == 2));
-    r1[2 * j + 1] = fromBits(g & mask(q == 3));
-  }
-}
-
-/// bfloat16 on the bits: an output is <= 0 only as +0 (ReLU writes +0); 0 + g
-/// turns -0 into +0 and, through float, any NaN into bfloat16's 0x7FC0.
-LOCKSTEP_VECTOR_CLONES void rowBackward(const uint16_t* __restrict grad, const uint16_t* __restrict out,
-                                        const uint8_t* __restrict k, uint16_t* __restrict r0, uint16_t* __restrict r1,
-                                        int64_t ow) {
-  for (int64_t j = 0; j < ow; ++j) {
-    const uint32_t u = grad[j];
-    const bool nan = (u & 0x7FFFu) > 0x7F80u;
-    const uint32_t sum = ((u & mask(u != 0x8000u)) & ~mask(nan)) | (0x7FC0u & mask(nan));
-    const uint32_t g = sum & mask(out[j] != 0);
-    const uint32_t q = k[j];
-    r0[2 * j] = static_cast<uint16_t>(g & mask(q == 0));
-    r0[2 * j + 1] = static_cast<uint16_t>(g & mask(q == 1));
-    r1[2 * j] = static_cast<uint16_t>(g & mask(q == 2));
-    r1[2 * j + 1] = static_cast<uint16_t>(g & mask(q == 3));
-  }
 }
 
 /// Each output's gradient to its window's winner, zeros elsewhere (a plane
@@ -195,7 +96,7 @@ void poolBackward(const T* grad, const T* out, const uint8_t* where, T* gradIn, 
       for (int64_t i = 0; i < oh; ++i) {
         const int64_t o = (p * oh + i) * ow;
         T* row0 = plane + 2 * i * w;
-        rowBackward(raw(grad + o), raw(out + o), where + o, raw(row0), raw(row0 + w), ow);
+        detail::poolRowBackward(raw(grad + o), raw(out + o), where + o, raw(row0), raw(row0 + w), ow);
       }
     }
   });

@@ -67,17 +67,20 @@ TEST(ReluMaxPool2x2, SignedZerosAndSpecialGradientsMatchBitForBit) {
   at::manual_seed(7);
   for (auto dtype : {at::kFloat, at::kBFloat16}) {
     const std::string name = dtype == at::kFloat ? "float32" : "bfloat16";
-    // Windows of -0, +0 and -1 only: +0 and -0 compare equal, so the first one wins.
-    at::Tensor zeros = at::randint(0, 3, {2, 3, 8, 40});
+    // Windows of -0, +0 and -1 only: +0 and -0 compare equal, so the first one wins. 21 windows a
+    // row: the kernels' groups of four and a remainder of one.
+    at::Tensor zeros = at::randint(0, 3, {2, 3, 8, 42});
     at::Tensor input =
         at::where(zeros.eq(0), at::full({}, -0.0), at::where(zeros.eq(1), at::full({}, 0.0), at::full({}, -1.0)));
     expectSameBits(input.to(dtype), name + " signed zeros");
-    // Positive inputs (every gradient passes ReLU) and gradients of -0, +0, NaN and infinity.
-    at::Tensor positive = at::rand({2, 3, 8, 40}).add_(0.5).to(dtype);
-    at::Tensor upstream = at::randn({2, 3, 4, 20});
-    upstream.view(-1).slice(0, 0, 40).fill_(-0.0);
-    upstream.view(-1).slice(0, 40, 50).fill_(std::numeric_limits<float>::quiet_NaN());
-    upstream.view(-1).slice(0, 50, 60).fill_(-std::numeric_limits<float>::infinity());
+    // Positive inputs (every gradient passes ReLU) and gradients of -0, NaN and -infinity
+    // scattered over both the groups and the remainders.
+    at::Tensor positive = at::rand({2, 3, 8, 42}).add_(0.5).to(dtype);
+    at::Tensor upstream = at::randn({2, 3, 4, 21});
+    at::Tensor flat = upstream.view(-1);
+    flat.slice(0, 0, flat.numel(), 7).fill_(-0.0);
+    flat.slice(0, 3, flat.numel(), 11).fill_(std::numeric_limits<float>::quiet_NaN());
+    flat.slice(0, 5, flat.numel(), 13).fill_(-std::numeric_limits<float>::infinity());
     expectSameBits(positive, name + " -0, NaN and infinite gradients", upstream.to(dtype));
   }
 }

@@ -13,8 +13,8 @@
 // (batch 128, one thread; bench/op_profile.sh); this kernel reads the input once,
 // keeps one byte per output for backward (not an int64 index), and skips the
 // separate ReLU passes. Its row loops select with masks, not branches (which
-// element of a window wins is a coin toss on real data), and on x86-64 are
-// also compiled for AVX2 and AVX-512, picked when the library loads.
+// element of a window wins is a coin toss on real data) and on x86-64 take four
+// windows at a time in SSE2 registers (src/nn/pool_rows.cpp).
 // float32 and bfloat16 (what the convolutions return
 // under bf16 autocast) 4-D tensors; anything else (other dtypes, 3-D input)
 // falls back to the two LibTorch ops.
