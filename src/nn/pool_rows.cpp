@@ -72,8 +72,8 @@ inline int forwardFour(__m128 a, __m128 b, __m128 c, __m128 d, __m128* relu, uin
   *relu = _mm_max_ps(_mm_max_ps(bottom, top), _mm_setzero_ps());
   // second + lower * (2 + fourth - second), lower being a mask
   const __m128i s = _mm_srli_epi32(_mm_castps_si128(second), 31), f = _mm_srli_epi32(_mm_castps_si128(fourth), 31);
-  const __m128i at = _mm_add_epi32(
-      s, _mm_and_si128(_mm_castps_si128(lower), _mm_sub_epi32(_mm_add_epi32(_mm_set1_epi32(2), f), s)));
+  const __m128i at =
+      _mm_add_epi32(s, _mm_and_si128(_mm_castps_si128(lower), _mm_sub_epi32(_mm_add_epi32(_mm_set1_epi32(2), f), s)));
   const __m128i bytes = _mm_packus_epi16(_mm_packs_epi32(at, at), _mm_setzero_si128());
   const int packed = _mm_cvtsi128_si32(bytes);
   std::memcpy(k, &packed, sizeof packed);
@@ -111,8 +111,8 @@ inline __m128i narrow(__m128i lo, __m128i hi) {
 
 }  // namespace
 
-LOCKSTEP_VECTOR_CLONES int poolRowForward(const float* __restrict r0, const float* __restrict r1,
-                                          float* __restrict o, uint8_t* __restrict k, int64_t ow) {
+LOCKSTEP_VECTOR_CLONES int poolRowForward(const float* __restrict r0, const float* __restrict r1, float* __restrict o,
+                                          uint8_t* __restrict k, int64_t ow) {
   int nan = 0;
   int64_t j = 0;
 #ifdef LOCKSTEP_POOL_SSE2

@@ -15,6 +15,7 @@
 #include "lockstep/common/logging.h"
 #include "lockstep/common/tensor_archive.h"
 #include "lockstep/common/tensor_text.h"
+#include "lockstep/optim/fused_optimizers.h"
 
 namespace lockstep {
 
@@ -224,13 +225,13 @@ std::unique_ptr<torch::optim::Optimizer> makeOptimizer(const OptimizerOptions& o
                                                        const std::vector<at::Tensor>& params) {
   switch (o.type) {
     case OptimizerType::kSgd:
-      return std::make_unique<torch::optim::SGD>(
+      return std::make_unique<FusedSGD>(
           params, torch::optim::SGDOptions(o.lr).momentum(o.momentum).weight_decay(o.weightDecay));
     case OptimizerType::kAdam:
-      return std::make_unique<torch::optim::Adam>(
+      return std::make_unique<FusedAdam>(
           params, torch::optim::AdamOptions(o.lr).betas({o.beta1, o.beta2}).weight_decay(o.weightDecay));
     case OptimizerType::kAdamW:
-      return std::make_unique<torch::optim::AdamW>(
+      return std::make_unique<FusedAdamW>(
           params, torch::optim::AdamWOptions(o.lr).betas({o.beta1, o.beta2}).weight_decay(o.weightDecay));
   }
   LOCKSTEP_ASSERT(false, "unhandled optimizer type");

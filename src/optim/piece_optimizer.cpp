@@ -18,6 +18,7 @@
 #include "lockstep/common/error.h"
 #include "lockstep/common/tensor_archive.h"
 #include "lockstep/common/tensor_text.h"
+#include "lockstep/optim/fused_optimizers.h"
 #include "lockstep/optim/grad_clip.h"
 #include "lockstep/optim/optimizer.h"
 #include "optim/piece_optimizer.h"
@@ -106,13 +107,13 @@ void PieceOptimizer::buildOptimizer(torch::optim::Optimizer& whole) {
   }
   switch (type) {
     case OptimizerType::kSgd:
-      optimizer = rebuild<torch::optim::SGD, torch::optim::SGDOptions>(std::move(groups), whole.defaults());
+      optimizer = rebuild<FusedSGD, torch::optim::SGDOptions>(std::move(groups), whole.defaults());
       break;
     case OptimizerType::kAdam:
-      optimizer = rebuild<torch::optim::Adam, torch::optim::AdamOptions>(std::move(groups), whole.defaults());
+      optimizer = rebuild<FusedAdam, torch::optim::AdamOptions>(std::move(groups), whole.defaults());
       break;
     case OptimizerType::kAdamW:
-      optimizer = rebuild<torch::optim::AdamW, torch::optim::AdamWOptions>(std::move(groups), whole.defaults());
+      optimizer = rebuild<FusedAdamW, torch::optim::AdamWOptions>(std::move(groups), whole.defaults());
       break;
   }
 }

@@ -1,0 +1,50 @@
+// lockstep/optim/fused_optimizers.h — LibTorch's SGD, Adam and AdamW with a
+// step that makes one pass over each parameter.
+//
+//   lockstep::FusedAdam opt(model->parameters(), torch::optim::AdamOptions(1e-3));
+//   ... loss.backward(); opt.step();
+//
+// They are torch::optim::SGD, Adam and AdamW (same options, parameter groups,
+// state objects and serialization; dynamic_cast to the LibTorch class works),
+// and their results are LibTorch's bit for bit: the same float32 operations in
+// the same order, with a fused multiply-add exactly where LibTorch's CPU
+// kernels use one on a CPU with AVX2 (tested against LibTorch for every
+// option). What differs is the memory traffic: LibTorch 1.13's Adam makes
+// about eight passes over each parameter's size and allocates two temporaries
+// per parameter a step; here one loop reads the parameter, its gradient and
+// the state once and writes them once. On 20 M parameters, one thread (AMD
+// EPYC VM): Adam 84 -> 9.5 ms a step, SGD with momentum 10 -> 6.7 ms.
+//
+// The one-pass step covers dense, contiguous float32 CPU parameters and
+// gradients; with anything else among the parameters (another dtype or
+// device, a sparse or strided gradient, Adam's amsgrad) step() is LibTorch's
+// own. On a CPU without AVX2, LibTorch's kernels round a multiply and an add
+// separately where these fuse them, so the two can differ in the last bit there.
+// makeOptimizer (optim/optimizer.h), and so the Trainer, builds these.
+#pragma once
+
+#include <torch/optim/adam.h>
+#include <torch/optim/adamw.h>
+#include <torch/optim/sgd.h>
+
+namespace lockstep {
+
+class FusedSGD : public torch::optim::SGD {
+ public:
+  using torch::optim::SGD::SGD;
+  at::Tensor step(LossClosure closure = nullptr) override;
+};
+
+class FusedAdam : public torch::optim::Adam {
+ public:
+  using torch::optim::Adam::Adam;
+  at::Tensor step(LossClosure closure = nullptr) override;
+};
+
+class FusedAdamW : public torch::optim::AdamW {
+ public:
+  using torch::optim::AdamW::AdamW;
+  at::Tensor step(LossClosure closure = nullptr) override;
+};
+
+}  // namespace lockstep

@@ -1,0 +1,163 @@
+// FusedSGD, FusedAdam and FusedAdamW (optim/fused_optimizers.h) against
+// LibTorch's SGD, Adam and AdamW, bit for bit: parameters and state after
+// several steps, for every option they take, over two parameter groups,
+// parameters of several sizes (one longer than a thread's chunk), a parameter
+// without a gradient, one and two threads; the cases LibTorch's own step
+// takes; the closure; makeOptimizer builds them.
+#include "lockstep/optim/fused_optimizers.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lockstep/optim/optimizer.h"
+
+namespace lockstep {
+namespace {
+
+using Params = std::vector<at::Tensor>;
+/// Builds an optimizer over two groups: the first two parameters with the defaults, the others
+/// at half the learning rate.
+using Factory = std::function<std::unique_ptr<torch::optim::Optimizer>(const Params&)>;
+
+template <typename Optim, typename Options>
+Factory factoryOf(const Options& options) {
+  return [options](const Params& params) -> std::unique_ptr<torch::optim::Optimizer> {
+    auto half = std::make_unique<Options>(options);
+    half->lr(options.lr() * 0.5);
+    std::vector<torch::optim::OptimizerParamGroup> groups;
+    groups.emplace_back(Params{params[0], params[1]});
+    groups.emplace_back(Params{params[2], params[3]}, std::move(half));
+    return std::make_unique<Optim>(std::move(groups), options);
+  };
+}
+
+/// Parameters of 70001 (two chunks of the one-pass loop), 33, 1 and 6 x 5 elements.
+Params makeParams(at::ScalarType dtype = at::kFloat) {
+  at::manual_seed(11);
+  return {at::randn({70001}, dtype), at::randn({33}, dtype), at::randn({1}, dtype), at::randn({6, 5}, dtype)};
+}
+
+/// Steps `factory`'s optimizer over copies of `initial` with the same gradients each time; the
+/// last parameter gets none in odd steps. Returns parameters and every state tensor.
+Params train(const Factory& factory, const Params& initial, int steps, bool stridedGrad = false) {
+  Params params;
+  for (const auto& p : initial) params.push_back(p.clone().requires_grad_(true));
+  auto optimizer = factory(params);
+  at::Generator gen = at::detail::createCPUGenerator(5);
+  for (int s = 0; s < steps; ++s) {
+    for (size_t i = 0; i < params.size(); ++i) {
+      at::Tensor g = at::randn(params[i].sizes(), gen, params[i].scalar_type());
+      if (stridedGrad && params[i].dim() == 2) g = g.t().contiguous().t();  // same values, column-major
+      params[i].mutable_grad() = (i == 3 && s % 2 == 1) ? at::Tensor() : g;
+    }
+    optimizer->step();
+  }
+  Params out;
+  for (const auto& p : params) out.push_back(p.detach().clone());
+  for (const auto& p : params) {
+    auto it = optimizer->state().find(c10::guts::to_string(p.unsafeGetTensorImpl()));
+    if (it == optimizer->state().end()) continue;
+    if (auto* sgd = dynamic_cast<torch::optim::SGDParamState*>(it->second.get())) out.push_back(sgd->momentum_buffer());
+    if (auto* adam = dynamic_cast<torch::optim::AdamParamState*>(it->second.get())) {
+      out.push_back(adam->exp_avg());
+      out.push_back(adam->exp_avg_sq());
+      out.push_back(at::full({1}, static_cast<double>(adam->step()), at::kDouble));
+      if (adam->max_exp_avg_sq().defined()) out.push_back(adam->max_exp_avg_sq());
+    }
+    if (auto* adamw = dynamic_cast<torch::optim::AdamWParamState*>(it->second.get())) {
+      out.push_back(adamw->exp_avg());
+      out.push_back(adamw->exp_avg_sq());
+      out.push_back(at::full({1}, static_cast<double>(adamw->step()), at::kDouble));
+    }
+  }
+  return out;
+}
+
+void expectSameBits(const Params& fused, const Params& libtorch, const std::string& what) {
+  SCOPED_TRACE(what);
+  ASSERT_EQ(fused.size(), libtorch.size());
+  for (size_t i = 0; i < fused.size(); ++i) {
+    EXPECT_TRUE(at::equal(fused[i], libtorch[i]))
+        << "tensor " << i << ": largest difference " << (fused[i] - libtorch[i]).abs().max().item<double>();
+  }
+}
+
+template <typename Fused, typename Plain, typename Options>
+void compare(const Options& options, const std::string& what, int threads = 1) {
+  const int before = at::get_num_threads();
+  at::set_num_threads(threads);
+  const Params initial = makeParams();
+  expectSameBits(train(factoryOf<Fused>(options), initial, 6), train(factoryOf<Plain>(options), initial, 6), what);
+  at::set_num_threads(before);
+}
+
+TEST(FusedOptimizers, SgdEqualsLibTorchBitForBitForEveryOption) {
+  using torch::optim::SGDOptions;
+  compare<FusedSGD, torch::optim::SGD>(SGDOptions(0.1), "plain");
+  compare<FusedSGD, torch::optim::SGD>(SGDOptions(0.1).momentum(0.9), "momentum");
+  compare<FusedSGD, torch::optim::SGD>(SGDOptions(0.1).momentum(0.9).dampening(0.25), "dampening");
+  compare<FusedSGD, torch::optim::SGD>(SGDOptions(0.1).momentum(0.9).nesterov(true), "nesterov");
+  compare<FusedSGD, torch::optim::SGD>(SGDOptions(0.05).momentum(0.8).weight_decay(0.01), "weight decay");
+  compare<FusedSGD, torch::optim::SGD>(SGDOptions(0.1).weight_decay(0.02), "weight decay, no momentum");
+  compare<FusedSGD, torch::optim::SGD>(SGDOptions(0.1).momentum(0.9), "two threads", 2);
+}
+
+TEST(FusedOptimizers, AdamAndAdamWEqualLibTorchBitForBitForEveryOption) {
+  using torch::optim::AdamOptions;
+  using torch::optim::AdamWOptions;
+  compare<FusedAdam, torch::optim::Adam>(AdamOptions(0.01), "adam");
+  compare<FusedAdam, torch::optim::Adam>(AdamOptions(0.003).betas({0.8, 0.99}).eps(1e-6), "adam, betas and eps");
+  compare<FusedAdam, torch::optim::Adam>(AdamOptions(0.01).weight_decay(0.1), "adam, weight decay");
+  compare<FusedAdam, torch::optim::Adam>(AdamOptions(0.01), "adam, two threads", 2);
+  compare<FusedAdamW, torch::optim::AdamW>(AdamWOptions(0.01), "adamw");
+  compare<FusedAdamW, torch::optim::AdamW>(AdamWOptions(0.01).weight_decay(0.05).betas({0.85, 0.995}),
+                                           "adamw, weight decay and betas");
+}
+
+TEST(FusedOptimizers, WhatTheOnePassDoesNotCoverIsLibTorchsOwnStep) {
+  using torch::optim::AdamOptions;
+  // amsgrad, float64 parameters and a column-major gradient: LibTorch's step, so equal too.
+  compare<FusedAdam, torch::optim::Adam>(AdamOptions(0.01).amsgrad(true), "amsgrad");
+  const Params doubles = makeParams(at::kDouble);
+  const auto options = torch::optim::SGDOptions(0.1).momentum(0.9);
+  const Factory fused = factoryOf<FusedSGD>(options), plain = factoryOf<torch::optim::SGD>(options);
+  expectSameBits(train(fused, doubles, 4), train(plain, doubles, 4), "float64");
+  const Params floats = makeParams();
+  expectSameBits(train(fused, floats, 4, true), train(plain, floats, 4, true), "column-major gradient");
+}
+
+TEST(FusedOptimizers, TheClosureIsEvaluatedWithGradientsOn) {
+  at::Tensor w = at::ones({3}).requires_grad_(true);
+  FusedAdam optimizer(Params{w}, torch::optim::AdamOptions(0.1));
+  bool gradMode = false;
+  at::Tensor loss = optimizer.step([&] {
+    gradMode = at::GradMode::is_enabled();
+    optimizer.zero_grad();
+    at::Tensor l = (w * w).sum();
+    l.backward();
+    return l;
+  });
+  EXPECT_TRUE(gradMode);
+  EXPECT_DOUBLE_EQ(loss.item<double>(), 3.0);
+  EXPECT_TRUE(at::all(w.detach() < 1.0).item<bool>()) << "the step used the closure's gradients";
+}
+
+TEST(FusedOptimizers, MakeOptimizerBuildsThem) {
+  const Params params = {at::zeros({2}).requires_grad_(true)};
+  OptimizerOptions o;
+  o.type = OptimizerType::kSgd;
+  EXPECT_NE(dynamic_cast<FusedSGD*>(makeOptimizer(o, params).get()), nullptr);
+  o.type = OptimizerType::kAdam;
+  EXPECT_NE(dynamic_cast<FusedAdam*>(makeOptimizer(o, params).get()), nullptr);
+  o.type = OptimizerType::kAdamW;
+  EXPECT_NE(dynamic_cast<FusedAdamW*>(makeOptimizer(o, params).get()), nullptr);
+}
+
+}  // namespace
+}  // namespace lockstep
