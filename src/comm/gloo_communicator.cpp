@@ -27,8 +27,12 @@ namespace lockstep {
 
 namespace {
 
-/// Bytes moved by one all-to-all of a reduce-scatter, or one all-gather (all ranks' blocks of a slice together).
+/// Bytes moved by one all-to-all of a reduce-scatter (all ranks' blocks of a slice together).
 constexpr int64_t kSliceBytes = int64_t(8) << 20;
+
+/// The tag of lockstep's own point-to-point messages (the all-gather's); send() and recv()
+/// refuse it, so a program's messages cannot be taken for them.
+constexpr int kAllgatherTag = 1 << 30;
 
 // c10d and Gloo report failures as exceptions with text only.
 std::string backendMessage(const std::exception& e) {
@@ -192,6 +196,7 @@ class GlooCommunicator final : public Communicator {
 
   WorkHandle send(const at::Tensor& tensor, int dst, int tag, const CollectiveOptions& options) override {
     CommErrorInfo info = args_.send(tensor, dst, tag);
+    refuseOwnTag(tag, info);
     return submitIssued(info, options, [pg = pg_, tensor, dst, tag, info]() -> std::function<void()> {
       if (tensor.numel() == 0) return {};
       std::vector<at::Tensor> wire{wireView(tensor).view({-1})};
@@ -202,6 +207,7 @@ class GlooCommunicator final : public Communicator {
 
   WorkHandle recv(at::Tensor& tensor, int src, int tag, const CollectiveOptions& options) override {
     CommErrorInfo info = args_.recv(tensor, src, tag);
+    refuseOwnTag(tag, info);
     return submitIssued(info, options, [pg = pg_, tensor, src, tag, info]() -> std::function<void()> {
       if (tensor.numel() == 0) return {};
       std::vector<at::Tensor> wire{wireView(tensor).view({-1})};
@@ -211,6 +217,11 @@ class GlooCommunicator final : public Communicator {
   }
 
  private:
+  void refuseOwnTag(int tag, const CommErrorInfo& info) const {
+    if (tag >= kAllgatherTag)
+      args_.invalid(info, fmt::format("tag {} must be below {} (lockstep's own)", tag, kAllgatherTag));
+  }
+
   WorkHandle submit(CommErrorInfo info, const CollectiveOptions& options, std::function<void()> body) {
     auto timeout = options.timeout.count() > 0 ? std::min(options.timeout, timeout_) : timeout_;
     return queue_.submit(std::move(info), timeout, std::move(body));
@@ -221,23 +232,25 @@ class GlooCommunicator final : public Communicator {
     return queue_.submitIssued(std::move(info), timeout, std::move(body));
   }
 
+  /// Every rank's part straight into its place in `outputs` by point-to-point messages, all
+  /// posted at once (no staging buffer, no copy but this rank's own part; c10d's Gloo
+  /// all-gather receives into a flat buffer of all the outputs and then copies them out).
   WorkHandle submitAllgather(const at::Tensor& input, std::vector<at::Tensor> outputs, const CommErrorInfo& info,
                              const CollectiveOptions& options) {
-    return submit(info, options, [pg = pg_, input, outputs, info, world = world_]() {
-      const int64_t n = input.numel();
-      if (n == 0) return;
-      // c10d's Gloo all-gather receives into a flat buffer of all the outputs and then copies them
-      // out: in slices of at most kSliceBytes that buffer stays small (ZeRO-3 gathers
-      // whole layers into memory it just allocated).
-      const int64_t slice = std::max<int64_t>(1, kSliceBytes / (world * static_cast<int64_t>(input.element_size())));
+    return submit(info, options, [pg = pg_, input, outputs, info, world = world_, rank = rank_]() mutable {
+      if (input.numel() == 0) return;
       const at::Tensor in = input.view({-1});
-      for (int64_t first = 0; first < n; first += slice) {
-        const int64_t count = std::min(slice, n - first);
-        std::vector<std::vector<at::Tensor>> wireOut(1);
-        for (const auto& o : outputs) wireOut[0].push_back(wireView(o.narrow(0, first, count)));
-        std::vector<at::Tensor> wireIn{wireView(in.narrow(0, first, count))};
-        waitBackend(pg->allgather(wireOut, wireIn), info);
+      at::Tensor& mine = outputs[static_cast<size_t>(rank)];
+      if (mine.data_ptr() != in.data_ptr()) mine.copy_(in);  // in place: already there
+      std::vector<c10::intrusive_ptr<c10d::Work>> works;
+      for (int r = 0; r < world; ++r) {
+        if (r == rank) continue;
+        std::vector<at::Tensor> out{wireView(in)};
+        works.push_back(pg->send(out, r, kAllgatherTag));
+        std::vector<at::Tensor> back{wireView(outputs[static_cast<size_t>(r)])};
+        works.push_back(pg->recv(back, r, kAllgatherTag));
       }
+      for (auto& work : works) waitBackend(work, info);
     });
   }
 

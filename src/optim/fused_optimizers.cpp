@@ -39,8 +39,8 @@ struct SgdStep {
   float negLr = 0;
 };
 
-LOCKSTEP_VECTOR_CLONES void sgdKernel(float* __restrict p, const float* __restrict g, float* __restrict buf,
-                                      int64_t n, SgdStep s) {
+LOCKSTEP_VECTOR_CLONES void sgdKernel(float* __restrict p, const float* __restrict g, float* __restrict buf, int64_t n,
+                                      SgdStep s) {
   for (int64_t i = 0; i < n; ++i) {
     float d = g[i];
     if (s.decay) d = std::fma(p[i], s.weightDecay, d);

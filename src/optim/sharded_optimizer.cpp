@@ -18,6 +18,13 @@
 
 namespace lockstep {
 
+namespace {
+
+/// The tag of zero1's gather messages (within MPI's guaranteed 0..32767).
+constexpr int kGatherTag = 32001;
+
+}  // namespace
+
 std::vector<GradientPiece> gradientPieces(const std::vector<std::vector<size_t>>& groups,
                                           const std::vector<int64_t>& numels, int worldSize, int rank) {
   LOCKSTEP_CHECK(worldSize >= 1 && rank >= 0 && rank < worldSize, "gradientPieces: rank ", rank, " of ", worldSize);
@@ -88,10 +95,15 @@ void ShardedOptimizer::step() {
   s.optimizer->step();
   for (auto& view : s.pieceViews) view.mutable_grad() = at::Tensor();  // no alias of the gradients kept
   if (s.world() == 1) return;
+  // Each rank's updated pieces to every other rank, point to point and all in flight at once:
+  // the bytes of N broadcasts without their staging copies (a rank's pieces are views of
+  // several parameters; a broadcast of a list packs them into one buffer and unpacks it).
+  // Between two ranks the messages pair up in order, as both cut the same pieces.
   std::vector<WorkHandle> works;
   for (int r = 0; r < s.world(); ++r) {
-    auto& theirs = piecesOf_[static_cast<size_t>(r)];
-    if (!theirs.empty()) works.push_back(s.comm->broadcast(theirs, r));
+    if (r == s.rank()) continue;
+    for (auto& view : piecesOf_[static_cast<size_t>(s.rank())]) works.push_back(s.comm->send(view, r, kGatherTag));
+    for (auto& view : piecesOf_[static_cast<size_t>(r)]) works.push_back(s.comm->recv(view, r, kGatherTag));
   }
   for (auto& work : works) work->wait();
 }
