@@ -235,6 +235,9 @@ TEST(CommunicatorErrors, InvalidArgumentsAreTypedAndSendNothing) {
     std::vector<at::Tensor> ok{at::ones({3})};
     expectInvalid([&] { comm.broadcast(ok, 2); }, "root=2 is not a rank");
     expectInvalid([&] { comm.send(in, rank); }, "cannot send to itself");
+    // Gloo's all-gather messages use tag 2^30: a program's send/recv may not.
+    expectInvalid([&] { comm.send(in, 1 - rank, 1 << 30); }, "must be below 1073741824 (lockstep's own)");
+    expectInvalid([&] { comm.recv(in, 1 - rank, 1 << 30); }, "must be below 1073741824 (lockstep's own)");
     // The communicator still works after argument errors.
     comm.allreduce(ok)->wait();
     EXPECT_EQ(ok[0][0].item<float>(), 2.0f);
