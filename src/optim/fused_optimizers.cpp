@@ -17,6 +17,7 @@
 #include <c10/util/string_utils.h>
 
 #include <cmath>
+#include <functional>
 #include <memory>
 
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
@@ -173,6 +174,18 @@ bool noAmsgrad(const torch::optim::Optimizer& optimizer) {
   return true;
 }
 
+/// Adam's or AdamW's step: one pass per parameter where onePassFits, else LibTorch's (`libtorch`).
+template <typename Options, typename State>
+at::Tensor adamFamilyStep(torch::optim::Optimizer& optimizer, States& states,
+                          const torch::optim::Optimizer::LossClosure& closure, bool decoupled,
+                          const std::function<at::Tensor()>& libtorch) {
+  if (!noAmsgrad<Options>(optimizer) || !onePassFits(optimizer, adamStateFits<State>)) return libtorch();
+  torch::NoGradGuard noGrad;
+  at::Tensor loss = evaluate(closure);
+  adamStep<Options, State>(optimizer.param_groups(), states, decoupled);
+  return loss;
+}
+
 }  // namespace
 
 at::Tensor FusedSGD::step(LossClosure closure) {
@@ -215,25 +228,13 @@ at::Tensor FusedSGD::step(LossClosure closure) {
 }
 
 at::Tensor FusedAdam::step(LossClosure closure) {
-  if (!noAmsgrad<torch::optim::AdamOptions>(*this) ||
-      !onePassFits(*this, adamStateFits<torch::optim::AdamParamState>)) {
-    return Adam::step(closure);
-  }
-  torch::NoGradGuard noGrad;
-  at::Tensor loss = evaluate(closure);
-  adamStep<torch::optim::AdamOptions, torch::optim::AdamParamState>(param_groups(), state_, false);
-  return loss;
+  return adamFamilyStep<torch::optim::AdamOptions, torch::optim::AdamParamState>(*this, state_, closure, false,
+                                                                                 [&] { return Adam::step(closure); });
 }
 
 at::Tensor FusedAdamW::step(LossClosure closure) {
-  if (!noAmsgrad<torch::optim::AdamWOptions>(*this) ||
-      !onePassFits(*this, adamStateFits<torch::optim::AdamWParamState>)) {
-    return AdamW::step(closure);
-  }
-  torch::NoGradGuard noGrad;
-  at::Tensor loss = evaluate(closure);
-  adamStep<torch::optim::AdamWOptions, torch::optim::AdamWParamState>(param_groups(), state_, true);
-  return loss;
+  return adamFamilyStep<torch::optim::AdamWOptions, torch::optim::AdamWParamState>(
+      *this, state_, closure, true, [&] { return AdamW::step(closure); });
 }
 
 }  // namespace lockstep
