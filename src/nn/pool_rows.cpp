@@ -13,15 +13,11 @@
 #include <cmath>
 #include <cstring>
 
+#include "common/vector_clones.h"
+
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #define LOCKSTEP_POOL_SSE2 1
-#endif
-
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-#define LOCKSTEP_VECTOR_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define LOCKSTEP_VECTOR_CLONES
 #endif
 
 namespace lockstep::detail {

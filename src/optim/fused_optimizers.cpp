@@ -14,17 +14,15 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
-#include <c10/util/string_utils.h>
 
 #include <cmath>
 #include <functional>
 #include <memory>
+#include <string>
+#include <vector>
 
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-#define LOCKSTEP_VECTOR_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define LOCKSTEP_VECTOR_CLONES
-#endif
+#include "common/vector_clones.h"
+#include "lockstep/optim/optimizer.h"
 
 namespace lockstep {
 
@@ -90,21 +88,33 @@ bool denseFloat(const at::Tensor& t) {
          t.is_contiguous();
 }
 
-/// Whether every parameter with a gradient, the gradient and `state(p)`'s tensors take the one-pass step.
-template <typename StateCheck>
-bool onePassFits(const torch::optim::Optimizer& optimizer, const StateCheck& stateFits) {
+/// A parameter this step updates: its group's options, its key in the state map and its state
+/// (null: none yet), looked up once.
+struct Planned {
+  at::Tensor param;
+  const torch::optim::OptimizerOptions* options;
+  std::string key;
+  torch::optim::OptimizerParamState* state;
+};
+
+/// Every parameter with a gradient, in LibTorch's order, into `planned`; false as soon as one
+/// does not fit the one-pass step (a tensor that is not dense, contiguous float32 on the CPU, or
+/// `fits(options, state)` false): LibTorch's step then runs instead, nothing changed yet.
+template <typename Fits>
+bool plan(const torch::optim::Optimizer& optimizer, const Fits& fits, std::vector<Planned>& planned) {
   for (const auto& group : optimizer.param_groups()) {
     for (const auto& p : group.params()) {
       if (!p.grad().defined()) continue;
       if (!denseFloat(p) || !denseFloat(p.grad()) || p.grad().numel() != p.numel()) return false;
-      auto it = optimizer.state().find(c10::guts::to_string(p.unsafeGetTensorImpl()));
-      if (it != optimizer.state().end() && !stateFits(*it->second)) return false;
+      std::string key = optimizerStateKey(p);
+      auto it = optimizer.state().find(key);
+      torch::optim::OptimizerParamState* state = it == optimizer.state().end() ? nullptr : it->second.get();
+      if (!fits(group.options(), state)) return false;
+      planned.push_back({p, &group.options(), std::move(key), state});
     }
   }
   return true;
 }
-
-std::string keyOf(const at::Tensor& p) { return c10::guts::to_string(p.unsafeGetTensorImpl()); }
 
 /// LibTorch's closure handling: evaluated with gradients on, before the update.
 at::Tensor evaluate(const torch::optim::Optimizer::LossClosure& closure) {
@@ -115,126 +125,124 @@ at::Tensor evaluate(const torch::optim::Optimizer::LossClosure& closure) {
 
 using States = ska::flat_hash_map<std::string, std::unique_ptr<torch::optim::OptimizerParamState>>;
 
-/// LibTorch's Adam (decoupled: AdamW) step, one pass per parameter.
-template <typename Options, typename State>
-void adamStep(std::vector<torch::optim::OptimizerParamGroup>& groups, States& states, bool decoupled) {
-  for (auto& group : groups) {
-    const auto& o = static_cast<const Options&>(group.options());
-    for (auto& p : group.params()) {
-      if (!p.grad().defined()) continue;
-      auto& slot = states[keyOf(p)];
-      if (!slot) {
-        auto fresh = std::make_unique<State>();
-        fresh->step(0);
-        fresh->exp_avg(at::zeros_like(p, at::MemoryFormat::Preserve));
-        fresh->exp_avg_sq(at::zeros_like(p, at::MemoryFormat::Preserve));
-        slot = std::move(fresh);
-      }
-      auto& state = static_cast<State&>(*slot);
-      state.step(state.step() + 1);
-      const double beta1 = std::get<0>(o.betas()), beta2 = std::get<1>(o.betas());
-      const double biasCorrection1 = 1 - std::pow(beta1, state.step());
-      const double biasCorrection2 = 1 - std::pow(beta2, state.step());
-      AdamStep s;
-      if (o.weight_decay() != 0) {
-        s.decayGradient = !decoupled;
-        s.weightDecay = static_cast<float>(o.weight_decay());
-        s.scaleParameter = decoupled;
-        s.parameterScale = static_cast<float>(1 - o.lr() * o.weight_decay());
-      }
-      s.beta1 = static_cast<float>(beta1);
-      s.oneMinusBeta1 = static_cast<float>(1 - beta1);
-      s.beta2 = static_cast<float>(beta2);
-      s.oneMinusBeta2 = static_cast<float>(1 - beta2);
-      s.sqrtBiasCorrection2 = static_cast<float>(std::sqrt(biasCorrection2));
-      s.eps = static_cast<float>(o.eps());
-      s.negStepSize = static_cast<float>(-(o.lr() / biasCorrection1));
-      float* w = p.data_ptr<float>();
-      const float* g = p.grad().data_ptr<float>();
-      const at::Tensor& expAvg = state.exp_avg();
-      const at::Tensor& expAvgSq = state.exp_avg_sq();
-      float* m = expAvg.data_ptr<float>();
-      float* v = expAvgSq.data_ptr<float>();
-      inChunks(p.numel(), [&](int64_t b, int64_t e) { adamKernel(w + b, g + b, m + b, v + b, e - b, s); });
-    }
-  }
-}
-
-template <typename State>
-bool adamStateFits(const torch::optim::OptimizerParamState& base) {
-  const auto& s = static_cast<const State&>(base);
-  return denseFloat(s.exp_avg()) && denseFloat(s.exp_avg_sq()) && !s.max_exp_avg_sq().defined();
-}
-
+/// The kernel's constants for one Adam (decoupled: AdamW) step of a parameter at `step`.
 template <typename Options>
-bool noAmsgrad(const torch::optim::Optimizer& optimizer) {
-  for (const auto& group : optimizer.param_groups()) {
-    if (static_cast<const Options&>(group.options()).amsgrad()) return false;
+AdamStep adamConstants(const Options& o, int64_t step, bool decoupled) {
+  const double beta1 = std::get<0>(o.betas()), beta2 = std::get<1>(o.betas());
+  const double biasCorrection1 = 1 - std::pow(beta1, step);
+  const double biasCorrection2 = 1 - std::pow(beta2, step);
+  AdamStep s;
+  if (o.weight_decay() != 0) {
+    s.decayGradient = !decoupled;
+    s.weightDecay = static_cast<float>(o.weight_decay());
+    s.scaleParameter = decoupled;
+    s.parameterScale = static_cast<float>(1 - o.lr() * o.weight_decay());
   }
-  return true;
+  s.beta1 = static_cast<float>(beta1);
+  s.oneMinusBeta1 = static_cast<float>(1 - beta1);
+  s.beta2 = static_cast<float>(beta2);
+  s.oneMinusBeta2 = static_cast<float>(1 - beta2);
+  s.sqrtBiasCorrection2 = static_cast<float>(std::sqrt(biasCorrection2));
+  s.eps = static_cast<float>(o.eps());
+  s.negStepSize = static_cast<float>(-(o.lr() / biasCorrection1));
+  return s;
 }
 
-/// Adam's or AdamW's step: one pass per parameter where onePassFits, else LibTorch's (`libtorch`).
+/// Adam's or AdamW's step: the closure, then one pass per parameter where every parameter fits,
+/// else LibTorch's step without a closure (`libtorch`). State is created as LibTorch creates it
+/// (step 0, zeros).
 template <typename Options, typename State>
 at::Tensor adamFamilyStep(torch::optim::Optimizer& optimizer, States& states,
                           const torch::optim::Optimizer::LossClosure& closure, bool decoupled,
                           const std::function<at::Tensor()>& libtorch) {
-  if (!noAmsgrad<Options>(optimizer) || !onePassFits(optimizer, adamStateFits<State>)) return libtorch();
+  std::vector<Planned> planned;
+  auto fits = [](const torch::optim::OptimizerOptions& options, const torch::optim::OptimizerParamState* base) {
+    if (static_cast<const Options&>(options).amsgrad()) return false;
+    if (base == nullptr) return true;
+    const auto& s = static_cast<const State&>(*base);
+    return denseFloat(s.exp_avg()) && denseFloat(s.exp_avg_sq()) && !s.max_exp_avg_sq().defined();
+  };
+  at::Tensor loss = evaluate(closure);  // first: it makes the gradients the plan looks at
+  if (!plan(optimizer, fits, planned)) {
+    libtorch();
+    return loss;
+  }
   torch::NoGradGuard noGrad;
-  at::Tensor loss = evaluate(closure);
-  adamStep<Options, State>(optimizer.param_groups(), states, decoupled);
+  for (auto& e : planned) {
+    auto* state = static_cast<State*>(e.state);
+    if (state == nullptr) {
+      auto fresh = std::make_unique<State>();
+      fresh->step(0);
+      fresh->exp_avg(at::zeros_like(e.param, at::MemoryFormat::Preserve));
+      fresh->exp_avg_sq(at::zeros_like(e.param, at::MemoryFormat::Preserve));
+      state = fresh.get();
+      states[std::move(e.key)] = std::move(fresh);
+    }
+    state->step(state->step() + 1);
+    const AdamStep s = adamConstants(static_cast<const Options&>(*e.options), state->step(), decoupled);
+    float* w = e.param.data_ptr<float>();
+    const float* g = e.param.grad().data_ptr<float>();
+    float* m = state->exp_avg().template data_ptr<float>();
+    float* v = state->exp_avg_sq().template data_ptr<float>();
+    inChunks(e.param.numel(), [&](int64_t begin, int64_t end) {
+      adamKernel(w + begin, g + begin, m + begin, v + begin, end - begin, s);
+    });
+  }
   return loss;
 }
 
 }  // namespace
 
 at::Tensor FusedSGD::step(LossClosure closure) {
-  const bool fits = onePassFits(*this, [](const torch::optim::OptimizerParamState& base) {
-    const at::Tensor& buf = static_cast<const torch::optim::SGDParamState&>(base).momentum_buffer();
-    return !buf.defined() || denseFloat(buf);
-  });
-  if (!fits) return SGD::step(closure);
+  std::vector<Planned> planned;
+  auto fits = [](const torch::optim::OptimizerOptions&, const torch::optim::OptimizerParamState* base) {
+    return base == nullptr || denseFloat(static_cast<const torch::optim::SGDParamState&>(*base).momentum_buffer());
+  };
+  at::Tensor loss = evaluate(closure);  // first: it makes the gradients the plan looks at
+  if (!plan(*this, fits, planned)) {
+    SGD::step(nullptr);
+    return loss;
+  }
   torch::NoGradGuard noGrad;
-  at::Tensor loss = evaluate(closure);
-  for (auto& group : param_groups()) {
-    const auto& o = static_cast<const torch::optim::SGDOptions&>(group.options());
-    for (auto& p : group.params()) {
-      if (!p.grad().defined()) continue;
-      SgdStep s;
-      s.decay = o.weight_decay() != 0;
-      s.weightDecay = static_cast<float>(o.weight_decay());
-      s.momentum = o.momentum() != 0;
-      s.momentumFactor = static_cast<float>(o.momentum());
-      s.oneMinusDampening = static_cast<float>(1 - o.dampening());
-      s.nesterov = o.nesterov();
-      s.negLr = static_cast<float>(-1 * o.lr());
-      float* buf = nullptr;
-      if (s.momentum) {
-        auto& slot = state_[keyOf(p)];
-        if (!slot) {
-          auto fresh = std::make_unique<torch::optim::SGDParamState>();
-          fresh->momentum_buffer(at::empty_like(p, at::MemoryFormat::Contiguous));
-          slot = std::move(fresh);
-          s.first = true;
-        }
-        buf = static_cast<torch::optim::SGDParamState&>(*slot).momentum_buffer().data_ptr<float>();
+  for (auto& e : planned) {
+    const auto& o = static_cast<const torch::optim::SGDOptions&>(*e.options);
+    SgdStep s;
+    s.decay = o.weight_decay() != 0;
+    s.weightDecay = static_cast<float>(o.weight_decay());
+    s.momentum = o.momentum() != 0;
+    s.momentumFactor = static_cast<float>(o.momentum());
+    s.oneMinusDampening = static_cast<float>(1 - o.dampening());
+    s.nesterov = o.nesterov();
+    s.negLr = static_cast<float>(-1 * o.lr());
+    float* buf = nullptr;
+    if (s.momentum) {
+      auto* state = static_cast<torch::optim::SGDParamState*>(e.state);
+      if (state == nullptr) {  // LibTorch's first step: the buffer starts as the gradient (the kernel writes it)
+        auto fresh = std::make_unique<torch::optim::SGDParamState>();
+        fresh->momentum_buffer(at::empty_like(e.param, at::MemoryFormat::Contiguous));
+        state = fresh.get();
+        state_[std::move(e.key)] = std::move(fresh);
+        s.first = true;
       }
-      float* w = p.data_ptr<float>();
-      const float* g = p.grad().data_ptr<float>();
-      inChunks(p.numel(), [&](int64_t b, int64_t e) { sgdKernel(w + b, g + b, buf ? buf + b : nullptr, e - b, s); });
+      buf = state->momentum_buffer().data_ptr<float>();
     }
+    float* w = e.param.data_ptr<float>();
+    const float* g = e.param.grad().data_ptr<float>();
+    inChunks(e.param.numel(), [&](int64_t begin, int64_t end) {
+      sgdKernel(w + begin, g + begin, buf ? buf + begin : nullptr, end - begin, s);
+    });
   }
   return loss;
 }
 
 at::Tensor FusedAdam::step(LossClosure closure) {
-  return adamFamilyStep<torch::optim::AdamOptions, torch::optim::AdamParamState>(*this, state_, closure, false,
-                                                                                 [&] { return Adam::step(closure); });
+  return adamFamilyStep<torch::optim::AdamOptions, torch::optim::AdamParamState>(
+      *this, state_, closure, false, [this] { return Adam::step(nullptr); });
 }
 
 at::Tensor FusedAdamW::step(LossClosure closure) {
   return adamFamilyStep<torch::optim::AdamWOptions, torch::optim::AdamWParamState>(
-      *this, state_, closure, true, [&] { return AdamW::step(closure); });
+      *this, state_, closure, true, [this] { return AdamW::step(nullptr); });
 }
 
 }  // namespace lockstep

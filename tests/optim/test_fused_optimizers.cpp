@@ -3,7 +3,8 @@
 // several steps, for every option they take, over two parameter groups,
 // parameters of several sizes (one longer than a thread's chunk), a parameter
 // without a gradient, one and two threads; the cases LibTorch's own step
-// takes; the closure; makeOptimizer builds them.
+// takes; the closure, evaluated once; the one-pass step allocates nothing;
+// makeOptimizer builds them.
 #include "lockstep/optim/fused_optimizers.h"
 
 #include <ATen/ATen.h>
@@ -15,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "lockstep/common/tensor_memory.h"
 #include "lockstep/optim/optimizer.h"
 
 namespace lockstep {
@@ -61,7 +63,7 @@ Params train(const Factory& factory, const Params& initial, int steps, bool stri
   Params out;
   for (const auto& p : params) out.push_back(p.detach().clone());
   for (const auto& p : params) {
-    auto it = optimizer->state().find(c10::guts::to_string(p.unsafeGetTensorImpl()));
+    auto it = optimizer->state().find(optimizerStateKey(p));
     if (it == optimizer->state().end()) continue;
     if (auto* sgd = dynamic_cast<torch::optim::SGDParamState*>(it->second.get())) out.push_back(sgd->momentum_buffer());
     if (auto* adam = dynamic_cast<torch::optim::AdamParamState*>(it->second.get())) {
@@ -132,20 +134,52 @@ TEST(FusedOptimizers, WhatTheOnePassDoesNotCoverIsLibTorchsOwnStep) {
   expectSameBits(train(fused, floats, 4, true), train(plain, floats, 4, true), "column-major gradient");
 }
 
-TEST(FusedOptimizers, TheClosureIsEvaluatedWithGradientsOn) {
-  at::Tensor w = at::ones({3}).requires_grad_(true);
-  FusedAdam optimizer(Params{w}, torch::optim::AdamOptions(0.1));
-  bool gradMode = false;
-  at::Tensor loss = optimizer.step([&] {
-    gradMode = at::GradMode::is_enabled();
-    optimizer.zero_grad();
-    at::Tensor l = (w * w).sum();
-    l.backward();
-    return l;
-  });
-  EXPECT_TRUE(gradMode);
-  EXPECT_DOUBLE_EQ(loss.item<double>(), 3.0);
-  EXPECT_TRUE(at::all(w.detach() < 1.0).item<bool>()) << "the step used the closure's gradients";
+TEST(FusedOptimizers, TheClosureIsEvaluatedOnceWithGradientsOnBeforeTheUpdate) {
+  // The one-pass step, and LibTorch's (amsgrad), which must not evaluate it a second time.
+  for (bool amsgrad : {false, true}) {
+    SCOPED_TRACE(amsgrad ? "amsgrad: LibTorch's step" : "one pass");
+    at::Tensor w = at::ones({3}).requires_grad_(true);
+    FusedAdam optimizer(Params{w}, torch::optim::AdamOptions(0.1).amsgrad(amsgrad));
+    int calls = 0;
+    bool gradMode = false;
+    at::NoGradGuard callerHasGradientsOff;
+    at::Tensor loss = optimizer.step([&] {
+      ++calls;
+      gradMode = at::GradMode::is_enabled();
+      optimizer.zero_grad();
+      at::Tensor l = (w * w).sum();
+      l.backward();
+      return l;
+    });
+    EXPECT_EQ(calls, 1);
+    EXPECT_TRUE(gradMode);
+    EXPECT_DOUBLE_EQ(loss.item<double>(), 3.0);
+    EXPECT_TRUE(at::all(w.detach() < 1.0).item<bool>()) << "the step used the closure's gradients";
+  }
+}
+
+TEST(FusedOptimizers, TheOnePassStepAllocatesNothingWhereLibTorchsDoes) {
+  // Also what shows the one-pass step ran at all: LibTorch's Adam makes two temporaries per parameter.
+  trackTensorMemory();
+  auto peakOfAStep = [](torch::optim::Optimizer& optimizer) {
+    optimizer.step();  // the first step creates the state
+    resetPeakTensorBytes();
+    const int64_t before = liveTensorBytes();
+    optimizer.step();
+    return peakTensorBytes() - before;
+  };
+  const Params initial = makeParams();
+  Params a, b;
+  for (const auto& p : initial) {
+    a.push_back(p.clone().requires_grad_(true));
+    a.back().mutable_grad() = at::ones_like(p);
+    b.push_back(p.clone().requires_grad_(true));
+    b.back().mutable_grad() = at::ones_like(p);
+  }
+  torch::optim::Adam plain(a, torch::optim::AdamOptions(0.01));
+  FusedAdam fused(b, torch::optim::AdamOptions(0.01));
+  EXPECT_GT(peakOfAStep(plain), 70001 * 4) << "LibTorch's step should allocate: the check would not see a fallback";
+  EXPECT_EQ(peakOfAStep(fused), 0);
 }
 
 TEST(FusedOptimizers, MakeOptimizerBuildsThem) {
