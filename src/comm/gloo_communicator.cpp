@@ -232,26 +232,30 @@ class GlooCommunicator final : public Communicator {
     return queue_.submitIssued(std::move(info), timeout, std::move(body));
   }
 
-  /// Every rank's part straight into its place in `outputs` by point-to-point messages, all
-  /// posted at once (no staging buffer, no copy but this rank's own part; c10d's Gloo
-  /// all-gather receives into a flat buffer of all the outputs and then copies them out).
   WorkHandle submitAllgather(const at::Tensor& input, std::vector<at::Tensor> outputs, const CommErrorInfo& info,
                              const CollectiveOptions& options) {
-    return submit(info, options, [pg = pg_, input, outputs, info, world = world_, rank = rank_]() mutable {
-      if (input.numel() == 0) return;
-      const at::Tensor in = input.view({-1});
-      at::Tensor& mine = outputs[static_cast<size_t>(rank)];
-      if (mine.data_ptr() != in.data_ptr()) mine.copy_(in);  // in place: already there
-      std::vector<c10::intrusive_ptr<c10d::Work>> works;
-      for (int r = 0; r < world; ++r) {
-        if (r == rank) continue;
-        std::vector<at::Tensor> out{wireView(in)};
-        works.push_back(pg->send(out, r, kAllgatherTag));
-        std::vector<at::Tensor> back{wireView(outputs[static_cast<size_t>(r)])};
-        works.push_back(pg->recv(back, r, kAllgatherTag));
-      }
-      for (auto& work : works) waitBackend(work, info);
+    return submit(info, options, [pg = pg_, input, outputs, info]() mutable {
+      if (input.numel() > 0) allgatherInto(pg, input.view({-1}), outputs, info);
     });
+  }
+
+  /// outputs[r] = rank r's `in`, each part straight into its place by point-to-point messages,
+  /// all posted at once (no staging buffer, no copy but this rank's own part, none when `in` is
+  /// it; c10d's Gloo all-gather receives into a flat buffer of all the outputs and copies them out).
+  static void allgatherInto(const PG& pg, const at::Tensor& in, std::vector<at::Tensor>& outputs,
+                            const CommErrorInfo& info) {
+    const int rank = pg->getRank();
+    at::Tensor& mine = outputs[static_cast<size_t>(rank)];
+    if (mine.data_ptr() != in.data_ptr()) mine.copy_(in);
+    std::vector<c10::intrusive_ptr<c10d::Work>> works;
+    for (int r = 0; r < static_cast<int>(outputs.size()); ++r) {
+      if (r == rank) continue;
+      std::vector<at::Tensor> out{wireView(in)};
+      works.push_back(pg->send(out, r, kAllgatherTag));
+      std::vector<at::Tensor> back{wireView(outputs[static_cast<size_t>(r)])};
+      works.push_back(pg->recv(back, r, kAllgatherTag));
+    }
+    for (auto& work : works) waitBackend(work, info);
   }
 
   static void reduceBuffer(const PG& pg, at::Tensor& buffer, ReduceOp op, int world, const CommErrorInfo& info) {
@@ -265,10 +269,9 @@ class GlooCommunicator final : public Communicator {
       padded.narrow(0, 0, n).copy_(buffer);
       at::Tensor mine = at::empty({chunk}, buffer.options());
       reduceScatterFlat(pg, padded, mine, op, world, info);
-      std::vector<std::vector<at::Tensor>> out(1);
-      for (int r = 0; r < world; ++r) out[0].push_back(wireView(padded.narrow(0, r * chunk, chunk)));
-      std::vector<at::Tensor> in{wireView(mine)};
-      waitBackend(pg->allgather(out, in), info);
+      std::vector<at::Tensor> parts;
+      for (int r = 0; r < world; ++r) parts.push_back(padded.narrow(0, r * chunk, chunk));
+      allgatherInto(pg, mine, parts, info);
       buffer.copy_(padded.narrow(0, 0, n));
       return;
     }
