@@ -4,6 +4,9 @@
 # noise hits both; prints the median per size and the ratio.
 #   bench/allreduce_backends.sh [ROUNDS] [SIZES]
 # ROUNDS defaults to 5, SIZES to 4K,64K,1M,32M.
+# With BASE_LIBS=FOLDER (a copy of an earlier build's liblockstep*.so) it
+# compares Gloo on those libraries ("base") with Gloo on this build instead:
+#   BASE_LIBS=/tmp/base bench/allreduce_backends.sh 5 1M,32M,80M
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN="${LOCKSTEP_BUILD_DIR:-build}/lockstep"
@@ -12,18 +15,24 @@ SIZES="${2:-4K,64K,1M,32M}"
 NP="${NP:-2}"
 OUT="$(mktemp -d)"
 trap 'rm -rf "$OUT"' EXIT
+A=gloo B=mpi
+[ -n "${BASE_LIBS:-}" ] && A=base B=gloo
+side() {  # side NAME: one run of the benchmark, its rows tagged NAME
+  local backend="$1" libs=""
+  [ "$1" = base ] && backend=gloo libs="$BASE_LIBS"
+  LD_LIBRARY_PATH="$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$BIN" run -np "$NP" --threads 1 --backend "$backend" \
+      --no-prefix -- "$BIN" bench allreduce --bytes "$SIZES" 2>&1 | awk -v b="$1" '$1 ~ /^[0-9]+$/ { print b, $1, $4, $6 }'
+}
 for round in $(seq 1 "$ROUNDS"); do
-  for backend in gloo mpi; do
-    "$BIN" run -np "$NP" --threads 1 --backend "$backend" --no-prefix -- \
-        "$BIN" bench allreduce --bytes "$SIZES" 2>&1 | awk -v b="$backend" '$1 ~ /^[0-9]+$/ { print b, $1, $4, $6 }' >> "$OUT/all"
-  done
+  side "$A" >> "$OUT/all"
+  side "$B" >> "$OUT/all"
 done
-echo "allreduce, $NP workers x 1 thread, float32 sum, $ROUNDS alternating rounds per backend (median)"
-printf '%12s %14s %14s %12s %12s %10s\n' "bytes" "gloo us" "mpi us" "gloo busbw" "mpi busbw" "mpi/gloo"
+echo "allreduce, $NP workers x 1 thread, float32 sum, $ROUNDS alternating rounds per side (median)"
+printf '%12s %14s %14s %12s %12s %10s\n' "bytes" "$A us" "$B us" "$A busbw" "$B busbw" "$B/$A"
 for size in $(awk '{ print $2 }' "$OUT/all" | sort -n | uniq); do
   median() { awk -v b="$1" -v s="$size" -v col="$2" '$1 == b && $2 == s { print $col }' "$OUT/all" | sort -g |
              awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-  gt=$(median gloo 3); mt=$(median mpi 3); gb=$(median gloo 4); mb=$(median mpi 4)
+  gt=$(median "$A" 3); mt=$(median "$B" 3); gb=$(median "$A" 4); mb=$(median "$B" 4)
   awk -v s="$size" -v gt="$gt" -v mt="$mt" -v gb="$gb" -v mb="$mb" \
       'BEGIN { printf "%12d %14.1f %14.1f %9.3f GB/s %7.3f GB/s %9.2fx\n", s, gt, mt, gb, mb, gt / mt }'
 done

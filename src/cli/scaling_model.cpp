@@ -50,6 +50,7 @@ const char* toString(AllreduceAlgorithm algorithm) {
   switch (algorithm) {
     case AllreduceAlgorithm::kRing: return "ring";
     case AllreduceAlgorithm::kHalvingDoubling: return "halving-doubling";
+    case AllreduceAlgorithm::kDirect: return "direct exchange";
     case AllreduceAlgorithm::kFastest: return "ring or halving-doubling, whichever is faster";
   }
   return "?";
@@ -125,7 +126,9 @@ double allreduceSeconds(AllreduceAlgorithm algorithm, int64_t bytes, int workers
                     allreduceSeconds(AllreduceAlgorithm::kHalvingDoubling, bytes, workers, link, perByteSeconds));
   }
   const double n = workers;
-  const double hops = algorithm == AllreduceAlgorithm::kRing ? 2 * (n - 1) : 2 * std::ceil(std::log2(n));
+  const double hops = algorithm == AllreduceAlgorithm::kRing     ? 2 * (n - 1)
+                      : algorithm == AllreduceAlgorithm::kDirect ? 2
+                                                                 : 2 * std::ceil(std::log2(n));
   const double moved = 2 * (n - 1) / n * static_cast<double>(bytes);
   return hops * link.latencySeconds + moved * (8 / link.bitsPerSecond + perByteSeconds);
 }

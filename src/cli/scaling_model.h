@@ -56,8 +56,10 @@ struct LinkSpec {
 /// "10gbit,1gbit@20us" -> links; ConfigError naming --link otherwise. `defaultLatency` where none is given.
 std::vector<LinkSpec> parseLinks(const std::string& text, double defaultLatencySeconds);
 
-/// Gloo's allreduce is a ring; OpenMPI picks per message size (kFastest: the cheaper of the two).
-enum class AllreduceAlgorithm { kRing, kHalvingDoubling, kFastest };
+/// lockstep's Gloo allreduce is a direct exchange (every rank sends each other rank its block, then
+/// its reduced block: two rounds of messages in flight together); OpenMPI picks per message size
+/// between a ring and halving-doubling (kFastest: the cheaper of the two).
+enum class AllreduceAlgorithm { kRing, kHalvingDoubling, kDirect, kFastest };
 const char* toString(AllreduceAlgorithm algorithm);
 
 /// "50us", "0.2ms", "0s" -> seconds; ConfigError naming `flag` otherwise.

@@ -1,12 +1,13 @@
 // gloo_communicator.cpp — the Communicator over LibTorch's c10d ProcessGroupGloo.
 //
 // Gloo in LibTorch 1.13 has no AVG reduction, no reduce_scatter and no
-// bfloat16. We build them here: AVG is SUM then a division; reduce-scatter is
-// an all-to-all followed by a local reduction (each rank sends (n-1)/n of the
-// buffer, as a ring reduce-scatter does); bfloat16 travels as its raw 16-bit
-// pattern (viewed as float16) for data moves, and bf16 reductions run as
-// reduce-scatter + allgather with the sum done locally in float32, so the wire
-// still carries 2 bytes per element.
+// bfloat16. We build them here, over c10d's point-to-point messages: the
+// reduce-scatter sends every rank its block in 1 MiB chunks and reduces each
+// chunk in rank order as it arrives (each rank sends (n-1)/n of the buffer, as
+// a ring reduce-scatter does); a floating-point allreduce is that reduce-scatter
+// then an all-gather, so every element is reduced in the same order by both
+// (DDP and ZeRO give the same bits) and AVG is SUM then a division; bfloat16
+// travels as its raw 16-bit pattern (viewed as float16) and is added in float32.
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -27,12 +28,16 @@ namespace lockstep {
 
 namespace {
 
-/// Bytes moved by one all-to-all of a reduce-scatter (all ranks' blocks of a slice together).
-constexpr int64_t kSliceBytes = int64_t(8) << 20;
+/// Bytes of one message of a reduce-scatter: a block goes in chunks, so that the reduction of one
+/// overlaps the transfer of the next.
+constexpr int64_t kChunkBytes = int64_t(1) << 20;
+/// Chunks of a reduce-scatter received ahead of the one being reduced.
+constexpr int64_t kChunksInFlight = 4;
 
 /// The tag of lockstep's own point-to-point messages (the all-gather's); send() and recv()
 /// refuse it, so a program's messages cannot be taken for them.
 constexpr int kAllgatherTag = 1 << 30;
+constexpr int kReduceScatterTag = kAllgatherTag + 1;
 
 // c10d and Gloo report failures as exceptions with text only.
 std::string backendMessage(const std::exception& e) {
@@ -185,7 +190,10 @@ class GlooCommunicator final : public Communicator {
     return submit(info, options, [pg = pg_, input, output, op, info, world = world_]() mutable {
       if (output.numel() == 0) return;
       auto out = output.view({-1});
-      reduceScatterFlat(pg, input.view({-1}), out, op, world, info);
+      const int64_t k = out.numel();
+      std::vector<int64_t> bounds;
+      for (int r = 0; r <= world; ++r) bounds.push_back(k * r);
+      reduceScatterInto(pg, input.view({-1}), bounds, out, op, info);
     });
   }
 
@@ -258,21 +266,21 @@ class GlooCommunicator final : public Communicator {
     for (auto& work : works) waitBackend(work, info);
   }
 
+  /// Allreduce of one flat buffer: floating point as a reduce-scatter then an all-gather, both point
+  /// to point, so each element is reduced in rank order whatever the buffer's length or how it was
+  /// bucketed (DDP at any bucket cap gives the same bits, and the same as ZeRO's reduce-scatter);
+  /// bfloat16 and float16 travel as 2 bytes and are added in float32. Integers go through c10d's
+  /// allreduce (exact in any order).
   static void reduceBuffer(const PG& pg, at::Tensor& buffer, ReduceOp op, int world, const CommErrorInfo& info) {
     if (world == 1) return;  // sum, avg, max and min of one value are that value
-    if (buffer.scalar_type() == at::kBFloat16) {
-      // Reduce-scatter (all-to-all + local float32 reduction) then allgather:
-      // the wire carries bf16, the arithmetic is float32.
-      int64_t n = buffer.numel();
-      int64_t chunk = (n + world - 1) / world;
-      at::Tensor padded = at::zeros({chunk * world}, buffer.options());
-      padded.narrow(0, 0, n).copy_(buffer);
-      at::Tensor mine = at::empty({chunk}, buffer.options());
-      reduceScatterFlat(pg, padded, mine, op, world, info);
+    if (at::isFloatingType(buffer.scalar_type())) {
+      const std::vector<int64_t> bounds = evenBounds(buffer.numel(), world);
+      const int rank = pg->getRank();
       std::vector<at::Tensor> parts;
-      for (int r = 0; r < world; ++r) parts.push_back(padded.narrow(0, r * chunk, chunk));
+      for (int r = 0; r < world; ++r) parts.push_back(buffer.narrow(0, bounds[r], bounds[r + 1] - bounds[r]));
+      at::Tensor& mine = parts[static_cast<size_t>(rank)];
+      reduceScatterInto(pg, buffer, bounds, mine, op, info);
       allgatherInto(pg, mine, parts, info);
-      buffer.copy_(padded.narrow(0, 0, n));
       return;
     }
     std::vector<at::Tensor> wire{buffer};
@@ -282,38 +290,95 @@ class GlooCommunicator final : public Communicator {
     if (op == ReduceOp::kAvg) buffer.div_(world);
   }
 
-  /// output (k elements) = reduction over ranks of chunk `rank` of input (world*k elements).
-  /// Large inputs go in slices of at most kSliceBytes per all-to-all, so the
-  /// transient buffers stay small (ZeRO-2 reduce-scatters whole gradient buckets).
-  static void reduceScatterFlat(const PG& pg, const at::Tensor& input, at::Tensor& output, ReduceOp op, int world,
-                                const CommErrorInfo& info) {
-    const int64_t k = output.numel();
+  /// Rank r's block of n elements split as evenly as possible: bounds[r] up to bounds[r + 1].
+  static std::vector<int64_t> evenBounds(int64_t n, int world) {
+    std::vector<int64_t> bounds(static_cast<size_t>(world) + 1);
+    for (int r = 0; r <= world; ++r) bounds[static_cast<size_t>(r)] = n * r / world;
+    return bounds;
+  }
+
+  /// output = the reduction over ranks of block `rank` of `input` (bounds[r] up to bounds[r + 1] is
+  /// block r); output may be that block of input itself. Every block goes to its rank in chunks of
+  /// kChunkBytes, all posted at once, each chunk reduced as soon as every rank's has come while later
+  /// ones are still on the wire. Each element is reduced in rank order (((x0 + x1) + x2) + ...).
+  static void reduceScatterInto(const PG& pg, const at::Tensor& input, const std::vector<int64_t>& bounds,
+                                at::Tensor& output, ReduceOp op, const CommErrorInfo& info) {
+    const int rank = pg->getRank();
+    const int world = static_cast<int>(bounds.size()) - 1;
+    const auto blockOf = [&](const at::Tensor& t, int r) {
+      return t.narrow(0, bounds[static_cast<size_t>(r)],
+                      bounds[static_cast<size_t>(r) + 1] - bounds[static_cast<size_t>(r)]);
+    };
+    const at::Tensor own = blockOf(input, rank);
     if (world == 1) {  // sum, avg, max and min of one value are that value
-      output.copy_(input);
+      if (output.data_ptr() != own.data_ptr()) output.copy_(own);
       return;
     }
-    const int64_t slice = std::max<int64_t>(1, kSliceBytes / (world * static_cast<int64_t>(input.element_size())));
-    const at::Tensor blocks = input.view({world, k});
-    for (int64_t first = 0; first < k; first += slice) {
-      const int64_t count = std::min(slice, k - first);
-      at::Tensor send = count == k ? input.contiguous() : blocks.narrow(1, first, count).contiguous();
-      at::Tensor gathered = at::empty({world * count}, input.options());
-      std::vector<int64_t> equalSplits;  // empty = equal splits
-      at::Tensor wireOut = wireView(gathered);
-      at::Tensor wireIn = wireView(send).view({-1});
-      waitBackend(pg->alltoall_base(wireOut, wireIn, equalSplits, equalSplits), info);
-      at::Tensor received = gathered.view({world, count});
-      bool lowPrecision = received.scalar_type() == at::kHalf || received.scalar_type() == at::kBFloat16;
-      if (lowPrecision) received = received.to(at::kFloat);
-      at::Tensor reduced;
-      switch (op) {
-        case ReduceOp::kSum: reduced = received.sum(0); break;
-        case ReduceOp::kAvg: reduced = received.sum(0).div_(world); break;
-        case ReduceOp::kMax: reduced = std::get<0>(received.max(0)); break;
-        case ReduceOp::kMin: reduced = std::get<0>(received.min(0)); break;
+    const int64_t k = own.numel();
+    const int64_t chunk = std::max<int64_t>(1, kChunkBytes / static_cast<int64_t>(input.element_size()));
+    const auto chunksOf = [&](int64_t n) { return (n + chunk - 1) / chunk; };
+    const int64_t ownChunks = chunksOf(k);
+    int64_t mostChunks = 0;
+    for (int r = 0; r < world; ++r) mostChunks = std::max(mostChunks, chunksOf(blockOf(input, r).numel()));
+    std::vector<c10::intrusive_ptr<c10d::Work>> sends;
+    for (int64_t c = 0; c < mostChunks; ++c) {
+      for (int r = 0; r < world; ++r) {
+        at::Tensor block = blockOf(input, r);
+        if (r == rank || c >= chunksOf(block.numel())) continue;
+        std::vector<at::Tensor> out{wireView(block.narrow(0, c * chunk, std::min(chunk, block.numel() - c * chunk)))};
+        sends.push_back(pg->send(out, r, kReduceScatterTag));
       }
-      output.narrow(0, first, count).copy_(reduced.to(output.scalar_type()));
     }
+    // Chunk c from rank r arrives in slot c % kChunksInFlight, row r (its row unused for this rank):
+    // a few MiB that stay in cache, however large the block.
+    const int64_t slots = std::min(kChunksInFlight, ownChunks);
+    at::Tensor received = at::empty({slots, world, std::min(chunk, k)}, input.options());
+    std::vector<std::vector<c10::intrusive_ptr<c10d::Work>>> arrivals(static_cast<size_t>(ownChunks));
+    const auto slice = [&](const at::Tensor& t, int64_t c) {
+      return t.narrow(0, c * chunk, std::min(chunk, k - c * chunk));
+    };
+    const auto landing = [&](int64_t c, int r) {
+      return received[c % slots][r].narrow(0, 0, std::min(chunk, k - c * chunk));
+    };
+    const auto expect = [&](int64_t c) {
+      for (int r = 0; r < world; ++r) {
+        if (r == rank) continue;
+        std::vector<at::Tensor> in{wireView(landing(c, r))};
+        arrivals[static_cast<size_t>(c)].push_back(pg->recv(in, r, kReduceScatterTag));
+      }
+    };
+    for (int64_t c = 0; c < slots; ++c) expect(c);
+    for (int64_t c = 0; c < ownChunks; ++c) {
+      for (auto& work : arrivals[static_cast<size_t>(c)]) waitBackend(work, info);
+      std::vector<at::Tensor> pieces;
+      for (int r = 0; r < world; ++r) pieces.push_back(r == rank ? slice(own, c) : landing(c, r));
+      at::Tensor out = slice(output, c);
+      reduceInRankOrder(pieces, out, op, world);
+      if (c + slots < ownChunks) expect(c + slots);
+    }
+    for (auto& work : sends) waitBackend(work, info);
+  }
+
+  /// out = pieces[0] op pieces[1] op ... in that order; out may share its memory with one of the
+  /// pieces. bfloat16 and float16 are reduced in float32 and rounded once.
+  static void reduceInRankOrder(const std::vector<at::Tensor>& pieces, at::Tensor& out, ReduceOp op, int world) {
+    const auto combine = [op](at::Tensor& dst, const at::Tensor& a, const at::Tensor& b) {
+      switch (op) {
+        case ReduceOp::kSum:
+        case ReduceOp::kAvg: at::add_out(dst, a, b); break;
+        case ReduceOp::kMax: at::maximum_out(dst, a, b); break;
+        case ReduceOp::kMin: at::minimum_out(dst, a, b); break;
+      }
+    };
+    const bool lowPrecision = out.scalar_type() == at::kHalf || out.scalar_type() == at::kBFloat16;
+    // Element by element, out may be written where it is read: unless it is a piece still to be read.
+    bool laterPiece = false;
+    for (size_t i = 2; i < pieces.size(); ++i) laterPiece = laterPiece || out.data_ptr() == pieces[i].data_ptr();
+    at::Tensor acc = lowPrecision ? pieces[0].to(at::kFloat) : laterPiece ? at::empty_like(out) : out;
+    combine(acc, lowPrecision ? acc : pieces[0], pieces[1]);
+    for (size_t i = 2; i < pieces.size(); ++i) combine(acc, acc, pieces[i]);
+    if (op == ReduceOp::kAvg) acc.div_(world);
+    if (acc.data_ptr() != out.data_ptr()) out.copy_(acc);
   }
 
   PG pg_;

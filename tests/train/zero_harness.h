@@ -155,15 +155,6 @@ inline double relativeDifference(const at::Tensor& expected, const at::Tensor& a
   return (actual - expected).norm().item<double>() / expected.norm().item<double>();
 }
 
-/// The largest relative difference over the parameters.
-inline double largestRelativeDifference(Mlp& expected, Mlp& actual) {
-  auto a = expected->parameters();
-  auto b = actual->parameters();
-  double largest = 0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) largest = std::max(largest, relativeDifference(a[i], b[i]));
-  return largest;
-}
-
 /// Every parameter's relative difference at most `bound`.
 inline void expectRelativeDifference(Mlp& expected, Mlp& actual, const std::string& what, double bound) {
   auto a = expected->parameters();
