@@ -57,7 +57,7 @@ struct LinkSpec {
 std::vector<LinkSpec> parseLinks(const std::string& text, double defaultLatencySeconds);
 
 /// lockstep's Gloo allreduce is a direct exchange (every rank sends each other rank its block, then
-/// its reduced block: two rounds of messages in flight together); OpenMPI picks per message size
+/// its reduced block: two rounds of n - 1 messages each, posted together); OpenMPI picks per message size
 /// between a ring and halving-doubling (kFastest: the cheaper of the two).
 enum class AllreduceAlgorithm { kRing, kHalvingDoubling, kDirect, kFastest };
 const char* toString(AllreduceAlgorithm algorithm);
