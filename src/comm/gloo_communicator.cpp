@@ -329,7 +329,7 @@ class GlooCommunicator final : public Communicator {
         sends.push_back(pg->send(out, r, kReduceScatterTag));
       }
     }
-    // Chunk c from rank r arrives in slot c % kChunksInFlight, row r (its row unused for this rank):
+    // Chunk c from rank r arrives in slot c % slots, row r (the row of this rank is unused):
     // a few MiB that stay in cache, however large the block.
     const int64_t slots = std::min(kChunksInFlight, ownChunks);
     at::Tensor received = at::empty({slots, world, std::min(chunk, k)}, input.options());
