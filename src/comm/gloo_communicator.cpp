@@ -31,6 +31,9 @@ namespace {
 /// Bytes of one message of a reduce-scatter: a block goes in chunks, so that the reduction of one
 /// overlaps the transfer of the next.
 constexpr int64_t kChunkBytes = int64_t(1) << 20;
+/// Floating-point allreduces up to this size go as one all-gather of the whole buffers and a local
+/// reduction (one round of messages); larger ones as a reduce-scatter and an all-gather.
+constexpr int64_t kWholeBufferBytes = int64_t(64) << 10;
 /// Chunks of a reduce-scatter received ahead of the one being reduced.
 constexpr int64_t kChunksInFlight = 4;
 
@@ -266,14 +269,28 @@ class GlooCommunicator final : public Communicator {
     for (auto& work : works) waitBackend(work, info);
   }
 
-  /// Allreduce of one flat buffer: floating point as a reduce-scatter then an all-gather, both point
-  /// to point, so each element is reduced in rank order whatever the buffer's length or how it was
-  /// bucketed (DDP at any bucket cap gives the same bits, and the same as ZeRO's reduce-scatter);
-  /// bfloat16 and float16 travel as 2 bytes and are added in float32. Integers go through c10d's
-  /// allreduce (exact in any order).
+  /// Allreduce of one flat buffer. Floating point is reduced in rank order, element by element,
+  /// whatever the buffer's length or how it was bucketed (DDP at any bucket cap gives the same bits,
+  /// and the same as ZeRO's reduce-scatter): up to kWholeBufferBytes as one all-gather of the whole
+  /// buffers and a local reduction; larger as a reduce-scatter then an all-gather, both point to
+  /// point — except float32/float64 between 2 ranks, which take c10d's ring: two addends give one sum
+  /// in either order, and over a rate-limited link (bench_emulated_links, 50 Mbit) the ring's paced
+  /// segments kept the step 1.6x shorter than the point-to-point messages. bfloat16 and float16 travel
+  /// as 2 bytes and are added in float32. Integers go through c10d's allreduce (exact in any order).
   static void reduceBuffer(const PG& pg, at::Tensor& buffer, ReduceOp op, int world, const CommErrorInfo& info) {
     if (world == 1) return;  // sum, avg, max and min of one value are that value
-    if (at::isFloatingType(buffer.scalar_type())) {
+    if (at::isFloatingType(buffer.scalar_type()) && buffer.nbytes() <= kWholeBufferBytes) {
+      // One round instead of two: every rank gets every rank's whole buffer and reduces it in
+      // rank order itself, the same bits as the reduce-scatter's.
+      at::Tensor all = at::empty({world, buffer.numel()}, buffer.options());
+      std::vector<at::Tensor> rows;
+      for (int r = 0; r < world; ++r) rows.push_back(all[r]);
+      allgatherInto(pg, buffer, rows, info);
+      reduceInRankOrder(rows, buffer, op, world);
+      return;
+    }
+    const bool wordFloat = buffer.scalar_type() == at::kFloat || buffer.scalar_type() == at::kDouble;
+    if (at::isFloatingType(buffer.scalar_type()) && !(world == 2 && wordFloat)) {
       const std::vector<int64_t> bounds = evenBounds(buffer.numel(), world);
       const int rank = pg->getRank();
       std::vector<at::Tensor> parts;

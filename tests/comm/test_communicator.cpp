@@ -166,38 +166,40 @@ TEST_P(CommunicatorWorlds, ReduceScatterEveryOpAndDtype) {
   });
 }
 
-/// Rank r's values for the rank-order test: magnitudes from 2^-30 to 2^10, so that adding the same
+/// Rank r's values for the rank-order test: magnitudes from 2^-60 to 2^10, so that adding the same
 /// values in another order rounds differently.
 at::Tensor unevenValuesFor(int rank, int64_t n, at::ScalarType dtype) {
   at::Generator gen = at::detail::createCPUGenerator(100 + rank);  // ranks are threads: not the global one
-  at::Tensor scale = at::pow(2.0, at::randint(-30, 10, {n}, gen, at::kFloat));
+  at::Tensor scale = at::pow(2.0, at::randint(-60, 10, {n}, gen, at::kFloat));
   return (at::randn({n}, gen, at::kFloat) * scale).to(dtype);
 }
 
 TEST(GlooCommunicator, ReducesEveryElementInRankOrderInAllreduceAndReduceScatter) {
   // Each element is (((x0 + x1) + x2) + x3) in the tensor's dtype (float32 for 16-bit types, rounded
   // once), whatever the buffer's length, so that DDP at any bucket cap and ZeRO's reduce-scatter
-  // give the same bits at any world size. 786433: several chunks, and blocks of unequal length.
-  const int64_t n = 786433;
-  for (int world : {3, 4}) {
-    for (auto dtype : {at::kFloat, at::kDouble, at::kBFloat16}) {
-      const bool low = dtype == at::kBFloat16;
-      at::Tensor rankOrder = unevenValuesFor(0, n, dtype).to(low ? at::kFloat : dtype);
-      at::Tensor reversed = unevenValuesFor(world - 1, n, dtype).to(low ? at::kFloat : dtype);
-      for (int r = 1; r < world; ++r) rankOrder += unevenValuesFor(r, n, dtype);
-      for (int r = world - 2; r >= 0; --r) reversed += unevenValuesFor(r, n, dtype);
-      rankOrder = rankOrder.to(dtype);
-      std::string what = "world " + std::to_string(world) + ", " + c10::toString(dtype);
-      ASSERT_FALSE(at::equal(rankOrder, reversed.to(dtype))) << what << ": the values do not tell orders apart";
-      runRanks(world, [&](int rank, Communicator& comm) {
-        std::vector<at::Tensor> t{unevenValuesFor(rank, n, dtype)};
-        comm.allreduce(t, ReduceOp::kSum)->wait();
-        EXPECT_TRUE(at::equal(t[0], rankOrder)) << what << ", allreduce, rank " << rank;
-        const int64_t k = n / world;
-        at::Tensor out = at::empty({k}, dtype);
-        comm.reduceScatter(unevenValuesFor(rank, n, dtype).narrow(0, 0, world * k), out, ReduceOp::kSum)->wait();
-        EXPECT_TRUE(at::equal(out, rankOrder.narrow(0, rank * k, k))) << what << ", reduce_scatter, rank " << rank;
-      });
+  // give the same bits at any world size. 1001: small enough to go as whole buffers in one round;
+  // 786433: several chunks, and blocks of unequal length.
+  for (int64_t n : {int64_t(1001), int64_t(786433)}) {
+    for (int world : {3, 4}) {
+      for (auto dtype : {at::kFloat, at::kDouble, at::kBFloat16}) {
+        const bool low = dtype == at::kBFloat16;
+        at::Tensor rankOrder = unevenValuesFor(0, n, dtype).to(low ? at::kFloat : dtype);
+        at::Tensor reversed = unevenValuesFor(world - 1, n, dtype).to(low ? at::kFloat : dtype);
+        for (int r = 1; r < world; ++r) rankOrder += unevenValuesFor(r, n, dtype);
+        for (int r = world - 2; r >= 0; --r) reversed += unevenValuesFor(r, n, dtype);
+        rankOrder = rankOrder.to(dtype);
+        std::string what = "n " + std::to_string(n) + ", world " + std::to_string(world) + ", " + c10::toString(dtype);
+        ASSERT_FALSE(at::equal(rankOrder, reversed.to(dtype))) << what << ": the values do not tell orders apart";
+        runRanks(world, [&](int rank, Communicator& comm) {
+          std::vector<at::Tensor> t{unevenValuesFor(rank, n, dtype)};
+          comm.allreduce(t, ReduceOp::kSum)->wait();
+          EXPECT_TRUE(at::equal(t[0], rankOrder)) << what << ", allreduce, rank " << rank;
+          const int64_t k = n / world;
+          at::Tensor out = at::empty({k}, dtype);
+          comm.reduceScatter(unevenValuesFor(rank, n, dtype).narrow(0, 0, world * k), out, ReduceOp::kSum)->wait();
+          EXPECT_TRUE(at::equal(out, rankOrder.narrow(0, rank * k, k))) << what << ", reduce_scatter, rank " << rank;
+        });
+      }
     }
   }
 }
