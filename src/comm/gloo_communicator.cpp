@@ -4,10 +4,10 @@
 // bfloat16. We build them here, over c10d's point-to-point messages: the
 // reduce-scatter sends every rank its block in 1 MiB chunks and reduces each
 // chunk in rank order as it arrives (each rank sends (n-1)/n of the buffer, as
-// a ring reduce-scatter does); a floating-point allreduce is that reduce-scatter
-// then an all-gather, so every element is reduced in the same order by both
-// (DDP and ZeRO give the same bits) and AVG is SUM then a division; bfloat16
-// travels as its raw 16-bit pattern (viewed as float16) and is added in float32.
+// a ring reduce-scatter does); a floating-point allreduce reduces in the same
+// order (reduceBuffer says how), so DDP and ZeRO give the same bits; AVG is SUM
+// then a division; bfloat16 travels as its raw 16-bit pattern (viewed as
+// float16) and is added in float32.
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
