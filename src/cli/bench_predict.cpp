@@ -213,7 +213,7 @@ int runPredict(const PredictOptions& o, const std::vector<LinkSpec>& links, cons
                     dir));
   }
   in.software = measureSoftwareCost(o, threads, dir);
-  in.algorithm = o.backend == "mpi" ? AllreduceAlgorithm::kFastest : AllreduceAlgorithm::kDirect;
+  in.algorithm = o.backend == "mpi" ? AllreduceAlgorithm::kFastest : AllreduceAlgorithm::kRing;
   in.sharedCores = o.sharedCores;
   PredictReport report{o.config, o.backend, threads, in, {}, links};
   for (const LinkSpec& link : links) {

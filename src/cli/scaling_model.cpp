@@ -50,7 +50,6 @@ const char* toString(AllreduceAlgorithm algorithm) {
   switch (algorithm) {
     case AllreduceAlgorithm::kRing: return "ring";
     case AllreduceAlgorithm::kHalvingDoubling: return "halving-doubling";
-    case AllreduceAlgorithm::kDirect: return "direct exchange";
     case AllreduceAlgorithm::kFastest: return "ring or halving-doubling, whichever is faster";
   }
   return "?";
@@ -126,9 +125,7 @@ double allreduceSeconds(AllreduceAlgorithm algorithm, int64_t bytes, int workers
                     allreduceSeconds(AllreduceAlgorithm::kHalvingDoubling, bytes, workers, link, perByteSeconds));
   }
   const double n = workers;
-  // A direct exchange sends as many messages from each worker as a ring, 2(n - 1), but posts each
-  // round's at once: charged a latency each all the same (a bound: a worker's messages leave one by one).
-  const double hops = algorithm == AllreduceAlgorithm::kHalvingDoubling ? 2 * std::ceil(std::log2(n)) : 2 * (n - 1);
+  const double hops = algorithm == AllreduceAlgorithm::kRing ? 2 * (n - 1) : 2 * std::ceil(std::log2(n));
   const double moved = 2 * (n - 1) / n * static_cast<double>(bytes);
   return hops * link.latencySeconds + moved * (8 / link.bitsPerSecond + perByteSeconds);
 }

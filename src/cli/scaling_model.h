@@ -56,10 +56,10 @@ struct LinkSpec {
 /// "10gbit,1gbit@20us" -> links; ConfigError naming --link otherwise. `defaultLatency` where none is given.
 std::vector<LinkSpec> parseLinks(const std::string& text, double defaultLatencySeconds);
 
-/// lockstep's Gloo allreduce is a direct exchange (every rank sends each other rank its block, then
-/// its reduced block: two rounds of n - 1 messages each, posted together); OpenMPI picks per message size
-/// between a ring and halving-doubling (kFastest: the cheaper of the two).
-enum class AllreduceAlgorithm { kRing, kHalvingDoubling, kDirect, kFastest };
+/// Gloo's allreduce is a ring (between 2 workers c10d's; from 3, lockstep's direct exchange, which
+/// sends as many messages per worker, 2(n - 1), and is charged the same); OpenMPI picks per message
+/// size (kFastest: the cheaper of the two).
+enum class AllreduceAlgorithm { kRing, kHalvingDoubling, kFastest };
 const char* toString(AllreduceAlgorithm algorithm);
 
 /// "50us", "0.2ms", "0s" -> seconds; ConfigError naming `flag` otherwise.

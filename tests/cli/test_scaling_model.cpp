@@ -30,14 +30,13 @@ TEST(ScalingModel, ParsesLinksWithAndWithoutLatency) {
   EXPECT_THROW(parseLatencySeconds("25", "--latency"), ConfigError);
 }
 
-TEST(ScalingModel, AllreduceCostsOfRingDirectExchangeAndHalvingDoubling) {
+TEST(ScalingModel, AllreduceCostsOfRingAndHalvingDoubling) {
   LinkSpec gigabit{"1gbit", 1e9, 10e-6};
   // Two workers: each sends its 1 MB once (8 ms at 1 Gbit) over 2 hops.
   EXPECT_NEAR(allreduceSeconds(AllreduceAlgorithm::kRing, 1'000'000, 2, gigabit, 0), 8e-3 + 2 * 10e-6, 1e-12);
   // Eight: 2·7/8 of the bytes, 14 hops in a ring, 6 halving-doubling.
   const double wire = 2.0 * 7 / 8 * 8e-3;
   EXPECT_NEAR(allreduceSeconds(AllreduceAlgorithm::kRing, 1'000'000, 8, gigabit, 0), wire + 14 * 10e-6, 1e-12);
-  EXPECT_NEAR(allreduceSeconds(AllreduceAlgorithm::kDirect, 1'000'000, 8, gigabit, 0), wire + 14 * 10e-6, 1e-12);
   EXPECT_NEAR(allreduceSeconds(AllreduceAlgorithm::kHalvingDoubling, 1'000'000, 8, gigabit, 0), wire + 6 * 10e-6,
               1e-12);
   EXPECT_NEAR(allreduceSeconds(AllreduceAlgorithm::kFastest, 1'000'000, 8, gigabit, 0), wire + 6 * 10e-6, 1e-12);

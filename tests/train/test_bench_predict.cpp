@@ -49,7 +49,7 @@ TEST(BenchPredict, ProfilesOneAndTwoWorkersAndPredictsEveryLinkAndSize) {
   nlohmann::json doc;
   ASSERT_NO_THROW(doc = nlohmann::json::parse(r.out)) << r.out;
   EXPECT_EQ(doc.at("benchmark"), "predict");
-  EXPECT_EQ(doc.at("algorithm"), "direct exchange");
+  EXPECT_EQ(doc.at("algorithm"), "ring");
   EXPECT_EQ(doc.at("rows").size(), 8u);
   EXPECT_GE(doc.at("buckets").get<int>(), 2) << "bucket_cap_mb 0.01 splits the gradients";
   EXPECT_GT(doc.at("software").at("per_byte_seconds").get<double>(), 0);
