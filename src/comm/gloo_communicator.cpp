@@ -37,8 +37,8 @@ constexpr int64_t kWholeBufferBytes = int64_t(64) << 10;
 /// Chunks of a reduce-scatter received ahead of the one being reduced.
 constexpr int64_t kChunksInFlight = 4;
 
-/// The tag of lockstep's own point-to-point messages (the all-gather's); send() and recv()
-/// refuse it, so a program's messages cannot be taken for them.
+/// The tags of lockstep's own point-to-point messages (the all-gather's, the reduce-scatter's);
+/// send() and recv() refuse tags from kAllgatherTag on, so a program's messages cannot be taken for them.
 constexpr int kAllgatherTag = 1 << 30;
 constexpr int kReduceScatterTag = kAllgatherTag + 1;
 
@@ -274,8 +274,9 @@ class GlooCommunicator final : public Communicator {
   /// and the same as ZeRO's reduce-scatter): up to kWholeBufferBytes as one all-gather of the whole
   /// buffers and a local reduction; larger as a reduce-scatter then an all-gather, both point to
   /// point — except float32/float64 between 2 ranks, which take c10d's ring: two addends give one sum
-  /// in either order, and over a rate-limited link (bench_emulated_links, 50 Mbit) the ring's paced
-  /// segments kept the step 1.6x shorter than the point-to-point messages. bfloat16 and float16 travel
+  /// in either order, and over a rate-limited link (bench_emulated_links, 50 Mbit) the ring kept the
+  /// convnet's step 1.6x shorter than the point-to-point messages (why: not established, see
+  /// docs/communicator.md). bfloat16 and float16 travel
   /// as 2 bytes and are added in float32. Integers go through c10d's allreduce (exact in any order).
   static void reduceBuffer(const PG& pg, at::Tensor& buffer, ReduceOp op, int world, const CommErrorInfo& info) {
     if (world == 1) return;  // sum, avg, max and min of one value are that value
