@@ -56,9 +56,8 @@ struct LinkSpec {
 /// "10gbit,1gbit@20us" -> links; ConfigError naming --link otherwise. `defaultLatency` where none is given.
 std::vector<LinkSpec> parseLinks(const std::string& text, double defaultLatencySeconds);
 
-/// Gloo's allreduce is a ring (between 2 workers c10d's; from 3, lockstep's direct exchange, which
-/// sends as many messages per worker, 2(n - 1), and is charged the same); OpenMPI picks per message
-/// size (kFastest: the cheaper of the two).
+/// Gloo's allreduce is a ring (c10d's; up to 64 KB lockstep's one round of whole buffers, whose
+/// latency the ring's overstates); OpenMPI picks per message size (kFastest: the cheaper of the two).
 enum class AllreduceAlgorithm { kRing, kHalvingDoubling, kFastest };
 const char* toString(AllreduceAlgorithm algorithm);
 

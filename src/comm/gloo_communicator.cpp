@@ -4,10 +4,10 @@
 // bfloat16. We build them here, over c10d's point-to-point messages: the
 // reduce-scatter sends every rank its block in 1 MiB chunks and reduces each
 // chunk in rank order as it arrives (each rank sends (n-1)/n of the buffer, as
-// a ring reduce-scatter does); a floating-point allreduce reduces in the same
-// order (reduceBuffer says how), so DDP and ZeRO give the same bits; AVG is SUM
-// then a division; bfloat16 travels as its raw 16-bit pattern (viewed as
-// float16) and is added in float32.
+// a ring reduce-scatter does); small floating-point allreduces reduce in the
+// same order (reduceBuffer says which go where); AVG is SUM then a division;
+// bfloat16 travels as its raw 16-bit pattern (viewed as float16) and is added
+// in float32.
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -32,7 +32,7 @@ namespace {
 /// overlaps the transfer of the next.
 constexpr int64_t kChunkBytes = int64_t(1) << 20;
 /// Floating-point allreduces up to this size go as one all-gather of the whole buffers and a local
-/// reduction (one round of messages); larger ones as a reduce-scatter and an all-gather.
+/// reduction in rank order (one round of messages).
 constexpr int64_t kWholeBufferBytes = int64_t(64) << 10;
 /// Chunks of a reduce-scatter received ahead of the one being reduced.
 constexpr int64_t kChunksInFlight = 4;
@@ -193,10 +193,7 @@ class GlooCommunicator final : public Communicator {
     return submit(info, options, [pg = pg_, input, output, op, info, world = world_]() mutable {
       if (output.numel() == 0) return;
       auto out = output.view({-1});
-      const int64_t k = out.numel();
-      std::vector<int64_t> bounds;
-      for (int r = 0; r <= world; ++r) bounds.push_back(k * r);
-      reduceScatterInto(pg, input.view({-1}), bounds, out, op, info);
+      reduceScatterInto(pg, input.view({-1}), evenBounds(input.numel(), world), out, op, info);
     });
   }
 
@@ -269,20 +266,18 @@ class GlooCommunicator final : public Communicator {
     for (auto& work : works) waitBackend(work, info);
   }
 
-  /// Allreduce of one flat buffer. Floating point is reduced in rank order, element by element,
-  /// whatever the buffer's length or how it was bucketed (DDP at any bucket cap gives the same bits,
-  /// and the same as ZeRO's reduce-scatter): up to kWholeBufferBytes as one all-gather of the whole
-  /// buffers and a local reduction; larger as a reduce-scatter then an all-gather, both point to
-  /// point — except float32/float64 between 2 ranks, which take c10d's ring: two addends give one sum
-  /// in either order, and over a rate-limited link (bench_emulated_links, 50 Mbit) the ring kept the
-  /// convnet's step 1.6x shorter than the point-to-point messages (why: not established, see
-  /// docs/communicator.md). bfloat16 and float16 travel
-  /// as 2 bytes and are added in float32. Integers go through c10d's allreduce (exact in any order).
+  /// Allreduce of one flat buffer. Floating point up to kWholeBufferBytes: one round, every rank
+  /// gets every rank's whole buffer and reduces it in rank order itself, the same bits as the
+  /// reduce-scatter's (so DDP with small buckets equals ZeRO's reduce-scatter at any world size).
+  /// bfloat16 and float16 beyond that: the reduce-scatter then the all-gather (c10d has no bfloat16;
+  /// they travel as 2 bytes and are added in float32). Everything else, large float32/float64
+  /// included, goes through c10d's allreduce, a ring: the point-to-point reduce-scatter and
+  /// all-gather were faster on loopback, but over a 50 Mbit emulated link they made the convnet's
+  /// step 1.6-1.7x longer at 2 and 3 hosts (docs/communicator.md).
   static void reduceBuffer(const PG& pg, at::Tensor& buffer, ReduceOp op, int world, const CommErrorInfo& info) {
     if (world == 1) return;  // sum, avg, max and min of one value are that value
+    const bool lowPrecision = buffer.scalar_type() == at::kHalf || buffer.scalar_type() == at::kBFloat16;
     if (at::isFloatingType(buffer.scalar_type()) && buffer.nbytes() <= kWholeBufferBytes) {
-      // One round instead of two: every rank gets every rank's whole buffer and reduces it in
-      // rank order itself, the same bits as the reduce-scatter's.
       at::Tensor all = at::empty({world, buffer.numel()}, buffer.options());
       std::vector<at::Tensor> rows;
       for (int r = 0; r < world; ++r) rows.push_back(all[r]);
@@ -290,13 +285,11 @@ class GlooCommunicator final : public Communicator {
       reduceInRankOrder(rows, buffer, op, world);
       return;
     }
-    const bool wordFloat = buffer.scalar_type() == at::kFloat || buffer.scalar_type() == at::kDouble;
-    if (at::isFloatingType(buffer.scalar_type()) && !(world == 2 && wordFloat)) {
+    if (lowPrecision) {
       const std::vector<int64_t> bounds = evenBounds(buffer.numel(), world);
-      const int rank = pg->getRank();
       std::vector<at::Tensor> parts;
       for (int r = 0; r < world; ++r) parts.push_back(buffer.narrow(0, bounds[r], bounds[r + 1] - bounds[r]));
-      at::Tensor& mine = parts[static_cast<size_t>(rank)];
+      at::Tensor& mine = parts[static_cast<size_t>(pg->getRank())];
       reduceScatterInto(pg, buffer, bounds, mine, op, info);
       allgatherInto(pg, mine, parts, info);
       return;
