@@ -18,9 +18,10 @@ trap 'rm -rf "$OUT"' EXIT
 A=gloo B=mpi
 [ -n "${BASE_LIBS:-}" ] && A=base B=gloo
 side() {  # side NAME: one run of the benchmark, its rows tagged NAME
-  local backend="$1" libs=""
-  [ "$1" = base ] && backend=gloo libs="$BASE_LIBS"
-  LD_LIBRARY_PATH="$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$BIN" run -np "$NP" --threads 1 --backend "$backend" \
+  local backend="$1" path="${LD_LIBRARY_PATH:-}"
+  # base: the earlier libraries first (no empty entry, which would mean the current directory)
+  [ "$1" = base ] && backend=gloo path="$BASE_LIBS${path:+:$path}"
+  LD_LIBRARY_PATH="$path" "$BIN" run -np "$NP" --threads 1 --backend "$backend" \
       --no-prefix -- "$BIN" bench allreduce --bytes "$SIZES" 2>&1 | awk -v b="$1" '$1 ~ /^[0-9]+$/ { print b, $1, $4, $6 }'
 }
 for round in $(seq 1 "$ROUNDS"); do
