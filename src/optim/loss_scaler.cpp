@@ -2,6 +2,7 @@
 #include "lockstep/optim/loss_scaler.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 #include <torch/optim/optimizer.h>
 
 #include <vector>
@@ -10,6 +11,32 @@
 #include "lockstep/common/error.h"
 
 namespace lockstep {
+
+namespace {
+
+/// Divides GPU gradients by `scale` with ATen's fused unscale-and-check kernel
+/// (the one PyTorch's GradScaler uses), one launch and one host sync per
+/// device instead of one sync per tensor; returns whether any was not finite.
+/// LibTorch 1.13 has this kernel for CUDA only, hence the CPU loop in unscale().
+bool unscaleOnDevices(const std::vector<at::Tensor>& grads, double scale) {
+  bool found = false;
+  std::vector<at::Tensor> left = grads;
+  while (!left.empty()) {
+    const at::Device device = left.front().device();
+    std::vector<at::Tensor> here, elsewhere;
+    for (auto& g : left) (g.device() == device ? here : elsewhere).push_back(g);
+    const auto options = at::TensorOptions().dtype(at::kFloat).device(device);
+    at::Tensor foundInf = at::zeros({1}, options);
+    // The reciprocal in double, then float, as GradScaler computes it.
+    at::Tensor inverse = at::full({1}, static_cast<float>(1.0 / scale), options);
+    at::_amp_foreach_non_finite_check_and_unscale_(here, foundInf, inverse);
+    found = foundInf.item<float>() > 0 || found;
+    left = std::move(elsewhere);
+  }
+  return found;
+}
+
+}  // namespace
 
 LossScaler::LossScaler(std::shared_ptr<Communicator> comm, LossScalerOptions options)
     : comm_(std::move(comm)), options_(options), scale_(options.initScale) {
@@ -27,18 +54,23 @@ at::Tensor LossScaler::scale(const at::Tensor& loss) const { return loss * scale
 void LossScaler::unscale(torch::optim::Optimizer& optimizer) {
   LOCKSTEP_CHECK(!unscaled_, "LossScaler::unscale called twice in one step (call update() after each step)");
   unscaled_ = true;
-  const double inverse = 1.0 / scale_;
+  std::vector<at::Tensor> accelerated;  // gradients not on the CPU, unscaled below in one fused pass
   bool found = false;
-  at::NoGradGuard noGrad;
+  c10::NoGradGuard noGrad;
   for (auto& group : optimizer.param_groups()) {
     for (auto& p : group.params()) {
       at::Tensor& g = p.mutable_grad();
       if (!g.defined()) continue;
-      g.mul_(inverse);
+      if (!g.device().is_cpu()) {
+        accelerated.push_back(g);
+        continue;
+      }
+      g.mul_(1.0 / scale_);
       // isfinite over every element: a sum could overflow on finite values.
       if (!found && !at::isfinite(g).all().item<bool>()) found = true;
     }
   }
+  found = unscaleOnDevices(accelerated, scale_) || found;
   if (comm_ && comm_->size() > 1) {
     std::vector<at::Tensor> flag{at::full({1}, found ? 1.0f : 0.0f)};
     comm_->allreduce(flag, ReduceOp::kMax)->wait();
