@@ -5,18 +5,18 @@
 #include "lockstep/nn/activation_checkpoint.h"
 
 #include <ATen/ATen.h>
-#include <ATen/CPUGeneratorImpl.h>
-#include <ATen/autocast_mode.h>
+#include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/nn/modules/container/sequential.h>
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <mutex>
 
 #include "lockstep/common/error.h"
-#include "lockstep/nn/precision.h"
+#include "nn/autocast_scope.h"
 
 namespace lockstep {
 
@@ -25,34 +25,56 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-at::Tensor cpuGeneratorState() {
-  auto gen = at::detail::getDefaultCPUGenerator();
+/// A generator's state, with the device it belongs to.
+struct RngState {
+  at::Device device;
+  at::Tensor state;
+};
+
+at::Generator defaultGenerator(const at::Device& device) { return at::globalContext().defaultGenerator(device); }
+
+at::Tensor generatorState(const at::Device& device) {
+  at::Generator gen = defaultGenerator(device);
   std::lock_guard<std::mutex> lock(gen.mutex());
   return gen.get_state();
 }
 
-void setCpuGeneratorState(const at::Tensor& state) {
-  auto gen = at::detail::getDefaultCPUGenerator();
+void setGeneratorState(const at::Device& device, const at::Tensor& state) {
+  at::Generator gen = defaultGenerator(device);
   std::lock_guard<std::mutex> lock(gen.mutex());
   gen.set_state(state);
 }
 
-/// Sets the CPU generator to `state` while alive; puts the state it found back.
+/// The states of the CPU generator and of the default generator of every
+/// other device an input lives on (a GPU's dropout draws from its own).
+std::vector<RngState> captureRng(const std::vector<at::Tensor>& inputs) {
+  std::vector<RngState> states{{at::Device(at::kCPU), generatorState(at::Device(at::kCPU))}};
+  for (const auto& x : inputs) {
+    if (!x.defined() || x.device().is_cpu()) continue;
+    const bool seen =
+        std::any_of(states.begin(), states.end(), [&](const RngState& s) { return s.device == x.device(); });
+    if (!seen) states.push_back({x.device(), generatorState(x.device())});
+  }
+  return states;
+}
+
+/// Sets the generators to `states` while alive; puts the states it found back.
 class ReplayRng {
  public:
-  explicit ReplayRng(const at::Tensor& state) {
-    if (!state.defined()) return;
-    saved_ = cpuGeneratorState();
-    setCpuGeneratorState(state);
+  explicit ReplayRng(const std::vector<RngState>& states) {
+    for (const auto& s : states) {
+      saved_.push_back({s.device, generatorState(s.device)});
+      setGeneratorState(s.device, s.state);
+    }
   }
   ~ReplayRng() {
-    if (saved_.defined()) setCpuGeneratorState(saved_);
+    for (const auto& s : saved_) setGeneratorState(s.device, s.state);
   }
   ReplayRng(const ReplayRng&) = delete;
   ReplayRng& operator=(const ReplayRng&) = delete;
 
  private:
-  at::Tensor saved_;
+  std::vector<RngState> saved_;
 };
 
 /// Copies the buffers of `modules` now and writes the copies back when destroyed.
@@ -67,7 +89,7 @@ class RestoreBuffers {
     }
   }
   ~RestoreBuffers() {
-    at::NoGradGuard noGrad;
+    c10::NoGradGuard noGrad;
     for (auto& [buffer, copy] : saved_) buffer.copy_(copy);
   }
   RestoreBuffers(const RestoreBuffers&) = delete;
@@ -82,9 +104,10 @@ class RestoreBuffers {
 struct CheckpointState : torch::CustomClassHolder {
   TensorsFn ownedFn;
   ActivationCheckpointOptions options;
-  at::Tensor rngState;
-  bool bf16Autocast = false;  // the forward ran under bf16 autocast: so must the recomputation
-  size_t numInputs = 0;       // the caller's inputs; one more (the anchor) is passed to apply()
+  std::vector<RngState> rngStates;  // empty unless options.preserveRngState
+  // The forward's autocast state per device type: the recomputation runs under it too.
+  detail::AutocastState cpuAutocast, cudaAutocast;
+  size_t numInputs = 0;  // the caller's inputs; one more (the anchor) is passed to apply()
 };
 
 void checkOutputs(const std::vector<at::Tensor>& outputs, const std::string& name) {
@@ -98,8 +121,8 @@ struct CheckpointFunction : public torch::autograd::Function<CheckpointFunction>
   // `inputs` must be a TensorList: Function::apply sees the tensors of a
   // TensorList argument, while a std::vector would pass as an opaque value.
   static variable_list forward(AutogradContext* ctx, c10::intrusive_ptr<CheckpointState> state, at::TensorList inputs) {
-    if (state->options.preserveRngState) state->rngState = cpuGeneratorState();
     std::vector<at::Tensor> userInputs(inputs.begin(), inputs.begin() + static_cast<int64_t>(state->numInputs));
+    if (state->options.preserveRngState) state->rngStates = captureRng(userInputs);
     std::vector<at::Tensor> outputs = state->ownedFn(userInputs);
     checkOutputs(outputs, state->options.name);
     ctx->save_for_backward(userInputs);
@@ -124,11 +147,12 @@ struct CheckpointFunction : public torch::autograd::Function<CheckpointFunction>
     RestoreBuffers buffers(state->options.modules);
     std::vector<at::Tensor> recomputed;
     {
-      ReplayRng rng(state->rngState);
-      // Backward runs outside the caller's autocast scope; the recomputation
-      // must compute in the precision the forward did.
-      AutocastGuard amp(state->bf16Autocast ? Precision::kBf16 : Precision::kFp32);
-      at::AutoGradMode gradOn(true);
+      ReplayRng rng(state->rngStates);
+      // Backward runs outside the caller's autocast scope (a GPU's on another
+      // thread); the recomputation must compute in the precision the forward did.
+      detail::AutocastScope cpuAmp(at::kCPU, state->cpuAutocast);
+      detail::AutocastScope cudaAmp(at::kCUDA, state->cudaAutocast);
+      c10::AutoGradMode gradOn(true);
       recomputed = state->ownedFn(detached);
     }
     checkOutputs(recomputed, state->options.name);
@@ -156,7 +180,7 @@ struct CheckpointFunction : public torch::autograd::Function<CheckpointFunction>
 std::vector<at::Tensor> checkpoint(const TensorsFn& fn, const std::vector<at::Tensor>& inputs,
                                    const ActivationCheckpointOptions& options) {
   LOCKSTEP_CHECK(static_cast<bool>(fn), options.name, " is empty (no callable)");
-  if (!at::GradMode::is_enabled()) {
+  if (!c10::GradMode::is_enabled()) {
     std::vector<at::Tensor> outputs = fn(inputs);
     checkOutputs(outputs, options.name);
     return outputs;
@@ -165,7 +189,8 @@ std::vector<at::Tensor> checkpoint(const TensorsFn& fn, const std::vector<at::Te
   state->ownedFn = fn;
   state->options = options;
   state->numInputs = inputs.size();
-  state->bf16Autocast = at::autocast::is_cpu_enabled() && at::autocast::get_autocast_cpu_dtype() == at::kBFloat16;
+  state->cpuAutocast = detail::autocastState(at::kCPU);
+  state->cudaAutocast = detail::autocastState(at::kCUDA);
   // Parameters are not inputs of the function: when no input requires grad
   // (the first segment sees the data) autograd would record nothing. An
   // anchor that requires grad makes sure the node is recorded.

@@ -2,7 +2,6 @@
 #include "lockstep/nn/precision.h"
 
 #include <ATen/ATen.h>
-#include <ATen/autocast_mode.h>
 
 #include <fmt/format.h>
 
@@ -11,6 +10,7 @@
 #include <vector>
 
 #include "lockstep/common/enum_names.h"
+#include "nn/autocast_scope.h"
 
 namespace lockstep {
 
@@ -57,22 +57,12 @@ std::string bf16SpeedWarning(double slowdown) {
       slowdown);
 }
 
-AutocastGuard::AutocastGuard(Precision precision) : active_(precision == Precision::kBf16) {
-  if (!active_) return;
-  previousEnabled_ = at::autocast::is_cpu_enabled();
-  previousDtype_ = static_cast<int>(at::autocast::get_autocast_cpu_dtype());
-  at::autocast::set_cpu_enabled(true);
-  at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
-  at::autocast::increment_nesting();
+AutocastGuard::AutocastGuard(Precision precision) {
+  if (precision == Precision::kBf16) {
+    scope_ = std::make_unique<detail::AutocastScope>(c10::DeviceType::CPU, detail::AutocastState{true, at::kBFloat16});
+  }
 }
 
-AutocastGuard::~AutocastGuard() {
-  if (!active_) return;
-  // The cast cache holds bf16 copies of the weights for the scope; they are
-  // stale once the optimizer steps, so the outermost guard drops them.
-  if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-  at::autocast::set_cpu_enabled(previousEnabled_);
-  at::autocast::set_autocast_cpu_dtype(static_cast<at::ScalarType>(previousDtype_));
-}
+AutocastGuard::~AutocastGuard() = default;
 
 }  // namespace lockstep

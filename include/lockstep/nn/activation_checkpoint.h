@@ -13,16 +13,17 @@
 // segment's activations, for about one extra forward per step.
 //
 // Exactness, which the tests check bit for bit against the plain call:
-// - RNG: the CPU generator's state is saved before the first forward and
-//   restored for the recomputation (dropout draws the same mask), then put
-//   back, so the random stream after backward is the plain run's.
+// - RNG: the states of the CPU generator and of the default generator of
+//   every other device an input lives on (a GPU's) are saved before the first
+//   forward and restored for the recomputation (dropout draws the same mask),
+//   then put back, so the random stream after backward is the plain run's.
 // - Buffers: the recomputation must not update BatchNorm running statistics a
 //   second time. The buffers of the modules named in `modules` are copied just
 //   before the recomputation and restored after it, so they change once per
 //   forward, as without checkpointing. A generic callable must name the
 //   modules whose buffers it updates; checkpointSequential names its own.
-// - Autocast: the recomputation runs under the bf16 autocast the forward ran
-//   under (backward itself runs outside the caller's AutocastGuard).
+// - Autocast: the recomputation runs under the CPU and CUDA autocast state
+//   the forward ran under (backward itself runs outside the caller's scope).
 // - DDP: the parameters' gradients are produced inside the outer backward by
 //   a nested one, so their autograd hooks (gradient buckets) fire once per
 //   backward, in segment order — for a parameter used in one place only. A
@@ -36,8 +37,8 @@
 // With grad mode off (validation, generation) the function simply runs.
 // Errors: a function that returns no tensor, or an undefined one, throws
 // lockstep::Error naming the segment (`name`). Not for functions whose
-// output depends on state other than the inputs, the parameters, the CPU
-// generator and the named buffers.
+// output depends on state other than the inputs, the parameters, the
+// generators above and the named buffers.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -58,7 +59,7 @@ namespace lockstep {
 struct ActivationCheckpointOptions {
   /// Modules (and their submodules) whose buffers the recomputation restores.
   std::vector<std::shared_ptr<torch::nn::Module>> modules;
-  /// Save and replay the CPU generator's state (dropout). Off: slightly cheaper, masks differ.
+  /// Save and replay the generators' states (dropout). Off: slightly cheaper, masks differ.
   bool preserveRngState = true;
   /// How errors name this call ("segment 2 of 4").
   std::string name = "checkpointed function";

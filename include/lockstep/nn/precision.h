@@ -22,9 +22,14 @@
 // Precision::kFp32 makes a guard that changes nothing.
 #pragma once
 
+#include <memory>
 #include <string>
 
 namespace lockstep {
+
+namespace detail {
+class AutocastScope;
+}
 
 /// Config key `precision` (fp32, bf16).
 enum class Precision { kFp32, kBf16 };
@@ -49,9 +54,7 @@ class AutocastGuard {
   AutocastGuard& operator=(const AutocastGuard&) = delete;
 
  private:
-  bool active_ = false;
-  bool previousEnabled_ = false;
-  int previousDtype_ = 0;  // at::ScalarType, kept out of this header
+  std::unique_ptr<detail::AutocastScope> scope_;  // null for kFp32
 };
 
 }  // namespace lockstep
