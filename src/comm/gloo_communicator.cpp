@@ -14,6 +14,7 @@
 
 #include <fmt/format.h>
 
+#include <limits>
 #include <map>
 
 #include "comm/collective_args.h"
@@ -28,14 +29,24 @@ namespace lockstep {
 
 namespace {
 
-/// Bytes of one message of a reduce-scatter: a block goes in chunks, so that the reduction of one
-/// overlaps the transfer of the next.
-constexpr int64_t kChunkBytes = int64_t(1) << 20;
 /// Floating-point allreduces up to this size go as one all-gather of the whole buffers and a local
 /// reduction in rank order (one round of messages).
 constexpr int64_t kWholeBufferBytes = int64_t(64) << 10;
 /// Chunks of a reduce-scatter received ahead of the one being reduced.
 constexpr int64_t kChunksInFlight = 4;
+
+/// How lockstep's own reduce-scatter and all-gather put their chunks on the wire. Between ranks of
+/// one host (loopback) everything is posted at once, in 1 MiB chunks: that was 1.3x faster than
+/// c10d's ring for large buffers. Across hosts, a chunk of 128 KiB goes to a peer only once the
+/// chunk before the previous one has come from every peer: all at once filled a slow link's queue
+/// in both directions and ran at about half its rate (docs/communicator.md, "Pacing").
+struct Pacing {
+  int64_t chunkBytes;
+  int64_t window;  ///< chunks sent ahead of the ones received
+  bool oneHost;
+};
+constexpr Pacing kLoopbackPacing{int64_t(1) << 20, std::numeric_limits<int64_t>::max() / 2, true};
+constexpr Pacing kNetworkPacing{int64_t(128) << 10, 1, false};
 
 /// The tags of lockstep's own point-to-point messages (the all-gather's, the reduce-scatter's);
 /// send() and recv() refuse tags from kAllgatherTag on, so a program's messages cannot be taken for them.
@@ -100,6 +111,7 @@ struct GlooGroupContext {
   std::string prefix;  // of this communicator's keys in the store; a group's lie below
   std::string name;    // empty for the world
   std::vector<int> globalRanks;
+  Pacing pacing;  // the world's: a group's ranks are on one host when the world's are
 };
 
 PG connect(const Store& store, const std::string& prefix, int rank, int world,
@@ -124,7 +136,8 @@ class GlooCommunicator final : public Communicator {
                            context_.options,
                            fmt::format("{}/split{}/color{}", context_.prefix, index, color),
                            detail::groupName(name, color),
-                           {}};
+                           {},
+                           context_.pacing};
     for (int member : plan.members) child.globalRanks.push_back(context_.globalRanks[static_cast<size_t>(member)]);
     const int size = static_cast<int>(plan.members.size());
     CommErrorInfo info;
@@ -146,11 +159,11 @@ class GlooCommunicator final : public Communicator {
   WorkHandle allreduce(std::vector<at::Tensor>& tensors, ReduceOp op, const CollectiveOptions& options) override {
     CommErrorInfo info = args_.allreduce(tensors, op);
     auto tensorsCopy = tensors;
-    return submit(info, options, [pg = pg_, tensorsCopy, op, info, world = world_]() mutable {
+    return submit(info, options, [pg = pg_, tensorsCopy, op, info, world = world_, pacing = context_.pacing]() mutable {
       // Fuse per dtype: one message per dtype, whatever the number of tensors.
       for (auto& [dtype, group] : groupByDtype(tensorsCopy)) {
         at::Tensor buffer = group.size() == 1 ? group[0].view({-1}) : flatten(group);
-        reduceBuffer(pg, buffer, op, world, info);
+        reduceBuffer(pg, buffer, op, world, pacing, info);
         if (group.size() > 1) unflatten(buffer, group);
       }
     });
@@ -190,11 +203,12 @@ class GlooCommunicator final : public Communicator {
   WorkHandle reduceScatter(const at::Tensor& input, at::Tensor& output, ReduceOp op,
                            const CollectiveOptions& options) override {
     CommErrorInfo info = args_.reduceScatter(input, output, op);
-    return submit(info, options, [pg = pg_, input, output, op, info, world = world_]() mutable {
-      if (output.numel() == 0) return;
-      auto out = output.view({-1});
-      reduceScatterInto(pg, input.view({-1}), evenBounds(input.numel(), world), out, op, info);
-    });
+    return submit(info, options,
+                  [pg = pg_, input, output, op, info, world = world_, pacing = context_.pacing]() mutable {
+                    if (output.numel() == 0) return;
+                    auto out = output.view({-1});
+                    reduceScatterInto(pg, input.view({-1}), evenBounds(input.numel(), world), out, op, pacing, info);
+                  });
   }
 
   WorkHandle barrier(const CollectiveOptions& options) override {
@@ -242,56 +256,83 @@ class GlooCommunicator final : public Communicator {
 
   WorkHandle submitAllgather(const at::Tensor& input, std::vector<at::Tensor> outputs, const CommErrorInfo& info,
                              const CollectiveOptions& options) {
-    return submit(info, options, [pg = pg_, input, outputs, info]() mutable {
-      if (input.numel() > 0) allgatherInto(pg, input.view({-1}), outputs, info);
+    return submit(info, options, [pg = pg_, input, outputs, info, pacing = context_.pacing]() mutable {
+      if (input.numel() > 0) allgatherInto(pg, input.view({-1}), outputs, pacing, info);
     });
   }
 
-  /// outputs[r] = rank r's `in`, each part straight into its place by point-to-point messages,
-  /// all posted at once (no staging buffer, no copy but this rank's own part, none when `in` is
-  /// it; c10d's Gloo all-gather receives into a flat buffer of all the outputs and copies them out).
-  static void allgatherInto(const PG& pg, const at::Tensor& in, std::vector<at::Tensor>& outputs,
+  /// outputs[r] = rank r's `in`, each part straight into its place by point-to-point messages in
+  /// chunks sent as `pacing` says (no staging buffer, no copy but this rank's own part, none when
+  /// `in` is it; c10d's Gloo all-gather receives into a flat buffer of all the outputs and copies
+  /// them out).
+  static void allgatherInto(const PG& pg, const at::Tensor& in, std::vector<at::Tensor>& outputs, const Pacing& pacing,
                             const CommErrorInfo& info) {
     const int rank = pg->getRank();
+    const int world = static_cast<int>(outputs.size());
     at::Tensor& mine = outputs[static_cast<size_t>(rank)];
     if (mine.data_ptr() != in.data_ptr()) mine.copy_(in);
-    std::vector<c10::intrusive_ptr<c10d::Work>> works;
-    for (int r = 0; r < static_cast<int>(outputs.size()); ++r) {
-      if (r == rank) continue;
-      std::vector<at::Tensor> out{wireView(in)};
-      works.push_back(pg->send(out, r, kAllgatherTag));
-      std::vector<at::Tensor> back{wireView(outputs[static_cast<size_t>(r)])};
-      works.push_back(pg->recv(back, r, kAllgatherTag));
+    const int64_t chunk = std::max<int64_t>(1, pacing.chunkBytes / static_cast<int64_t>(in.element_size()));
+    const auto chunksOf = [&](int64_t n) { return (n + chunk - 1) / chunk; };
+    const auto piece = [&](const at::Tensor& t, int64_t c) {
+      return wireView(t.narrow(0, c * chunk, std::min(chunk, t.numel() - c * chunk)));
+    };
+    int64_t mostChunks = 0;
+    for (const auto& out : outputs) mostChunks = std::max(mostChunks, chunksOf(out.numel()));
+    std::vector<std::vector<c10::intrusive_ptr<c10d::Work>>> arrivals(static_cast<size_t>(mostChunks));
+    for (int64_t c = 0; c < mostChunks; ++c) {
+      for (int r = 0; r < world; ++r) {
+        const at::Tensor& out = outputs[static_cast<size_t>(r)];
+        if (r == rank || c >= chunksOf(out.numel())) continue;
+        std::vector<at::Tensor> back{piece(out, c)};
+        arrivals[static_cast<size_t>(c)].push_back(pg->recv(back, r, kAllgatherTag));
+      }
     }
-    for (auto& work : works) waitBackend(work, info);
+    std::vector<c10::intrusive_ptr<c10d::Work>> sends;
+    int64_t posted = 0;
+    const auto postSendsUpTo = [&](int64_t end) {
+      for (; posted < std::min(end, chunksOf(in.numel())); ++posted) {
+        for (int r = 0; r < world; ++r) {
+          if (r == rank) continue;
+          std::vector<at::Tensor> out{piece(in, posted)};
+          sends.push_back(pg->send(out, r, kAllgatherTag));
+        }
+      }
+    };
+    postSendsUpTo(pacing.window);
+    for (int64_t c = 0; c < mostChunks; ++c) {
+      for (auto& work : arrivals[static_cast<size_t>(c)]) waitBackend(work, info);
+      postSendsUpTo(c + 1 + pacing.window);
+    }
+    postSendsUpTo(chunksOf(in.numel()));
+    for (auto& work : sends) waitBackend(work, info);
   }
 
   /// Allreduce of one flat buffer. Floating point up to kWholeBufferBytes: one round, every rank
   /// gets every rank's whole buffer and reduces it in rank order itself, the same bits as the
   /// reduce-scatter's (so DDP with small buckets equals ZeRO's reduce-scatter at any world size).
-  /// bfloat16 and float16 beyond that: the reduce-scatter then the all-gather (c10d has no bfloat16;
-  /// they travel as 2 bytes and are added in float32). Everything else, large float32/float64
-  /// included, goes through c10d's allreduce, a ring: the point-to-point reduce-scatter and
-  /// all-gather were faster on loopback, but over a 50 Mbit emulated link they made the convnet's
-  /// step 1.6-1.7x longer at 2 and 3 hosts (docs/communicator.md).
-  static void reduceBuffer(const PG& pg, at::Tensor& buffer, ReduceOp op, int world, const CommErrorInfo& info) {
+  /// bfloat16 and float16 beyond that, and float32/float64 between ranks of one host: the
+  /// reduce-scatter then the all-gather (c10d has no bfloat16; they travel as 2 bytes and are added
+  /// in float32). Large float32/float64 across hosts, and integers: c10d's allreduce, a ring, as fast
+  /// as the paced reduce-scatter and all-gather over a 50 Mbit link and not paced by lockstep.
+  static void reduceBuffer(const PG& pg, at::Tensor& buffer, ReduceOp op, int world, const Pacing& pacing,
+                           const CommErrorInfo& info) {
     if (world == 1) return;  // sum, avg, max and min of one value are that value
     const bool lowPrecision = buffer.scalar_type() == at::kHalf || buffer.scalar_type() == at::kBFloat16;
     if (at::isFloatingType(buffer.scalar_type()) && buffer.nbytes() <= kWholeBufferBytes) {
       at::Tensor all = at::empty({world, buffer.numel()}, buffer.options());
       std::vector<at::Tensor> rows;
       for (int r = 0; r < world; ++r) rows.push_back(all[r]);
-      allgatherInto(pg, buffer, rows, info);
+      allgatherInto(pg, buffer, rows, pacing, info);
       reduceInRankOrder(rows, buffer, op, world);
       return;
     }
-    if (lowPrecision) {
+    if (lowPrecision || (pacing.oneHost && at::isFloatingType(buffer.scalar_type()))) {
       const std::vector<int64_t> bounds = evenBounds(buffer.numel(), world);
       std::vector<at::Tensor> parts;
       for (int r = 0; r < world; ++r) parts.push_back(buffer.narrow(0, bounds[r], bounds[r + 1] - bounds[r]));
       at::Tensor& mine = parts[static_cast<size_t>(pg->getRank())];
-      reduceScatterInto(pg, buffer, bounds, mine, op, info);
-      allgatherInto(pg, mine, parts, info);
+      reduceScatterInto(pg, buffer, bounds, mine, op, pacing, info);
+      allgatherInto(pg, mine, parts, pacing, info);
       return;
     }
     std::vector<at::Tensor> wire{buffer};
@@ -309,11 +350,11 @@ class GlooCommunicator final : public Communicator {
   }
 
   /// output = the reduction over ranks of block `rank` of `input` (bounds[r] up to bounds[r + 1] is
-  /// block r); output may be that block of input itself. Every block goes to its rank in chunks of
-  /// kChunkBytes, all posted at once, each chunk reduced as soon as every rank's has come while later
-  /// ones are still on the wire. Each element is reduced in rank order (((x0 + x1) + x2) + ...).
+  /// block r); output may be that block of input itself. Every block goes to its rank in chunks
+  /// sent as `pacing` says, each chunk reduced as soon as every rank's has come while later ones are
+  /// still on the wire. Each element is reduced in rank order (((x0 + x1) + x2) + ...).
   static void reduceScatterInto(const PG& pg, const at::Tensor& input, const std::vector<int64_t>& bounds,
-                                at::Tensor& output, ReduceOp op, const CommErrorInfo& info) {
+                                at::Tensor& output, ReduceOp op, const Pacing& pacing, const CommErrorInfo& info) {
     const int rank = pg->getRank();
     const int world = static_cast<int>(bounds.size()) - 1;
     const auto blockOf = [&](const at::Tensor& t, int r) {
@@ -326,20 +367,27 @@ class GlooCommunicator final : public Communicator {
       return;
     }
     const int64_t k = own.numel();
-    const int64_t chunk = std::max<int64_t>(1, kChunkBytes / static_cast<int64_t>(input.element_size()));
+    const int64_t chunk = std::max<int64_t>(1, pacing.chunkBytes / static_cast<int64_t>(input.element_size()));
     const auto chunksOf = [&](int64_t n) { return (n + chunk - 1) / chunk; };
     const int64_t ownChunks = chunksOf(k);
     int64_t mostChunks = 0;
     for (int r = 0; r < world; ++r) mostChunks = std::max(mostChunks, chunksOf(blockOf(input, r).numel()));
+    // Chunk c goes to every rank once chunk c - window of this rank's block has come from every
+    // rank (Pacing).
     std::vector<c10::intrusive_ptr<c10d::Work>> sends;
-    for (int64_t c = 0; c < mostChunks; ++c) {
-      for (int r = 0; r < world; ++r) {
-        at::Tensor block = blockOf(input, r);
-        if (r == rank || c >= chunksOf(block.numel())) continue;
-        std::vector<at::Tensor> out{wireView(block.narrow(0, c * chunk, std::min(chunk, block.numel() - c * chunk)))};
-        sends.push_back(pg->send(out, r, kReduceScatterTag));
+    int64_t posted = 0;
+    const auto postSendsUpTo = [&](int64_t end) {
+      for (; posted < std::min(end, mostChunks); ++posted) {
+        for (int r = 0; r < world; ++r) {
+          at::Tensor block = blockOf(input, r);
+          if (r == rank || posted >= chunksOf(block.numel())) continue;
+          std::vector<at::Tensor> out{
+              wireView(block.narrow(0, posted * chunk, std::min(chunk, block.numel() - posted * chunk)))};
+          sends.push_back(pg->send(out, r, kReduceScatterTag));
+        }
       }
-    }
+    };
+    postSendsUpTo(pacing.window);
     // Chunk c from rank r arrives in slot c % slots, row r (the row of this rank is unused):
     // a few MiB that stay in cache, however large the block.
     const int64_t slots = std::min(kChunksInFlight, ownChunks);
@@ -366,7 +414,9 @@ class GlooCommunicator final : public Communicator {
       at::Tensor out = slice(output, c);
       reduceInRankOrder(pieces, out, op, world);
       if (c + slots < ownChunks) expect(c + slots);
+      postSendsUpTo(c + 1 + pacing.window);
     }
+    postSendsUpTo(mostChunks);
     for (auto& work : sends) waitBackend(work, info);
   }
 
@@ -416,6 +466,20 @@ PG connect(const Store& store, const std::string& prefix, int rank, int world,
   }
 }
 
+/// kLoopbackPacing when every rank's transport binds the same address (one host), else
+/// kNetworkPacing. An interface name says nothing about the host: kNetworkPacing.
+Pacing pacingOf(const Store& store, const GlooOptions& o) {
+  const std::string address = o.interface.empty() ? o.hostname : "";
+  Store keys = store.withPrefix("lockstep/gloo/address");
+  keys.set(std::to_string(o.rank), std::vector<uint8_t>(address.begin(), address.end()));
+  bool same = !address.empty();
+  for (int r = 0; r < o.worldSize; ++r) {
+    const std::vector<uint8_t> theirs = keys.get(std::to_string(r));
+    same = same && std::string(theirs.begin(), theirs.end()) == address;
+  }
+  return same ? kLoopbackPacing : kNetworkPacing;
+}
+
 }  // namespace
 
 std::shared_ptr<Communicator> makeGlooCommunicator(const Store& store, const GlooOptions& o) {
@@ -447,7 +511,7 @@ std::shared_ptr<Communicator> makeGlooCommunicator(const Store& store, const Glo
     throw CommError(info);
   }
   PG pg = connect(store, "lockstep/gloo", o.rank, o.worldSize, options, info);
-  GlooGroupContext world{store, options, "lockstep/gloo", "", {}};
+  GlooGroupContext world{store, options, "lockstep/gloo", "", {}, pacingOf(store, o)};
   for (int r = 0; r < o.worldSize; ++r) world.globalRanks.push_back(r);
   return std::make_shared<GlooCommunicator>(std::move(pg), o.rank, o.worldSize, o.timeout, std::move(world));
 }

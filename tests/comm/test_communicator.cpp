@@ -176,32 +176,46 @@ at::Tensor unevenValuesFor(int rank, int64_t n, at::ScalarType dtype) {
 
 TEST(GlooCommunicator, ReducesEveryElementInRankOrderInAllreduceAndReduceScatter) {
   // Each element is (((x0 + x1) + x2) + x3) in the tensor's dtype (float32 for 16-bit types, rounded
-  // once): in every reduce-scatter, whatever its length, and in allreduces up to 64 KB and of 16-bit
-  // types (larger float32/float64 allreduces are c10d's ring), so that DDP with small buckets and
-  // ZeRO's reduce-scatter give the same bits at any world size. 1001: small enough to go as whole
+  // once): in every reduce-scatter, whatever its length, and in allreduces of ranks on one host, up
+  // to 64 KB and of 16-bit types across hosts (larger float32/float64 allreduces across hosts are
+  // c10d's ring), so that DDP and ZeRO's reduce-scatter give the same bits at any world size. Both
+  // placements: every rank on 127.0.0.1 (one host: everything posted at once) and each on its own
+  // loopback address (taken for separate hosts: paced chunks). 1001: small enough to go as whole
   // buffers in one round; 786433: several chunks, and blocks of unequal length.
-  for (int64_t n : {int64_t(1001), int64_t(786433)}) {
-    for (int world : {3, 4}) {
-      for (auto dtype : {at::kFloat, at::kDouble, at::kBFloat16}) {
-        const bool low = dtype == at::kBFloat16;
-        at::Tensor rankOrder = unevenValuesFor(0, n, dtype).to(low ? at::kFloat : dtype);
-        at::Tensor reversed = unevenValuesFor(world - 1, n, dtype).to(low ? at::kFloat : dtype);
-        for (int r = 1; r < world; ++r) rankOrder += unevenValuesFor(r, n, dtype);
-        for (int r = world - 2; r >= 0; --r) reversed += unevenValuesFor(r, n, dtype);
-        rankOrder = rankOrder.to(dtype);
-        std::string what = "n " + std::to_string(n) + ", world " + std::to_string(world) + ", " + c10::toString(dtype);
-        ASSERT_FALSE(at::equal(rankOrder, reversed.to(dtype))) << what << ": the values do not tell orders apart";
-        runRanks(world, [&](int rank, Communicator& comm) {
-          std::vector<at::Tensor> t{unevenValuesFor(rank, n, dtype)};
-          comm.allreduce(t, ReduceOp::kSum)->wait();
-          if (low || n * static_cast<int64_t>(at::elementSize(dtype)) <= (int64_t(64) << 10)) {
-            EXPECT_TRUE(at::equal(t[0], rankOrder)) << what << ", allreduce, rank " << rank;
-          }
-          const int64_t k = n / world;
-          at::Tensor out = at::empty({k}, dtype);
-          comm.reduceScatter(unevenValuesFor(rank, n, dtype).narrow(0, 0, world * k), out, ReduceOp::kSum)->wait();
-          EXPECT_TRUE(at::equal(out, rankOrder.narrow(0, rank * k, k))) << what << ", reduce_scatter, rank " << rank;
-        });
+  for (bool addressEach : {false, true}) {
+    for (int64_t n : {int64_t(1001), int64_t(786433)}) {
+      for (int world : {3, 4}) {
+        for (auto dtype : {at::kFloat, at::kDouble, at::kBFloat16}) {
+          const bool low = dtype == at::kBFloat16;
+          at::Tensor rankOrder = unevenValuesFor(0, n, dtype).to(low ? at::kFloat : dtype);
+          at::Tensor reversed = unevenValuesFor(world - 1, n, dtype).to(low ? at::kFloat : dtype);
+          for (int r = 1; r < world; ++r) rankOrder += unevenValuesFor(r, n, dtype);
+          for (int r = world - 2; r >= 0; --r) reversed += unevenValuesFor(r, n, dtype);
+          rankOrder = rankOrder.to(dtype);
+          std::string what = std::string(addressEach ? "an address each" : "one host") + ", n " + std::to_string(n) +
+                             ", world " + std::to_string(world) + ", " + c10::toString(dtype);
+          ASSERT_FALSE(at::equal(rankOrder, reversed.to(dtype))) << what << ": the values do not tell orders apart";
+          const bool allreduceInOrder =
+              !addressEach || low || n * static_cast<int64_t>(at::elementSize(dtype)) <= (int64_t(64) << 10);
+          runRanks(
+              world,
+              [&](int rank, Communicator& comm) {
+                std::vector<at::Tensor> t{unevenValuesFor(rank, n, dtype)};
+                comm.allreduce(t, ReduceOp::kSum)->wait();
+                if (allreduceInOrder) EXPECT_TRUE(at::equal(t[0], rankOrder)) << what << ", allreduce, rank " << rank;
+                const int64_t k = n / world;
+                at::Tensor out = at::empty({k}, dtype);
+                comm.reduceScatter(unevenValuesFor(rank, n, dtype).narrow(0, 0, world * k), out, ReduceOp::kSum)
+                    ->wait();
+                EXPECT_TRUE(at::equal(out, rankOrder.narrow(0, rank * k, k)))
+                    << what << ", reduce_scatter, rank " << rank;
+                at::Tensor gathered = at::empty({world * k}, dtype);
+                comm.allgather(out, gathered)->wait();
+                EXPECT_TRUE(at::equal(gathered, rankOrder.narrow(0, 0, world * k)))
+                    << what << ", allgather, rank " << rank;
+              },
+              std::chrono::seconds(20), addressEach);
+        }
       }
     }
   }

@@ -5,6 +5,7 @@
 #include <exception>
 #include <functional>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -18,9 +19,11 @@ inline std::shared_ptr<Communicator> borrow(Communicator& comm) {
 }
 
 /// Connects `world` Gloo communicators and calls fn(rank, comm) on a thread per rank.
-/// Rethrows the first exception any rank threw, after all threads joined.
+/// Rethrows the first exception any rank threw, after all threads joined. With
+/// `addressEach` rank r binds 127.0.0.(r+1) (all loopback) instead of 127.0.0.1: the
+/// communicators then take the ranks for separate hosts (Gloo's paced transfers).
 inline void runRanks(int world, const std::function<void(int, Communicator&)>& fn,
-                     std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
+                     std::chrono::milliseconds timeout = std::chrono::seconds(20), bool addressEach = false) {
   Store store = Store::inMemory(timeout);
   std::vector<std::exception_ptr> errors(static_cast<size_t>(world));
   std::vector<std::thread> threads;
@@ -31,6 +34,7 @@ inline void runRanks(int world, const std::function<void(int, Communicator&)>& f
         o.rank = r;
         o.worldSize = world;
         o.timeout = timeout;
+        if (addressEach) o.hostname = "127.0.0." + std::to_string(r + 1);
         auto comm = makeGlooCommunicator(store, o);
         fn(r, *comm);
       } catch (...) { errors[static_cast<size_t>(r)] = std::current_exception(); }
