@@ -22,7 +22,7 @@ abi=$(python3 -c 'import torch; print(int(torch._C._GLIBCXX_USE_CXX11_ABI))')
 build() {  # build OUTPUT LOSS_SCALER_SOURCE
   g++ -std=c++17 -O2 -D_GLIBCXX_USE_CXX11_ABI="$abi" -I"$root/include" -I"$root/src" -I"$torch_dir/include" \
     -I"$torch_dir/include/torch/csrc/api/include" "$here/loss_scaler_cuda.cpp" "$2" "$root/src/common/error.cpp" \
-    "$root/src/comm/communicator.cpp" \
+    "$root/src/comm/communicator.cpp" "$root/src/nn/autocast_scope.cpp" \
     -o "$1" -L"$torch_dir/lib" -Wl,--no-as-needed -ltorch -ltorch_cuda -ltorch_cpu -lc10_cuda -lc10 \
     -Wl,--as-needed -Wl,-rpath,"$torch_dir/lib"
 }

@@ -8,29 +8,16 @@
 // generator's state replayed, the recomputation draws other dropout masks;
 // without the forward's CUDA autocast replayed, it computes in float32.
 // Prints one line per case and PASS or FAIL; exits 1 on FAIL.
-#include <ATen/autocast_mode.h>
 #include <torch/torch.h>
-#include <torch/version.h>
 
 #include <iostream>
 #include <string>
 #include <vector>
 
 #include "lockstep/nn/activation_checkpoint.h"
+#include "nn/autocast_scope.h"
 
 namespace {
-
-void cudaAutocast(bool on) {
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
-  at::autocast::set_autocast_enabled(at::kCUDA, on);
-  if (on) at::autocast::set_autocast_dtype(at::kCUDA, at::kHalf);
-#else
-  at::autocast::set_enabled(on);
-  if (on) at::autocast::set_autocast_gpu_dtype(at::kHalf);
-#endif
-  if (on) at::autocast::increment_nesting();
-  if (!on && at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-}
 
 struct Outcome {
   at::Tensor loss;
@@ -41,10 +28,12 @@ struct Outcome {
 Outcome run(torch::nn::Sequential& model, const at::Tensor& x, const at::Tensor& y, int segments, bool fp16) {
   model->zero_grad();
   torch::manual_seed(1234);  // CPU and every GPU generator
-  if (fp16) cudaAutocast(true);
-  at::Tensor logits = segments > 0 ? lockstep::checkpointSequential(*model, segments, x) : model->forward(x);
-  at::Tensor loss = torch::nn::functional::cross_entropy(logits, y);
-  if (fp16) cudaAutocast(false);
+  at::Tensor loss;
+  {  // a disabled state leaves autocast off
+    lockstep::detail::AutocastScope amp(at::kCUDA, {fp16, at::kHalf});
+    at::Tensor logits = segments > 0 ? lockstep::checkpointSequential(*model, segments, x) : model->forward(x);
+    loss = torch::nn::functional::cross_entropy(logits, y);
+  }
   loss.backward();
   Outcome out{loss.detach().clone(), {}, at::rand({4}, at::TensorOptions().device(at::kCUDA))};
   for (const auto& p : model->parameters()) out.grads.push_back(p.grad().clone());

@@ -11,9 +11,7 @@
 // float32/int64 files loss_scaler_reference.py wrote and writes one line per
 // step (scale after update, skipped or not, loss) and the final parameters,
 // for the reference to compare with PyTorch's GradScaler.
-#include <ATen/autocast_mode.h>
 #include <torch/torch.h>
-#include <torch/version.h>
 
 #include <algorithm>
 #include <chrono>
@@ -24,22 +22,11 @@
 #include <vector>
 
 #include "lockstep/optim/loss_scaler.h"
+#include "nn/autocast_scope.h"
 
 namespace {
 
 constexpr int64_t kIn = 64, kHidden = 256, kOut = 10, kBatch = 32;
-
-/// CUDA autocast to float16 on or off (the API changed between LibTorch 1.x and 2.x).
-void cudaAutocast(bool on) {
-#if TORCH_VERSION_MAJOR >= 2
-  at::autocast::set_autocast_enabled(at::kCUDA, on);
-  if (on) at::autocast::set_autocast_dtype(at::kCUDA, at::kHalf);
-#else
-  at::autocast::set_enabled(on);
-  if (on) at::autocast::set_autocast_gpu_dtype(at::kHalf);
-#endif
-  if (!on) at::autocast::clear_cache();
-}
 
 at::Tensor readRaw(const std::string& path, at::IntArrayRef shape, at::ScalarType type) {
   at::Tensor t = at::empty(shape, at::TensorOptions().dtype(type));
@@ -78,10 +65,12 @@ int train(const std::string& in, const std::string& out) {
   std::ofstream log(out + "/steps.txt");
   for (int64_t s = 0; s < steps; ++s) {
     sgd.zero_grad();
-    cudaAutocast(true);
-    at::Tensor logits = fc2->forward(torch::relu(fc1->forward(xs[s])));
-    at::Tensor loss = torch::nn::functional::cross_entropy(logits, ys[s]);
-    cudaAutocast(false);
+    at::Tensor loss;
+    {  // lockstep's own scope (nn/autocast_scope.h), as activation checkpointing replays it
+      lockstep::detail::AutocastScope fp16(at::kCUDA, {true, at::kHalf});
+      at::Tensor logits = fc2->forward(torch::relu(fc1->forward(xs[s])));
+      loss = torch::nn::functional::cross_entropy(logits, ys[s]);
+    }
     scaler.scale(loss).backward();
     const bool stepped = scaler.step(sgd);
     scaler.update();
