@@ -2,7 +2,7 @@
 //
 // Gloo in LibTorch 1.13 has no AVG reduction, no reduce_scatter and no
 // bfloat16. We build them here, over c10d's point-to-point messages: the
-// reduce-scatter sends every rank its block in 1 MiB chunks and reduces each
+// reduce-scatter sends every rank its block in chunks (Pacing) and reduces each
 // chunk in rank order as it arrives (each rank sends (n-1)/n of the buffer, as
 // a ring reduce-scatter does); small floating-point allreduces reduce in the
 // same order (reduceBuffer says which go where); AVG is SUM then a division;
@@ -37,9 +37,9 @@ constexpr int64_t kChunksInFlight = 4;
 
 /// How lockstep's own reduce-scatter and all-gather put their chunks on the wire. Between ranks of
 /// one host (loopback) everything is posted at once, in 1 MiB chunks: that was 1.3x faster than
-/// c10d's ring for large buffers. Across hosts, a chunk of 128 KiB goes to a peer only once the
-/// chunk before the previous one has come from every peer: all at once filled a slow link's queue
-/// in both directions and ran at about half its rate (docs/communicator.md, "Pacing").
+/// c10d's ring for large buffers. Across hosts, chunk c (128 KiB) goes to a peer only once chunk
+/// c - 1 has come from every peer: all at once filled a slow link's queue in both directions and
+/// ran at about half its rate (docs/communicator.md, "Pacing").
 struct Pacing {
   int64_t chunkBytes;
   int64_t window;  ///< chunks sent ahead of the ones received
