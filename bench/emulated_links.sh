@@ -12,7 +12,9 @@
 # Environment: LINKS (default "10gbit 1gbit 100mbit", tc rate syntax), HOSTS
 # (default "2"), WORKLOADS (default "convnet mlp"; also charlstm, alexnet),
 # EXTRA (overrides added to every run, e.g. "ddp.compression=powersgd"),
-# LOCKSTEP_BUILD_DIR (default build).
+# LOCKSTEP_BUILD_DIR (default build). ALLREDUCE="ARGS" times collectives
+# instead of training: `lockstep bench allreduce ARGS` on each link and host
+# count, rank 0's table (e.g. ALLREDUCE="--bytes 512K,2M --dtype bfloat16").
 #
 # All "hosts" share this machine's 2 cores: N workers get one thread each and
 # compete for the cores as they would not on N machines, so efficiency at
@@ -101,6 +103,21 @@ train() {
 rate_of() { grep -o 'done: .*' "$1" | tail -1 | sed -n 's/.* \([0-9][0-9]*\) samples\/s.*/\1/p'; }
 comm_of() { grep -o 'comm wait [0-9.]*' "$1" | tail -1 | awk '{print $3}'; }
 step_of() { grep -o 'mean of [0-9]*): [0-9.]* ms' "$1" | tail -1 | awk '{print $4}'; }
+
+if [ -n "${ALLREDUCE:-}" ]; then
+  for link in $LINKS; do
+    shape "$link"
+    for n in $HOSTS; do
+      hosts=""
+      for ((i = 0; i < n; i++)); do hosts+="${hosts:+,}$(address "$i"):1"; done
+      echo "== $link, $n hosts: lockstep bench allreduce $ALLREDUCE"
+      # shellcheck disable=SC2086  # ALLREDUCE is words
+      (cd "$OUT" && "$BIN" run -H "$hosts" --rsh "$RSH" --threads 1 --comm-timeout 600 -- "$BIN" bench allreduce \
+        $ALLREDUCE) 2>&1 | sed -n 's/^\[0\] //p'
+    done
+  done
+  exit 0
+fi
 
 printf '%-9s %-8s %5s %10s %10s %12s %12s\n' workload link hosts samples/s efficiency "step ms" "comm wait ms"
 for workload in $WORKLOADS; do

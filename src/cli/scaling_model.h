@@ -56,8 +56,9 @@ struct LinkSpec {
 /// "10gbit,1gbit@20us" -> links; ConfigError naming --link otherwise. `defaultLatency` where none is given.
 std::vector<LinkSpec> parseLinks(const std::string& text, double defaultLatencySeconds);
 
-/// Gloo's allreduce is a ring (c10d's; up to 64 KB lockstep's one round of whole buffers, whose
-/// latency the ring's overstates); OpenMPI picks per message size (kFastest: the cheaper of the two).
+/// Gloo's allreduce across hosts is a ring (c10d's; up to 64 KB lockstep's one round of whole
+/// buffers, whose latency the ring's overstates); OpenMPI picks per message size (kFastest: the
+/// cheaper of the two).
 enum class AllreduceAlgorithm { kRing, kHalvingDoubling, kFastest };
 const char* toString(AllreduceAlgorithm algorithm);
 

@@ -1,7 +1,7 @@
 // ZeRO stage 3 (ddp/fully_sharded_data_parallel.h; the Trainer's strategy
 // zero3): training equals DDP's bit for bit at 2 ranks with accumulation and
 // clipping over 200 steps (each layer a unit, and the whole model one unit), and at 3 and 4
-// ranks as zero2 and DDP with buckets up to 64 KB do (Gloo reduces those in rank order); checkpoints are DDP's byte for
+// ranks as zero2 and DDP do (Gloo on one host reduces in rank order); checkpoints are DDP's byte for
 // byte and resume across strategies; each unit is gathered only around its use, and between steps a rank holds 1/N of
 // the parameters, gradients and state. Threads as ranks over Gloo.
 #include <ATen/ATen.h>
@@ -53,10 +53,11 @@ TEST(Zero3, TrainsLikeDdpBitForBitAtTwoRanksAndWritesTheSameCheckpoints) {
 }
 
 TEST(Zero3, WithClippingAtThreeAndFourRanksEqualsZero2AndDdpBitForBit) {
-  // Over Gloo the reduce-scatter and every float allreduce up to 64 KB add the ranks' values in rank
-  // order, element by element (gloo_communicator.cpp), so DDP's allreduce of this model's small
-  // buckets, at either bucket cap, and zero2/zero3's reduce-scatter give the same bits at any world
-  // size: after 200 clipped steps, with Adam too. (Buckets over 64 KB go through c10d's ring.)
+  // Over Gloo the reduce-scatter and every float allreduce between ranks of one host (these threads)
+  // add the ranks' values in rank order, element by element (gloo_communicator.cpp), so DDP's
+  // allreduce, at either bucket cap, and zero2/zero3's reduce-scatter give the same bits at any world
+  // size: after 200 clipped steps, with Adam too. (Across hosts, float buckets over 64 KB go through
+  // c10d's ring.)
   for (OptimizerType optimizer : {OptimizerType::kSgd, OptimizerType::kAdam}) {
     for (int world : {3, 4}) {
       std::string label = fmt::format("{} at {} ranks, clipped at 0.5, 200 steps", toString(optimizer), world);
