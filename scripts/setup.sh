@@ -33,5 +33,5 @@ source "$(dirname "$0")/lib/apt.sh"
 lockstep_sudo_setup setup.sh
 lockstep_apt_install setup.sh "${PACKAGES[@]}"
 
-# Datasets from Debian and npm packages (names for the pet-name generator, ...).
+# Datasets from Debian packages (names for the pet-name generator, ...).
 "$(dirname "$0")/setup_data.sh"

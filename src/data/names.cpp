@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <yaml-cpp/yaml.h>
-#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <filesystem>
@@ -162,25 +161,6 @@ std::optional<std::vector<std::string>> parseYamlList(const std::string& text, c
   return items;
 }
 
-std::vector<std::string> parseJsonStringArray(const std::string& text, const std::string& what) {
-  nlohmann::json json;
-  try {
-    json = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw Error(fmt::format("{} is not valid JSON: {}", what, e.what()));
-  }
-  if (!json.is_array())
-    throw Error(fmt::format("{}: expected a JSON array of names, got a {}", what, json.type_name()));
-  std::vector<std::string> items;
-  for (const auto& item : json) {
-    if (!item.is_string()) {
-      throw Error(fmt::format("{}: expected a JSON array of strings, found a {}", what, item.type_name()));
-    }
-    items.push_back(item.get<std::string>());
-  }
-  return items;
-}
-
 }  // namespace detail
 
 namespace {
@@ -208,13 +188,6 @@ std::string debianHint(const char* package) {
       "; the Debian package {} provides it: install it with scripts/setup.sh "
       "(or apt-get install {})",
       package, package);
-}
-
-std::string npmHint(const char* package, const std::string& npmDir) {
-  return fmt::format(
-      "; the npm package {} provides it, installed into {} by scripts/setup.sh "
-      "(scripts/setup_data.sh): run it, or point NamesOptions::npmDir at your copy",
-      package, npmDir);
 }
 
 std::vector<std::string> lines(const std::string& text) {
@@ -288,17 +261,6 @@ std::vector<std::string> readFaker(const NamesOptions& options, const std::strin
   return out;
 }
 
-std::vector<std::string> readNpmJson(const NamesOptions& options, const char* package,
-                                     std::initializer_list<const char*> files) {
-  std::vector<std::string> out;
-  for (const char* file : files) {
-    const std::string path = fmt::format("{}/node_modules/{}/{}", options.npmDir, package, file);
-    auto items = detail::parseJsonStringArray(readFile(path, package, npmHint(package, options.npmDir)), path);
-    out.insert(out.end(), std::make_move_iterator(items.begin()), std::make_move_iterator(items.end()));
-  }
-  return out;
-}
-
 std::vector<std::string> readWamerican(const NamesOptions& options) {
   std::vector<std::string> out;
   for (auto& word : lines(readFile(options.dictFile, names::kWamerican, debianHint("wamerican")))) {
@@ -323,13 +285,9 @@ std::vector<std::string> readNameSource(const std::string& source, const NamesOp
   if (source == names::kWamerican) return readWamerican(options);
   if (source == names::kFaker) return readFaker(options, source, true);
   if (source == names::kFakerPets) return readFaker(options, source, false);
-  if (source == names::kDogNames)
-    return readNpmJson(options, names::kDogNames, {"male-dog-names.json", "female-dog-names.json"});
-  if (source == names::kCatNames) return readNpmJson(options, names::kCatNames, {"cat-names.json"});
   if (!looksLikePath(source)) {
-    throw Error(fmt::format("unknown names source \"{}\": expected {}, {}, {}, {}, {} or a path to a .txt or .csv file",
-                            source, names::kWamerican, names::kFaker, names::kFakerPets, names::kDogNames,
-                            names::kCatNames));
+    throw Error(fmt::format("unknown names source \"{}\": expected {}, {}, {} or a path to a .txt or .csv file", source,
+                            names::kWamerican, names::kFaker, names::kFakerPets));
   }
   const std::string text = readFile(source, source, " (a user file: check the path)");
   if (detail::endsWithNoCase(source, ".csv")) return detail::csvColumn(text, options.csvColumn, source);
@@ -392,8 +350,7 @@ std::optional<std::string> normaliseName(const std::string& raw, const NamesOpti
 
 std::vector<std::string> loadNames(const NamesOptions& options) {
   LOCKSTEP_CHECK(!options.sources.empty(), "NamesOptions.sources is empty; expected at least one of ",
-                 names::kWamerican, ", ", names::kFaker, ", ", names::kFakerPets, ", ", names::kDogNames, ", ",
-                 names::kCatNames, " or a path to a .txt/.csv file");
+                 names::kWamerican, ", ", names::kFaker, ", ", names::kFakerPets, " or a path to a .txt/.csv file");
   LOCKSTEP_CHECK(options.minLength >= 1, "NamesOptions.minLength = ", options.minLength, ", expected >= 1");
   LOCKSTEP_CHECK(options.maxLength >= options.minLength, "NamesOptions.maxLength = ", options.maxLength,
                  ", expected >= minLength = ", options.minLength);

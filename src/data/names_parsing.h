@@ -1,5 +1,5 @@
 // The parsers behind loadNames (names.cpp): CSV of our own (RFC 4180), and
-// the lists inside YAML and JSON files through yaml-cpp and nlohmann-json.
+// the lists inside YAML files through yaml-cpp.
 // Internal; tested directly.
 #pragma once
 
@@ -26,9 +26,5 @@ std::vector<std::string> csvColumn(const std::string& text, const std::string& c
 /// YAML or a value that is not a sequence of scalars.
 std::optional<std::vector<std::string>> parseYamlList(const std::string& text, const std::vector<std::string>& keyPath,
                                                       const std::string& what);
-
-/// A JSON array of strings (`["a", "b\u00e9"]`); \u escapes become UTF-8.
-/// Throws lockstep::Error naming `what` for invalid JSON or another shape.
-std::vector<std::string> parseJsonStringArray(const std::string& text, const std::string& what);
 
 }  // namespace lockstep::detail

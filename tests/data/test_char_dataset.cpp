@@ -76,11 +76,8 @@ TEST(CharVocab, SerialisationRoundTrip) {
 }
 
 TEST(CharVocab, RealSourcesFitTheWorkloadAndRoundTrip) {
-  const Names sources[] = {{names::kDogNames},
-                           {names::kCatNames},
-                           {names::kWamerican},
-                           {names::kFaker},
-                           {names::kDogNames, names::kCatNames, names::kWamerican, names::kFaker}};
+  const Names sources[] = {
+      {names::kFakerPets}, {names::kWamerican}, {names::kFaker}, {names::kWamerican, names::kFaker}};
   for (const auto& source : sources) {
     const auto names = loadReal(source);
     ASSERT_FALSE(names.empty());
@@ -127,7 +124,7 @@ TEST(CharWindows, OrderAndShortWindows) {
 }
 
 TEST(CharWindows, MaskingOnRealNames) {
-  const auto names = loadReal({names::kDogNames, names::kCatNames});
+  const auto names = loadReal({names::kFakerPets});
   ASSERT_FALSE(names.empty());
   const auto vocab = CharVocab::fromNames(names);
   const int window = 16;

@@ -1,5 +1,5 @@
 // Name sources: the real files scripts/setup.sh installs (Debian wamerican and
-// ruby-faker, npm dog-names and cat-names), user .txt/.csv files, the cleaning
+// ruby-faker), user .txt/.csv files, the cleaning
 // rules and the parsers behind them. A missing package fails, never skips.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -64,23 +64,6 @@ void expectClean(const Names& names) {
 
 // ---- the real sources --------------------------------------------------------
 
-TEST(NamesReal, DogNames) {
-  const auto names = loadReal({names::kDogNames});
-  EXPECT_GT(names.size(), 150u);  // 100 male + 100 female names, a few in both lists
-  EXPECT_TRUE(contains(names, "Max"));
-  EXPECT_TRUE(contains(names, "Bella"));
-  EXPECT_TRUE(contains(names, "Luna"));
-  expectClean(names);
-}
-
-TEST(NamesReal, CatNames) {
-  const auto names = loadReal({names::kCatNames});
-  EXPECT_GE(names.size(), 95u);
-  EXPECT_TRUE(contains(names, "Tigger"));
-  EXPECT_TRUE(contains(names, "Miss Kitty")) << "\"Miss kitty\" is capitalised per word";
-  expectClean(names);
-}
-
 TEST(NamesReal, Wamerican) {
   NamesOptions o;
   o.sources = {names::kWamerican};
@@ -120,39 +103,22 @@ TEST(NamesReal, Faker) {
   EXPECT_TRUE(std::includes(all.begin(), all.end(), pets.begin(), pets.end()));
 }
 
-TEST(NamesReal, DefaultSourcesAreTheUnionOfDogsAndCats) {
-  const auto dogs = loadReal({names::kDogNames});
-  const auto cats = loadReal({names::kCatNames});
-  const auto both = loadNames(NamesOptions{});
-  Names expected;
-  std::set_union(dogs.begin(), dogs.end(), cats.begin(), cats.end(), std::back_inserter(expected));
-  EXPECT_EQ(both, expected);
+TEST(NamesReal, DefaultSourceIsFakersPetAndFirstNames) {
+  EXPECT_EQ(loadNames(NamesOptions{}), loadReal({names::kFaker}));
 }
 
 TEST(NamesReal, LowercaseOption) {
   NamesOptions o;
   o.lowercase = true;
   const auto names = loadNames(o);
-  EXPECT_TRUE(contains(names, "max"));
-  EXPECT_TRUE(contains(names, "miss kitty"));
+  EXPECT_TRUE(contains(names, "buddy"));
+  EXPECT_TRUE(contains(names, "waffles"));
   for (const auto& n : names) {
     EXPECT_TRUE(std::none_of(n.begin(), n.end(), [](char c) { return c >= 'A' && c <= 'Z'; })) << n;
   }
 }
 
 // ---- missing sources -----------------------------------------------------------
-
-TEST_F(NamesFiles, MissingNpmPackageNamesThePathAndTheFix) {
-  NamesOptions o;
-  o.sources = {names::kDogNames};
-  o.npmDir = dir_.string();
-  const auto message = errorOf([&] { loadNames(o); });
-  EXPECT_HAS(message, dir_.string() + "/node_modules/dog-names/male-dog-names.json");
-  EXPECT_HAS(message, "npm package dog-names");
-  EXPECT_HAS(message, "scripts/setup.sh");
-  o.sources = {names::kCatNames};
-  EXPECT_HAS(errorOf([&] { loadNames(o); }), "cat-names.json");
-}
 
 TEST_F(NamesFiles, MissingDebianPackagesNameThePackage) {
   NamesOptions o;
@@ -183,7 +149,7 @@ TEST(Names, UnknownSourceListsTheKnownOnes) {
   o.sources = {"dognames"};
   const auto message = errorOf([&] { loadNames(o); });
   EXPECT_HAS(message, "\"dognames\"");
-  EXPECT_HAS(message, "dog-names");
+  EXPECT_HAS(message, "faker-pets");
   EXPECT_HAS(message, "wamerican");
   EXPECT_HAS(message, ".csv");
 }
@@ -340,18 +306,6 @@ TEST(NameParsers, Yaml) {
   EXPECT_EQ(detail::parseYamlList(yaml, {"en", "faker", "dog", "flow"}, "t.yml").value(), (Names{"Rex"}));
   EXPECT_HAS(errorOf([&] { at("other"); }), "expected a list");
   EXPECT_HAS(errorOf([] { detail::parseYamlList("en: [Ann,\n", {"en"}, "bad.yml"); }), "bad.yml is not valid YAML");
-}
-
-TEST(NameParsers, Json) {
-  EXPECT_EQ(detail::parseJsonStringArray(" [\n\t\"Max\",\n\t\"Z\\u00f6e\", \"a\\\"b\"\n]\n", "t.json"),
-            (Names{"Max",
-                   "Z\xC3\xB6"
-                   "e",
-                   "a\"b"}));
-  EXPECT_TRUE(detail::parseJsonStringArray("[]", "t.json").empty());
-  EXPECT_HAS(errorOf([] { detail::parseJsonStringArray("{\"a\": 1}", "t.json"); }), "t.json");
-  EXPECT_HAS(errorOf([] { detail::parseJsonStringArray("[\"a\" \"b\"]", "t.json"); }), "t.json is not valid JSON");
-  EXPECT_HAS(errorOf([] { detail::parseJsonStringArray("[\"a\", 3]", "t.json"); }), "array of strings");
 }
 
 }  // namespace

@@ -28,13 +28,6 @@ inline constexpr const char* kWamerican = "wamerican";
 inline constexpr const char* kFaker = "faker";
 /// Debian `ruby-faker`: only its dog and cat names.
 inline constexpr const char* kFakerPets = "faker-pets";
-/// npm `dog-names@3`: male and female dog names.
-inline constexpr const char* kDogNames = "dog-names";
-/// npm `cat-names@4`: cat names.
-inline constexpr const char* kCatNames = "cat-names";
-
-/// Where scripts/setup_data.sh installs the npm packages (holds node_modules/).
-inline constexpr const char* kDefaultNpmDir = "/usr/local/share/lockstep/npm";
 /// The word list of Debian's wamerican.
 inline constexpr const char* kDefaultDictFile = "/usr/share/dict/american-english";
 /// Where Debian installs Ruby gems; ruby-faker's locales are in faker-*/lib/locales/en.
@@ -43,12 +36,10 @@ inline constexpr const char* kDefaultGemsDir = "/usr/share/rubygems-integration/
 
 struct NamesOptions {
   /// Built-in source names (see namespace names) or paths to .txt/.csv files.
-  std::vector<std::string> sources = {names::kDogNames, names::kCatNames};
+  std::vector<std::string> sources = {names::kFaker};
   /// The column of a CSV source that holds the names (matched exactly, else
   /// ignoring case and surrounding spaces).
   std::string csvColumn = "Animal's Name";
-  /// Folder holding node_modules/dog-names and node_modules/cat-names.
-  std::string npmDir = names::kDefaultNpmDir;
   /// The wamerican word list.
   std::string dictFile = names::kDefaultDictFile;
   /// ruby-faker's English locale folder (with name.yml, dog.yml, cat.yml);

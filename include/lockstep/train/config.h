@@ -3,7 +3,7 @@
 // A YAML file of sections (model, data, trainer, optimizer, lr_scaling, ddp,
 // checkpoint, generate, monitor) whose keys are listed, with their defaults, in
 // docs/training.md. Any key may be overridden on the command line with its
-// dotted path (trainer.batch_size=256, data.sources=[dog-names,cat-names]).
+// dotted path (trainer.batch_size=256, data.sources=[faker-pets,wamerican]).
 // Unknown keys and values of the wrong type are ConfigErrors naming the
 // file (or "command line") and the key's path.
 #pragma once
@@ -27,7 +27,7 @@ struct TrainConfig {
   } model;
   struct Data {
     std::string dataset = "names";  ///< names, fashion-mnist, mnist, cifar10, imagefolder
-    std::vector<std::string> sources = {"dog-names", "cat-names", "faker-pets", "faker"};
+    std::vector<std::string> sources = {"faker"};
     std::string csvColumn = "Animal's Name";
     double validationFraction = 0.05;
     std::string root;                 ///< image datasets; empty: the dataset's default location
