@@ -11,8 +11,8 @@
 #   mlp       configs/mlp-bench.yaml       (both: Fashion-MNIST; 20 M parameters, batch 32)
 #   mlp-powersgd  the mlp with PowerSGD at rank 4 from the 3rd step on both sides (lockstep's
 #             ddp.compression powersgd with its default buckets against PyTorch's
-#             powerSGD_hook with ONE bucket: with more, Debian's torch 1.13 aborts over Gloo, as
-#             the hook's chained allreduces of two buckets reach the ranks in different orders;
+#             powerSGD_hook with ONE bucket: with more, torch 1.13 aborted over Gloo, as
+#             the hook's chained allreduces of two buckets reached the ranks in different orders;
 #             should PyTorch's side fail anyway, its ratio is against PyTorch's plain DDP on the
 #             mlp workload of the same command); not in the default list
 # Rows: PyTorch DDP (bench/pytorch/ddp_bench.py, torch.multiprocessing.spawn),
@@ -34,14 +34,16 @@
 # if built with -DLOCKSTEP_BUILD_BENCHMARKS=ON, $LOCKSTEP_BUILD_DIR/bench/bare_loop),
 # ROUNDS (default 5), RUN_TIMEOUT (seconds for one PyTorch run, default 600), OVERHEAD_ROUNDS (default 3), WORKLOADS (default
 # "charlstm convnet mlp overhead"), KEEP_LOGS=1 to keep the run logs.
-# Nothing is built here. python3-torch (Debian) is installed when missing: it is a
-# benchmark-only dependency (docs/dependencies.md).
+# Nothing is built here. PyTorch is the torch wheel lockstep builds against, in the Python
+# environment scripts/setup.sh made ($LOCKSTEP_VENV, default /opt/lockstep/venv); numpy is
+# installed into it when missing: a benchmark-only dependency (docs/dependencies.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD="${LOCKSTEP_BUILD_DIR:-build}"
 BIN="$BUILD/lockstep"
 BARE="$BUILD/bench/bare_loop"
-PY=/usr/bin/python3  # Debian's interpreter, the one python3-torch installs into
+VENV="${LOCKSTEP_VENV:-/opt/lockstep/venv}"
+PY="$VENV/bin/python3"  # the same torch as LibTorch's build (scripts/setup_torch.sh)
 STEPS="${1:-30}"
 ROUNDS="${ROUNDS:-5}"
 ROUND=0
@@ -50,11 +52,9 @@ OVERHEAD_STEPS="${OVERHEAD_STEPS:-$((2 * STEPS))}"
 WORKLOADS="${WORKLOADS:-charlstm convnet mlp overhead}"
 
 [ -x "$BIN" ] || { echo "compare_pytorch.sh: $BIN not found; build lockstep first (scripts/build.sh)" >&2; exit 1; }
-if ! "$PY" -c 'import torch.distributed, numpy' >/dev/null 2>&1; then
-  # shellcheck source=scripts/lib/apt.sh
-  source scripts/lib/apt.sh
-  lockstep_sudo_setup compare_pytorch.sh
-  lockstep_apt_install compare_pytorch.sh python3-torch python3-numpy
+[ -x "$PY" ] || { echo "compare_pytorch.sh: no Python environment at $VENV; run scripts/setup.sh" >&2; exit 1; }
+if ! "$PY" -c 'import numpy' >/dev/null 2>&1; then
+  "$VENV/bin/pip" install --no-input --disable-pip-version-check numpy
 fi
 
 BACKENDS=(gloo)

@@ -1,7 +1,7 @@
 # Shared CMake helpers: warnings, sanitizers, and test registration.
 
 function(lockstep_target_warnings target)
-  target_compile_options(${target} PRIVATE -Wall -Wextra -Wno-unused-parameter)
+  target_compile_options(${target} PRIVATE -Wall -Wextra -Wno-unused-parameter -Winvalid-pch)
   if(LOCKSTEP_WERROR)
     target_compile_options(${target} PRIVATE -Werror)
   endif()
@@ -23,6 +23,7 @@ function(lockstep_add_test)
   add_executable(${T_NAME} ${T_SOURCES})
   target_link_libraries(${T_NAME} PRIVATE lockstep lockstep_test_support lockstep_test_main GTest::gtest fmt::fmt)
   target_include_directories(${T_NAME} PRIVATE ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/tests)
+  lockstep_torch_pch(${T_NAME} REUSE_FROM lockstep_test_support)
   add_test(NAME ${T_NAME} COMMAND ${T_NAME})
   if(NOT T_TIMEOUT)
     set(T_TIMEOUT 300)
@@ -30,4 +31,22 @@ function(lockstep_add_test)
   # A gtest skip reaches CTest as a skip, not a pass (tests/support/gtest_main.cpp exits 77).
   set_tests_properties(${T_NAME} PROPERTIES LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT} SKIP_RETURN_CODE 77
     ENVIRONMENT "LOCKSTEP_BIN=$<TARGET_FILE:lockstep_cli>;LOCKSTEP_TEST_HELPER_DIR=${CMAKE_CURRENT_BINARY_DIR}")
+endfunction()
+
+# lockstep_torch_pch(<target> [REUSE_FROM <other>])
+# LibTorch's headers make most of a translation unit's compile time: compile them once per
+# target (or once for targets built with the same flags) as a precompiled header. Off by
+# default: the precompiled <torch/torch.h> is so large that loading it costs a light
+# translation unit about what it saves a heavy one (docs/dependencies.md, "Build time").
+option(LOCKSTEP_PRECOMPILED_HEADERS "Precompile LibTorch's headers" OFF)
+function(lockstep_torch_pch target)
+  cmake_parse_arguments(P "" "REUSE_FROM" "" ${ARGN})
+  if(NOT LOCKSTEP_PRECOMPILED_HEADERS)
+    return()
+  endif()
+  if(P_REUSE_FROM)
+    target_precompile_headers(${target} REUSE_FROM ${P_REUSE_FROM})
+  else()
+    target_precompile_headers(${target} PRIVATE <torch/torch.h>)
+  endif()
 endfunction()

@@ -1,16 +1,15 @@
 #!/usr/bin/env bash
-# Installs every Debian package lockstep needs. Idempotent; runs as root or via sudo.
-# Why each package is here: docs/dependencies.md.
+# Installs every Debian package lockstep needs, and LibTorch: PyPI's torch wheel (CUDA build) in
+# a Python environment at $LOCKSTEP_VENV (default /opt/lockstep/venv), reused while it holds the
+# pinned version. Idempotent; runs as root or via sudo. Why each package is here: docs/dependencies.md.
 set -euo pipefail
 
 PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
-  libtorch-dev            # LibTorch 1.13 (CPU) with c10d: ProcessGroupGloo, TCPStore
-  libgloo-dev             # headers that c10d/ProcessGroupGloo.hpp includes
-  libopenblas0-pthread    # without it LibTorch uses the reference BLAS (~50x slower)
+  python3 python3-venv    # the environment that holds the torch wheel (LibTorch)
+  libgloo-dev             # Gloo's headers, which c10d/ProcessGroupGloo.hpp includes (never its library)
   libcli11-dev            # command-line parsing for the `lockstep` CLI
   nlohmann-json3-dev      # --json output of benchmarks
-  libfmt-dev              # formatting
   libyaml-cpp-dev         # training configs (lockstep train CONFIG.yaml)
   zlib1g-dev              # gzip-compressed IDX files (Fashion-MNIST)
   libssl-dev              # libcrypto: HMAC-SHA256 and random job tokens for the rendezvous store

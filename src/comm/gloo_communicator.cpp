@@ -1,8 +1,9 @@
 // gloo_communicator.cpp — the Communicator over LibTorch's c10d ProcessGroupGloo.
 //
-// Gloo in LibTorch 1.13 has no AVG reduction, no reduce_scatter and no
-// bfloat16. We build them here, over c10d's point-to-point messages: the
-// reduce-scatter sends every rank its block in chunks (Pacing) and reduces each
+// The reduce-scatter, the small floating-point allreduces and AVG are
+// lockstep's own, over c10d's point-to-point messages, so that every rank adds
+// the same values in the same (rank) order and chunks are paced by placement:
+// the reduce-scatter sends every rank its block in chunks (Pacing) and reduces each
 // chunk in rank order as it arrives (each rank sends (n-1)/n of the buffer, as
 // a ring reduce-scatter does); small floating-point allreduces reduce in the
 // same order (reduceBuffer says which go where); AVG is SUM then a division;
@@ -14,6 +15,7 @@
 
 #include <fmt/format.h>
 
+#include <cstdlib>
 #include <limits>
 #include <map>
 
@@ -80,7 +82,7 @@ using detail::unflatten;
 using c10d::ProcessGroupGloo;
 using PG = c10::intrusive_ptr<ProcessGroupGloo>;
 
-/// bfloat16 is moved as its bit pattern: Gloo in this LibTorch rejects the dtype.
+/// bfloat16 is moved as its bit pattern and added in float32 by lockstep's own reductions.
 at::Tensor wireView(const at::Tensor& t) { return t.scalar_type() == at::kBFloat16 ? t.view(at::kHalf) : t; }
 
 c10d::ReduceOp toC10d(ReduceOp op) {
@@ -451,6 +453,13 @@ class GlooCommunicator final : public Communicator {
   GlooGroupContext context_;
   int splits_ = 0;  // split() calls so far: the same on every rank, so it names the group's keys
 };
+
+/// Turns c10d's flight recorder off unless the user set its size: it captures a traceback with
+/// every collective, and it registers each process group in a map without its lock, which
+/// crashes when several groups of one process start collectives at once (lockstep's groups and
+/// thread-per-rank tests do); the stall inspector and the desync check give what it would. Set
+/// when the library loads, before any thread or process group: the recorder reads it once.
+const bool kFlightRecorderOff = [] { return ::setenv("TORCH_FR_BUFFER_SIZE", "0", /*overwrite=*/0) == 0; }();
 
 /// The process group of `world` ranks meeting under `prefix` of `store`; CommError when they do not all join.
 PG connect(const Store& store, const std::string& prefix, int rank, int world,

@@ -69,7 +69,7 @@ void MpiRuntime::ensureInitializedLocked() {
     if (rc != MPI_SUCCESS) throw Error("MPI_Init_thread failed: " + mpiErrorText(rc));
     if (provided < MPI_THREAD_SERIALIZED) {
       throw Error(fmt::format("this MPI provides thread level {} but lockstep needs MPI_THREAD_SERIALIZED ({})",
-                              provided, MPI_THREAD_SERIALIZED));
+                              provided, static_cast<int>(MPI_THREAD_SERIALIZED)));
     }
     std::atexit(&MpiRuntime::finalizeAtExit);
     ownsInit_ = true;

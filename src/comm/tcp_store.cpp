@@ -111,13 +111,13 @@ int tryConnect(const addrinfo* a, Clock::time_point deadline, std::string& error
 }  // namespace
 
 TcpStoreClient::TcpStoreClient(std::string host, int port, std::string token, std::chrono::milliseconds timeout)
-    : c10d::Store(timeout), host_(std::move(host)), port_(port) {
+    : c10d::Store(timeout), host_(std::move(host)), port_(port), token_(std::move(token)) {
   auto deadline = Clock::now() + timeout;
   std::string where = address();
   std::string lastError = "nothing answered";
   for (int attempt = 1;; ++attempt) {
     connect(deadline, lastError);
-    if (handshake(token, deadline, lastError)) return;
+    if (handshake(token_, deadline, lastError)) return;
     ::close(fd_);
     fd_ = -1;
     if (Clock::now() >= deadline) {
@@ -128,6 +128,10 @@ TcpStoreClient::TcpStoreClient(std::string host, int port, std::string token, st
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20 + 10 * std::min(attempt, 10)));
   }
+}
+
+c10::intrusive_ptr<c10d::Store> TcpStoreClient::clone() {
+  return c10::make_intrusive<TcpStoreClient>(host_, port_, token_, timeout_);
 }
 
 void TcpStoreClient::connect(Clock::time_point deadline, std::string& lastError) {

@@ -68,6 +68,9 @@ class TcpStoreClient : public c10d::Store {
   TcpStoreClient(std::string host, int port, std::string token, std::chrono::milliseconds timeout);
   ~TcpStoreClient() override;
 
+  /// A second connection to the same server (c10d uses one per thread that talks to the store).
+  c10::intrusive_ptr<c10d::Store> clone() override;
+
   void set(const std::string& key, const std::vector<uint8_t>& value) override;
   std::vector<uint8_t> compareSet(const std::string& key, const std::vector<uint8_t>& expected,
                                   const std::vector<uint8_t>& desired) override;
@@ -89,6 +92,7 @@ class TcpStoreClient : public c10d::Store {
                       const std::string& what);
   std::string host_;
   int port_;
+  std::string token_;
   std::mutex mutex_;
   int fd_ = -1;
 };

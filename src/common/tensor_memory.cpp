@@ -127,7 +127,7 @@ void release(void* data) {
 
 class CountingAllocator final : public c10::Allocator {
  public:
-  c10::DataPtr allocate(size_t nbytes) const override {
+  c10::DataPtr allocate(size_t nbytes) override {
     size_t capacity = nbytes + kHeader;
     void* cached = nullptr;
     if (capacity >= kCachedFrom) {
@@ -142,6 +142,7 @@ class CountingAllocator final : public c10::Allocator {
     return {data, data, &release, c10::Device(c10::DeviceType::CPU)};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &release; }
+  void copy_data(void* dest, const void* src, size_t count) const override { default_copy_data(dest, src, count); }
 };
 
 }  // namespace

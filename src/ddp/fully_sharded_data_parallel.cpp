@@ -5,6 +5,7 @@
 #include "lockstep/ddp/fully_sharded_data_parallel.h"
 
 #include <ATen/native/Resize.h>
+#include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
 #include <torch/csrc/autograd/variable.h>
 #include <torch/nn/module.h>
@@ -74,7 +75,7 @@ std::vector<std::vector<size_t>> planUnits(const std::vector<at::Tensor>& params
 }
 
 void FullyShardedDataParallel::Impl::buildUnits(const std::vector<std::vector<size_t>>& members) {
-  at::NoGradGuard noGrad;
+  c10::NoGradGuard noGrad;
   slotOf.resize(params.size());
   for (size_t u = 0; u < members.size(); ++u) {
     Unit& unit = units.emplace_back();
@@ -360,7 +361,7 @@ void FullyShardedDataParallel::release() { impl_->freeAll(); }
 void FullyShardedDataParallel::restoreModule() {
   Impl& s = *impl_;
   if (s.restored) return;
-  at::NoGradGuard noGrad;
+  c10::NoGradGuard noGrad;
   for (size_t u = 0; u < s.units.size(); ++u) {
     s.ensureGathered(u);
     if (u + 1 < s.units.size()) s.launchGather(u + 1);

@@ -2,6 +2,7 @@
 // parameter assembled on rank 0 from the ranks' shards while the file is
 // written (the optimizer's entries are PieceOptimizer's, made the same way),
 // and read back into this rank's shards from a DDP or a sharded run's checkpoint.
+#include <c10/core/GradMode.h>
 #include <torch/nn/module.h>
 
 #include <map>
@@ -68,7 +69,7 @@ void FullyShardedDataParallel::Impl::saveModelAndOptimizer(TensorArchive* archiv
 }
 
 void FullyShardedDataParallel::Impl::loadModel(const TensorArchive& archive) {
-  at::NoGradGuard noGrad;
+  c10::NoGradGuard noGrad;
   freeAll();
   // Every unit whole for a moment (no communication: each rank reads the same archive), so the
   // model's own checks and copies apply; then each rank keeps its shard.

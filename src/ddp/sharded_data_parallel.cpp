@@ -3,6 +3,7 @@
 // this rank's pieces, and the all-gather of the parameters.
 #include "lockstep/ddp/sharded_data_parallel.h"
 
+#include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
 #include <torch/csrc/autograd/variable.h>
 #include <torch/nn/module.h>
@@ -136,7 +137,7 @@ void ShardedDataParallel::Impl::reset() {
 /// Other buckets go through a flat buffer, and only the other ranks' parts of it
 /// are copied back (this rank's are in the parameters already).
 void ShardedDataParallel::Impl::gatherParameters() {
-  at::NoGradGuard noGrad;
+  c10::NoGradGuard noGrad;
   struct InFlight {
     size_t bucket;
     at::Tensor input, output;

@@ -1,6 +1,7 @@
 #include "lockstep/models/char_lstm.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 #include <fmt/format.h>
 #include <torch/nn/functional/loss.h>
 
@@ -58,7 +59,7 @@ std::vector<int64_t> sampleSequence(CharLstmImpl& model, int64_t window, int64_t
   LOCKSTEP_CHECK(temperature > 0, "temperature must be positive, got ", temperature);
   std::vector<int64_t> context(static_cast<size_t>(window), padIndex);
   std::vector<int64_t> out;
-  at::NoGradGuard noGrad;
+  c10::NoGradGuard noGrad;
   while (static_cast<int64_t>(out.size()) < maxLength) {
     at::Tensor input = at::tensor(context, at::kLong).view({1, window});
     at::Tensor logits = model.forward(input).select(1, window - 1).squeeze(0);

@@ -4,6 +4,7 @@
 #include "lockstep/models/vision.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 #include <torch/nn/init.h>
 #include <torch/nn/modules/activation.h>
 #include <torch/nn/modules/batchnorm.h>
@@ -429,7 +430,7 @@ class ResNetImpl : public ImageClassifierImpl {
 
   // torchvision: kaiming normal (fan_out, ReLU) for convs, BatchNorm weight 1 and bias 0; Linear keeps its default.
   void initWeights() {
-    at::NoGradGuard noGrad;
+    c10::NoGradGuard noGrad;
     for (auto& m : modules(/*include_self=*/false)) {
       if (auto* c = m->as<nn::Conv2d>()) {
         nn::init::kaiming_normal_(c->weight, 0.0, torch::kFanOut, torch::kReLU);

@@ -1,7 +1,8 @@
 // Activation checkpointing as a reentrant custom autograd function: forward
 // runs under no-grad (Function::apply's rule), backward recomputes with grad
-// on and runs a nested backward through the recomputation. LibTorch 1.13 has
-// no C++ saved-tensor hooks, so the non-reentrant kind is not available.
+// on and runs a nested backward through the recomputation. LibTorch's
+// saved-tensor hooks take Python objects, so the non-reentrant kind is not
+// available in C++.
 #include "lockstep/nn/activation_checkpoint.h"
 
 #include <ATen/ATen.h>

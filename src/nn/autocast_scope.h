@@ -1,7 +1,5 @@
 // autocast_scope.h — LibTorch's thread-local autocast state for one device
-// type (CPU or CUDA), read and set through one API whatever the LibTorch
-// version (1.13 has a function per device type; 2.4 and later take the
-// device type), and a scope that sets it and restores it. Used by
+// type (CPU or CUDA), and a scope that sets it and restores it. Used by
 // AutocastGuard (nn/precision.h) and by activation checkpointing, which
 // replays the forward's autocast state in backward.
 #pragma once

@@ -2,6 +2,7 @@
 #include "lockstep/nn/precision.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 
 #include <fmt/format.h>
 
@@ -28,7 +29,7 @@ Precision parsePrecision(const std::string& text, const std::string& what) {
 }
 
 double measureBf16MatmulSlowdown() {
-  at::NoGradGuard noGrad;
+  c10::NoGradGuard noGrad;
   // Not from the global generator: the probe must not move the training's random stream.
   const at::Tensor a = at::linspace(-1, 1, 128 * 512).view({128, 512});
   const at::Tensor b = at::linspace(1, -1, 512 * 512).view({512, 512});

@@ -1,6 +1,6 @@
 // One-pass steps of SGD, Adam and AdamW (lockstep/optim/fused_optimizers.h).
 //
-// Each kernel computes, element by element, what LibTorch 1.13's step does
+// Each kernel computes, element by element, what LibTorch's step does
 // with whole-tensor operations, in the same order and rounding: a scalar
 // option becomes float as ATen converts it; `x.add_(y, alpha)` is
 // fma(y, alpha, x) and `x.addcmul_(y, y, value)` is fma(value * y, y, x), as
@@ -14,6 +14,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <c10/core/GradMode.h>
 
 #include <cmath>
 #include <functional>
@@ -93,7 +94,7 @@ bool denseFloat(const at::Tensor& t) {
 struct Planned {
   at::Tensor param;
   const torch::optim::OptimizerOptions* options;
-  std::string key;
+  void* key;
   torch::optim::OptimizerParamState* state;
 };
 
@@ -106,11 +107,11 @@ bool plan(const torch::optim::Optimizer& optimizer, const Fits& fits, std::vecto
     for (const auto& p : group.params()) {
       if (!p.grad().defined()) continue;
       if (!denseFloat(p) || !denseFloat(p.grad()) || p.grad().numel() != p.numel()) return false;
-      std::string key = optimizerStateKey(p);
+      void* key = optimizerStateKey(p);
       auto it = optimizer.state().find(key);
       torch::optim::OptimizerParamState* state = it == optimizer.state().end() ? nullptr : it->second.get();
       if (!fits(group.options(), state)) return false;
-      planned.push_back({p, &group.options(), std::move(key), state});
+      planned.push_back({p, &group.options(), key, state});
     }
   }
   return true;
@@ -119,11 +120,11 @@ bool plan(const torch::optim::Optimizer& optimizer, const Fits& fits, std::vecto
 /// LibTorch's closure handling: evaluated with gradients on, before the update.
 at::Tensor evaluate(const torch::optim::Optimizer::LossClosure& closure) {
   if (!closure) return {};
-  at::AutoGradMode enable(true);
+  c10::AutoGradMode enable(true);
   return closure();
 }
 
-using States = ska::flat_hash_map<std::string, std::unique_ptr<torch::optim::OptimizerParamState>>;
+using States = ska::flat_hash_map<void*, std::unique_ptr<torch::optim::OptimizerParamState>>;
 
 /// The kernel's constants for one Adam (decoupled: AdamW) step of a parameter at `step`.
 template <typename Options>
@@ -176,7 +177,7 @@ at::Tensor adamFamilyStep(torch::optim::Optimizer& optimizer, States& states,
       fresh->exp_avg(at::zeros_like(e.param, at::MemoryFormat::Preserve));
       fresh->exp_avg_sq(at::zeros_like(e.param, at::MemoryFormat::Preserve));
       state = fresh.get();
-      states[std::move(e.key)] = std::move(fresh);
+      states[e.key] = std::move(fresh);
     }
     state->step(state->step() + 1);
     const AdamStep s = adamConstants(static_cast<const Options&>(*e.options), state->step(), decoupled);
@@ -221,7 +222,7 @@ at::Tensor FusedSGD::step(LossClosure closure) {
         auto fresh = std::make_unique<torch::optim::SGDParamState>();
         fresh->momentum_buffer(at::empty_like(e.param, at::MemoryFormat::Contiguous));
         state = fresh.get();
-        state_[std::move(e.key)] = std::move(fresh);
+        state_[e.key] = std::move(fresh);
         s.first = true;
       }
       buf = state->momentum_buffer().data_ptr<float>();

@@ -14,10 +14,9 @@ namespace lockstep {
 
 namespace {
 
-/// Divides GPU gradients by `scale` with ATen's fused unscale-and-check kernel
+/// Divides gradients by `scale` with ATen's fused unscale-and-check kernel
 /// (the one PyTorch's GradScaler uses), one launch and one host sync per
 /// device instead of one sync per tensor; returns whether any was not finite.
-/// LibTorch 1.13 has this kernel for CUDA only, hence the CPU loop in unscale().
 bool unscaleOnDevices(const std::vector<at::Tensor>& grads, double scale) {
   bool found = false;
   std::vector<at::Tensor> left = grads;
@@ -54,23 +53,14 @@ at::Tensor LossScaler::scale(const at::Tensor& loss) const { return loss * scale
 void LossScaler::unscale(torch::optim::Optimizer& optimizer) {
   LOCKSTEP_CHECK(!unscaled_, "LossScaler::unscale called twice in one step (call update() after each step)");
   unscaled_ = true;
-  std::vector<at::Tensor> accelerated;  // gradients not on the CPU, unscaled below in one fused pass
-  bool found = false;
+  std::vector<at::Tensor> grads;
   c10::NoGradGuard noGrad;
   for (auto& group : optimizer.param_groups()) {
     for (auto& p : group.params()) {
-      at::Tensor& g = p.mutable_grad();
-      if (!g.defined()) continue;
-      if (!g.device().is_cpu()) {
-        accelerated.push_back(g);
-        continue;
-      }
-      g.mul_(1.0 / scale_);
-      // isfinite over every element: a sum could overflow on finite values.
-      if (!found && !at::isfinite(g).all().item<bool>()) found = true;
+      if (p.grad().defined()) grads.push_back(p.grad());
     }
   }
-  found = unscaleOnDevices(accelerated, scale_) || found;
+  bool found = unscaleOnDevices(grads, scale_);
   if (comm_ && comm_->size() > 1) {
     std::vector<at::Tensor> flag{at::full({1}, found ? 1.0f : 0.0f)};
     comm_->allreduce(flag, ReduceOp::kMax)->wait();

@@ -246,7 +246,7 @@ OptimizerType optimizerTypeOf(const torch::optim::Optimizer& optimizer) {
       "(train without checkpoint.dir, or use one of those three)");
 }
 
-std::string optimizerStateKey(const at::Tensor& param) { return c10::guts::to_string(param.unsafeGetTensorImpl()); }
+void* optimizerStateKey(const at::Tensor& param) { return param.unsafeGetTensorImpl(); }
 
 int64_t optimizerStateBytes(torch::optim::Optimizer& optimizer) {
   const OptimizerType type = optimizerTypeOf(optimizer);

@@ -1,6 +1,7 @@
 // A pipeline stage at work: micro-batches through this stage's layers in the schedule's order,
 // activations to the next stage and their gradients back by send/recv.
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 #include <torch/autograd.h>
 #include <torch/nn/module.h>
 
@@ -297,7 +298,7 @@ double PipelineStage::trainBatch(const Batch& batch, const OutputLossFn& loss, d
 }
 
 at::Tensor PipelineStage::forward(const Batch& batch) {
-  at::NoGradGuard noGrad;
+  c10::NoGradGuard noGrad;
   std::vector<Batch> parts = split(batch, /*fewerIfSmall=*/true);
   std::vector<at::Tensor> outputs;
   double waited = 0;

@@ -2,6 +2,7 @@
 // (worker, server) groups, and the start from rank 0's weights.
 #include "ps/ps_pairs.h"
 
+#include <c10/core/GradMode.h>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -104,7 +105,7 @@ at::Tensor broadcastFlatParameters(Communicator& comm, const std::vector<at::Ten
   }
   at::Tensor flat = at::empty({totalElements(parameters)}, at::kFloat);
   if (comm.rank() == 0) {
-    at::NoGradGuard noGrad;
+    c10::NoGradGuard noGrad;
     int64_t offset = 0;
     for (const auto& p : parameters) {
       flat.narrow(0, offset, p.numel()).copy_(p.detach().reshape({-1}));

@@ -17,6 +17,7 @@
 // the lock (after its acknowledgement to the followers); a worker's kPsPark for B is answered once
 // `checkpointed` reached B.
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 #include <torch/optim/optimizer.h>
 
 #include <fmt/format.h>
@@ -153,7 +154,7 @@ ParameterServer::State::Applied ParameterServer::State::apply(size_t w, const at
 
 // g' = g + lambda g g (w - read), lambda = lambda0 / sqrt(v), v the running mean of g g.
 void ParameterServer::State::compensate(const at::Tensor& g, const at::Tensor& read) {
-  at::NoGradGuard noGrad;
+  c10::NoGradGuard noGrad;
   at::Tensor squared = g * g;
   if (!meanSquare.defined()) {
     meanSquare = squared.clone();

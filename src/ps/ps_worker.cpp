@@ -1,5 +1,6 @@
 // A parameter-server worker: gradients out to every server, their shards of the weights back.
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 
 #include <fmt/format.h>
 
@@ -214,7 +215,7 @@ void PsWorker::State::exchange(int64_t kind) {
   maxStaleness = std::max(maxStaleness, g[1]);
   ticket = g[2];
   readFollowers(works);
-  at::NoGradGuard noGrad;
+  c10::NoGradGuard noGrad;
   int64_t offset = 0;
   for (auto& p : parameters) {
     p.copy_(weights.narrow(0, offset, p.numel()).view(p.sizes()));

@@ -1,6 +1,7 @@
 // async_ps checkpoints: the servers' ranges written as one Trainer checkpoint, and read back.
 #include "train/async_ps_checkpoint.h"
 
+#include <c10/core/GradMode.h>
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 
@@ -56,7 +57,7 @@ void PsCheckpointWriter::write(int64_t updates, const at::Tensor& shard, torch::
   const auto params = model->parameters();
   TensorArchive archive("checkpoint");
   {
-    at::NoGradGuard noGrad;
+    c10::NoGradGuard noGrad;
     int64_t offset = 0;
     for (auto& p : params) {
       p.copy_(whole["shard"].narrow(0, offset, p.numel()).view(p.sizes()));

@@ -2,6 +2,7 @@
 #include "train/async_ps_run.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 
@@ -266,7 +267,7 @@ void AsyncPsRun::logWindow(int64_t ticket, double lr) {
 void AsyncPsRun::validate() {
   double sum = 0, count = 0, right = 0;
   if (!role_.server) {
-    at::NoGradGuard noGrad;
+    c10::NoGradGuard noGrad;
     model_->eval();
     auto plan = validationPlan(validation_->size(), role_.index, role_.workers, o_.batchSize);
     DataLoader loader(*validation_, o_.loader);

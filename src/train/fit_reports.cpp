@@ -1,6 +1,7 @@
 // What a fit() run reports and keeps: validation, the log window, checkpoints,
 // each rank's memory, the closing summary (the loop is trainer.cpp).
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 #include <signal.h>
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
@@ -43,7 +44,7 @@ std::string validationLine(const std::string& when, const FitResult& result) {
 
 void FitRun::validate(const std::string& when, int64_t ofEpoch) {
   {
-    at::NoGradGuard noGrad;
+    c10::NoGradGuard noGrad;
     model_->eval();
     auto plan = validationPlan(validation_->size(), dataRank_, dataWorld_, o_.batchSize);
     DataLoader loader(*validation_, o_.loader);

@@ -1,6 +1,7 @@
 // The model's part of a checkpoint, and reading a checkpoint's model and info
 // outside a training run (lockstep generate).
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 #include <torch/nn/module.h>
 
 #include <fmt/format.h>
@@ -62,7 +63,7 @@ void loadModelState(const TensorArchive& archive, torch::nn::Module& model) {
       throw misfit(fmt::format("it has '{}', which this model lacks", key.substr(kModelPrefix.size())));
     }
   }
-  at::NoGradGuard noGrad;
+  c10::NoGradGuard noGrad;
   for (size_t i = 0; i < targets.size(); ++i) targets[i].second.copy_(sources[i]);
 }
 

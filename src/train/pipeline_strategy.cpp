@@ -2,6 +2,7 @@
 // its micro-batches (pipeline/pipeline.h), DDP averages its gradients over the pipelines (2-D), and
 // the checkpoint is the unsplit model's: the first pipeline's stages send their pieces to rank 0.
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 
@@ -163,7 +164,7 @@ TensorArchive PipelineStrategy::stagePiece() {
 
 /// Rank 0: a later stage's piece into the checkpoint and into rank 0's copy of the model.
 void PipelineStrategy::mergePiece(const TensorArchive& piece, TensorArchive& archive) {
-  at::NoGradGuard noGrad;
+  c10::NoGradGuard noGrad;
   std::map<std::string, at::Tensor> tensors;
   for (const auto& p : model_->named_parameters(/*recurse=*/true)) tensors["model/" + p.key()] = p.value();
   for (const auto& b : model_->named_buffers(/*recurse=*/true)) tensors["model/" + b.key()] = b.value();

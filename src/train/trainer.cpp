@@ -223,7 +223,7 @@ double FitRun::applyLearningRate() {
 
 /// One optimizer step over `accumulation` micro-batches; returns this rank's loss.
 double FitRun::trainStep() {
-  // Undefined rather than zeroed (LibTorch 1.13's zero_grad() fills zeros): autograd then
+  // Undefined rather than zeroed (zero_grad(false) fills zeros): autograd then
   // hands its gradient over without a copy, and DDP has no zeros to add into its
   // buckets (80 MB of them per step on a 20M-parameter model).
   for (auto& p : model_->parameters()) p.mutable_grad() = at::Tensor();

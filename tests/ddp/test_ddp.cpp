@@ -220,7 +220,7 @@ TEST(DdpGradients, AreViewsOfTheBucketsSoTheAverageNeedsNoCopyBack) {
     std::vector<const void*> previous;
     for (int64_t s = 0; s < steps; ++s) {
       if (s % 2 == 0) {
-        opt.zero_grad();  // LibTorch 1.13: fills zeros
+        opt.zero_grad(/*set_to_none=*/false);  // fills zeros
       } else {
         for (auto& p : model->parameters()) p.mutable_grad() = at::Tensor();
       }

@@ -32,12 +32,16 @@ Pass trainPass(Build build, Input input) {
   return p;
 }
 
-void expectSame(const Pass& a, const Pass& b) {
-  EXPECT_TRUE(at::equal(a.output, b.output));
+/// Equal bit for bit, or (`exact` false) to float32 rounding.
+void expectSame(const Pass& a, const Pass& b, bool exact = true) {
+  auto same = [&](const at::Tensor& x, const at::Tensor& y) {
+    return exact ? at::equal(x, y) : at::allclose(x, y, /*rtol=*/1e-5, /*atol=*/1e-8);
+  };
+  EXPECT_TRUE(same(a.output, b.output)) << "outputs differ by " << (a.output - b.output).abs().max().item<double>();
   ASSERT_EQ(a.grads.size(), b.grads.size());
   for (size_t i = 0; i < a.grads.size(); ++i) {
     ASSERT_TRUE(a.grads[i].defined() && b.grads[i].defined()) << "parameter " << i << " got no gradient";
-    EXPECT_TRUE(at::equal(a.grads[i], b.grads[i]))
+    EXPECT_TRUE(same(a.grads[i], b.grads[i]))
         << "parameter " << i << " differs by " << (a.grads[i] - b.grads[i]).abs().max().item<double>();
   }
   ASSERT_EQ(a.buffers.size(), b.buffers.size());
@@ -73,9 +77,11 @@ TEST(ModelCheckpointing, CharLstmMatchesThePlainModel) {
   auto input = [] { return at::randint(0, 10, {3, 7}, at::kLong); };
   auto build = [](int64_t segments) { return [segments] { return CharLstm(CharLstmOptions{10, 12, 3, segments}); }; };
   Pass plain = trainPass(build(0), input);
+  // To rounding, not bit for bit: LibTorch's multi-layer LSTM (the plain model) and the same
+  // layers run a segment at a time round differently.
   for (int64_t s : {1, 2, 4}) {
     SCOPED_TRACE(std::to_string(s) + " segments");
-    expectSame(trainPass(build(s), input), plain);
+    expectSame(trainPass(build(s), input), plain, /*exact=*/false);
   }
 }
 

@@ -2,6 +2,7 @@
 // counts or counts derived by hand from the layouts in docs/models.md, output
 // shapes, gradients, initialisation, and the errors for bad configurations.
 // Forward passes stay small (batch 1-2, ResNet-50 only at 64x64) for 2 cores.
+#include <c10/core/GradMode.h>
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
@@ -165,7 +166,7 @@ void expectLogits(const std::string& type, const ImageModelOptions& o, int64_t b
   at::manual_seed(1);
   auto model = makeImageModel(type, o);
   model->eval();
-  at::NoGradGuard noGrad;
+  c10::NoGradGuard noGrad;
   at::Tensor out = model->forward(at::randn({batch, o.inChannels, o.imageSize, o.imageSize}));
   EXPECT_EQ(out.sizes(), (std::vector<int64_t>{batch, o.numClasses}));
   EXPECT_EQ(out.scalar_type(), at::kFloat);
@@ -212,7 +213,7 @@ void expectLayersComposeTheModel(const std::string& type, const ImageModelOption
   for (const auto& b : model->buffers()) tensors += owned.count(b.unsafeGetTensorImpl());
   EXPECT_EQ(tensors, owned.size());
   EXPECT_EQ(owned.size(), model->parameters().size() + model->buffers().size());
-  at::NoGradGuard noGrad;
+  c10::NoGradGuard noGrad;
   at::Tensor x = at::randn({2, o.inChannels, o.imageSize, o.imageSize});
   at::Tensor y = x;
   for (const auto& layer : layers) y = layer.forward(y);
@@ -262,7 +263,7 @@ std::vector<at::Tensor> convNetAfterSteps(const char* plain) {
     model->zero_grad();
     at::Tensor images = at::randn({16, 1, 28, 28});
     at::cross_entropy_loss(model->forward(images), at::randint(10, {16}, at::kLong)).backward();
-    at::NoGradGuard noGrad;
+    c10::NoGradGuard noGrad;
     for (auto& p : model->parameters()) p.sub_(p.grad() * 0.1);
   }
   std::vector<at::Tensor> params;
@@ -329,7 +330,7 @@ TEST(VisionModels, DropoutFollowsTrainAndEval) {
   at::manual_seed(5);
   auto model = makeImageModel("alexnet-cifar", opts(3, 32, 10));
   at::Tensor images = at::randn({2, 3, 32, 32});
-  at::NoGradGuard noGrad;
+  c10::NoGradGuard noGrad;
   model->eval();
   EXPECT_TRUE(model->forward(images).equal(model->forward(images)));
   model->train();

@@ -5,6 +5,7 @@
 #include "lockstep/nn/activation_checkpoint.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 #include <gtest/gtest.h>
 #include <torch/nn/modules/activation.h>
 #include <torch/nn/modules/batchnorm.h>
@@ -158,7 +159,7 @@ TEST(ActivationCheckpoint, ManyInputsAndOutputs) {
 
 TEST(ActivationCheckpoint, WithoutGradModeItJustRuns) {
   int calls = 0;
-  at::NoGradGuard noGrad;
+  c10::NoGradGuard noGrad;
   at::Tensor y = checkpoint(
       [&](const at::Tensor& x) {
         ++calls;

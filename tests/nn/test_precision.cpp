@@ -5,6 +5,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/autocast_mode.h>
+#include <c10/core/GradMode.h>
 #include <gtest/gtest.h>
 #include <torch/nn/modules/linear.h>
 
@@ -69,7 +70,7 @@ TEST(Precision, TheCastCacheIsDroppedWhenTheGuardEnds) {
     first = linear->forward(x);
   }
   {
-    at::NoGradGuard noGrad;
+    c10::NoGradGuard noGrad;
     linear->weight.add_(1.0);
   }
   {

@@ -2,6 +2,7 @@
 // equal to synchronous SGD, the staleness bound held against a straggler, asynchronous training
 // that learns, and a failed server or worker named by its peers.
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 #include <gtest/gtest.h>
 #include <torch/optim/sgd.h>
 
@@ -147,7 +148,7 @@ TEST(ParameterServer, ZeroStalenessEqualsSynchronousSgd) {
       sum[0] += reference[0].grad();
       sum[1] += reference[1].grad();
     }
-    at::NoGradGuard noGrad;
+    c10::NoGradGuard noGrad;
     reference[0] -= lr * sum[0];
     reference[1] -= lr * sum[1];
   }

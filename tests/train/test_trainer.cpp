@@ -3,6 +3,7 @@
 // same order: 2 workers x batch b, 1 worker x batch 2b and b x 2 accumulated
 // all equal it on every rank, because the sampler shards one global order.
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 #include <gtest/gtest.h>
 #include <torch/nn/functional/loss.h>
 #include <torch/optim/sgd.h>
@@ -159,7 +160,7 @@ TEST(Trainer, UserSuppliedOptimizerMatchesAPlainLoopOnEveryRank) {
     models.emplace_back(MlpOptions{12, {16}, 5});
     auto from = reference->parameters();
     auto to = models.back()->parameters();
-    at::NoGradGuard noGrad;
+    c10::NoGradGuard noGrad;
     for (size_t i = 0; i < from.size(); ++i) to[i].copy_(r == 0 ? from[i] : at::randn_like(from[i]));
   }
   auto optimizer = twoGroupSgd(reference->parameters());

@@ -4,13 +4,14 @@
 //
 // The same values and the same gradients, bit for bit, as
 // at::max_pool2d(at::relu(x), {2, 2}) (kernel 2, stride 2, no padding, floor
-// mode; the first maximum of a window in row order wins, NaN propagates),
+// mode; the first maximum of a window in row order wins, NaN propagates; a
+// NaN gradient is NaN, its bfloat16 payload 0x7FC0 where LibTorch's
+// vectorized conversion writes 0xFFFF),
 // since ReLU and max commute: the window's maximum is found once, ReLU is
 // applied to it, and backward sends each output's gradient to that one input
-// when the output is positive. LibTorch 1.13's CPU max_pool2d on NCHW
-// tensors took 18.6 ms of the convnet's forward+backward, its backward 7.8
-// and the ReLUs' backward 7.0, against 13.3 for both convolutions' forward
-// (batch 128, one thread; bench/op_profile.sh); this kernel reads the input once,
+// when the output is positive. LibTorch's CPU max_pool2d and the ReLUs around
+// it take a large share of the convnet's step (bench/op_profile.sh,
+// docs/performance.md); this kernel reads the input once,
 // keeps one byte per output for backward (not an int64 index), and skips the
 // separate ReLU passes. Its row loops select with masks, not branches (which
 // element of a window wins is a coin toss on real data) and on x86-64 take four

@@ -15,7 +15,7 @@
 // bfloat16 has float32's exponent range: no loss scaling is needed
 // (optim/loss_scaler.h is for float16).
 //
-// The autocast state is thread-local and LibTorch 1.13 gives it no RAII
+// The autocast state is thread-local and LibTorch's C++ API gives it no RAII
 // guard: this one saves the enabled flag and the dtype, counts its nesting
 // and clears the cast cache when the outermost guard ends, as PyTorch's
 // Python context manager does. Guards nest; each restores what it found.

@@ -6,15 +6,14 @@
 //
 // They are torch::optim::SGD, Adam and AdamW (same options, parameter groups,
 // state objects and serialization; dynamic_cast to the LibTorch class works),
-// and their results are LibTorch's bit for bit: the same float32 operations in
-// the same order, with a fused multiply-add exactly where LibTorch's CPU
-// kernels use one on a CPU with AVX2 (tested against LibTorch for every
-// option). What differs is the memory traffic: LibTorch 1.13's Adam makes
-// about eight passes over each parameter's size and allocates two temporaries
-// per parameter a step; here one loop reads the parameter, its gradient and
-// the state once and writes them once. On 20 M parameters, one thread, with the
-// allocator `lockstep train` installs (AMD EPYC VM, build/bench/kernel_times):
-// Adam 29.5 -> 9.2 ms a step, SGD with momentum 10.0 -> 6.6 ms.
+// and they compute LibTorch's float32 operations in the same order, with a
+// fused multiply-add exactly where LibTorch's CPU kernels use one on a CPU with
+// AVX2 (tested against LibTorch for every option): SGD's results are LibTorch's
+// bit for bit; Adam's and AdamW's take the correctly rounded square root where
+// LibTorch's CPU build takes MKL's vector one, which is a unit in the last place
+// off for some elements, so they agree to the last bits. What differs is the memory traffic: LibTorch's Adam makes
+// several passes over each parameter's size and allocates temporaries per parameter a step; here one loop reads the
+// parameter, its gradient and the state once and writes them once (build/bench/kernel_times; docs/performance.md).
 //
 // The one-pass step covers dense, contiguous float32 CPU parameters and
 // gradients; with anything else among the parameters (another dtype or

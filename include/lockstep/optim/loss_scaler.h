@@ -17,7 +17,8 @@
 // is multiplied by growthFactor (2). The found-inf flag is max-reduced over
 // the ranks of `comm`, so every rank skips the same steps and S stays equal
 // everywhere. bfloat16 (nn/precision.h) has float32's range and needs none of
-// this. LibTorch 1.13 has no CPU kernels for PyTorch's GradScaler, hence this class.
+// this. PyTorch's GradScaler is Python; this class is its C++ counterpart, on
+// the same ATen kernel (_amp_foreach_non_finite_check_and_unscale_).
 //
 // Per step: unscale() at most once (step() calls it when it was not),
 // step() once, update() once. unscale() and step() are collective when

@@ -65,8 +65,8 @@ std::unique_ptr<torch::optim::Optimizer> makeOptimizer(const OptimizerOptions& o
 /// any other (naming what it supports).
 OptimizerType optimizerTypeOf(const torch::optim::Optimizer& optimizer);
 
-/// The key under which LibTorch's Optimizer::state() holds `param`'s state.
-std::string optimizerStateKey(const at::Tensor& param);
+/// The key under which LibTorch's Optimizer::state() holds `param`'s state (its TensorImpl).
+void* optimizerStateKey(const at::Tensor& param);
 /// Bytes of the state tensors an SGD, Adam or AdamW optimizer holds now
 /// (throws Error for another optimizer, as optimizerTypeOf).
 int64_t optimizerStateBytes(torch::optim::Optimizer& optimizer);
