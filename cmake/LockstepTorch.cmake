@@ -10,8 +10,9 @@
 # LibTorch and the CUDA libraries its wheel depends on), and the `torch` target.
 
 set(LOCKSTEP_VENV "/opt/lockstep/venv" CACHE PATH "Python environment holding the torch wheel (scripts/setup.sh)")
-# The version lockstep builds against (scripts/setup_torch.sh installs it); another is an error.
-set(LOCKSTEP_TORCH_VERSION "2.11.0")
+# The version lockstep builds against, pinned in one file that scripts/setup_venv.sh reads too;
+# another is an error.
+file(STRINGS "${CMAKE_CURRENT_LIST_DIR}/torch-version.txt" LOCKSTEP_TORCH_VERSION LIMIT_COUNT 1)
 set(TORCH_CUDA_ARCH_LIST "8.0;9.0" CACHE STRING "CUDA architectures of LibTorch CUDA code")
 
 set(_lockstep_setup_hint "run scripts/setup.sh (it installs torch==${LOCKSTEP_TORCH_VERSION} into ${LOCKSTEP_VENV}), or pass -DLOCKSTEP_VENV=<a venv holding it>")

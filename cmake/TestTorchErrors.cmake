@@ -2,6 +2,7 @@
 # it: each must stop at configure time with a message naming the version found, the one wanted
 # and the setup command (cmake/LockstepTorch.cmake).
 set(WORK ${BUILD_DIR}/torch-errors)
+file(STRINGS ${SOURCE_DIR}/cmake/torch-version.txt wanted LIMIT_COUNT 1)
 file(REMOVE_RECURSE ${WORK})
 find_program(PYTHON python3 REQUIRED)
 execute_process(COMMAND ${PYTHON} -m venv --without-pip ${WORK}/venv RESULT_VARIABLE rc)
@@ -28,16 +29,16 @@ function(expect_configure_error case venv)
 endfunction()
 
 expect_configure_error(no-venv ${WORK}/none "no Python environment at LOCKSTEP_VENV=${WORK}/none"
-                       "LibTorch 2.11.0" "run scripts/setup.sh")
+                       "LibTorch ${wanted}" "run scripts/setup.sh")
 expect_configure_error(no-torch ${WORK}/venv "torch is not installed in ${WORK}/venv" "found: none"
-                       "LibTorch 2.11.0" "run scripts/setup.sh")
+                       "LibTorch ${wanted}" "run scripts/setup.sh")
 
 # A torch package of another version, as far as CMake looks before TorchConfig runs.
 execute_process(COMMAND ${WORK}/venv/bin/python3 -c "import sysconfig; print(sysconfig.get_paths()['purelib'])"
                 OUTPUT_VARIABLE site OUTPUT_STRIP_TRAILING_WHITESPACE)
 file(WRITE ${site}/torch/__init__.py "")
-file(WRITE ${site}/torch/version.py "__version__ = '2.10.0+cu128'\n")
+file(WRITE ${site}/torch/version.py "__version__ = '1.13.1+cpu'\n")
 file(WRITE ${site}/torch/share/cmake/Torch/TorchConfig.cmake "message(FATAL_ERROR \"not reached\")\n")
-expect_configure_error(other-version ${WORK}/venv "holds LibTorch 2.10.0" "builds against 2.11.0"
+expect_configure_error(other-version ${WORK}/venv "holds LibTorch 1.13.1" "builds against ${wanted}"
                        "run scripts/setup.sh")
 file(REMOVE_RECURSE ${WORK})

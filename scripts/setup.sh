@@ -35,5 +35,5 @@ lockstep_apt_install setup.sh "${PACKAGES[@]}"
 # Datasets from Debian packages (names for the pet-name generator, ...).
 "$(dirname "$0")/setup_data.sh"
 
-# LibTorch: PyPI's torch wheel in $LOCKSTEP_VENV (skipped when the pinned version is there).
-"$(dirname "$0")/setup_torch.sh"
+# LibTorch (PyPI's torch wheel) and the pinned Python tools in $LOCKSTEP_VENV (skipped when present).
+"$(dirname "$0")/setup_venv.sh"

@@ -1,0 +1,73 @@
+"""Reads a lockstep run directory's event files with TensorBoard's own reader (PyPI's
+tensorboard: EventAccumulator, which checks every record's CRC) and checks that every scalar
+of metrics.jsonl comes back under its tag, at its step, with its value and wall time.
+
+    read_tensorboard.py RUN_DIR
+
+Exits 1 naming the first difference, 0 after printing what matched.
+"""
+import json
+import math
+import os
+import struct
+import sys
+
+try:
+    import tensorboard
+    from tensorboard.backend.event_processing.event_accumulator import SCALARS, EventAccumulator
+except ImportError as e:
+    sys.exit(f"read_tensorboard.py: TensorBoard is not installed for {sys.executable} ({e}); run scripts/setup.sh")
+
+# metrics.jsonl field -> TensorBoard tag (docs/monitoring.md, "The files").
+TAGS = {
+    "train": {"loss": "train/loss", "lr": "train/lr", "samples_per_sec": "train/samples_per_sec",
+              "step_time": "train/step_time"},
+    "val": {"val_loss": "val/loss", "val_accuracy": "val/accuracy"},
+}
+
+
+def as_float32(value):
+    return struct.unpack("f", struct.pack("f", value))[0]
+
+
+def expected_scalars(run):
+    expected = {}  # tag -> [(step, value, time)]
+    with open(os.path.join(run, "metrics.jsonl")) as f:
+        for line in f:
+            record = json.loads(line)
+            for field, tag in TAGS[record["kind"]].items():
+                if record.get(field) is not None:
+                    expected.setdefault(tag, []).append((record["step"], record[field], record["time"]))
+    return expected
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    run = sys.argv[1]
+    expected = expected_scalars(run)
+    accumulator = EventAccumulator(run, size_guidance={SCALARS: 0})  # 0: keep every scalar
+    accumulator.Reload()
+    tags = sorted(accumulator.Tags()[SCALARS])
+    if tags != sorted(expected):
+        sys.exit(f"{run}: TensorBoard read the tags {tags}; metrics.jsonl has {sorted(expected)}")
+    count = 0
+    for tag in tags:
+        got = accumulator.Scalars(tag)
+        want = expected[tag]
+        if [e.step for e in got] != [step for step, _, _ in want]:
+            sys.exit(f"{run}: {tag}: TensorBoard read steps {[e.step for e in got]}, "
+                     f"metrics.jsonl has {[step for step, _, _ in want]}")
+        for event, (step, value, when) in zip(got, want):
+            # The event holds a float32; metrics.jsonl the double it came from, printed in decimal.
+            if not math.isclose(event.value, as_float32(value), rel_tol=1e-7, abs_tol=0.0):
+                sys.exit(f"{run}: {tag} at step {step}: TensorBoard read {event.value!r}, metrics.jsonl has {value!r}")
+            if abs(event.wall_time - when) > 1e-3:
+                sys.exit(f"{run}: {tag} at step {step}: wall time {event.wall_time} in TensorBoard, {when} in metrics.jsonl")
+            count += 1
+    print(f"TensorBoard {tensorboard.__version__} read {count} scalars of {len(tags)} tags "
+          f"({', '.join(tags)}) from {run}: each matches metrics.jsonl")
+
+
+if __name__ == "__main__":
+    main()

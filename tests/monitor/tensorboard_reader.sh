@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# TensorBoard itself reads what a 2-worker `lockstep train` run wrote: every scalar of
+# metrics.jsonl comes back from the event file under its tag and step (read_tensorboard.py).
+#
+#   tensorboard_reader.sh LOCKSTEP_BIN PYTHON SOURCE_DIR
+#
+# PYTHON is the environment's interpreter that holds PyPI's tensorboard (scripts/setup.sh).
+set -euo pipefail
+BIN="$1" PY="$2" SRC="$3"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+"$BIN" run -np 2 --threads 1 -- "$BIN" train "$SRC/configs/fashion_convnet.yaml" trainer.max_steps=12 \
+  trainer.log_every=4 trainer.validate=true checkpoint.dir=off checkpoint.resume=none \
+  monitor.dir="$work/run" monitor.progress=off monitor.system_interval=0 monitor.trace_steps=0
+ls "$work/run"
+"$PY" "$SRC/tests/monitor/read_tensorboard.py" "$work/run"
