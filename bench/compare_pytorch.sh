@@ -15,13 +15,15 @@
 #             the hook's chained allreduces of two buckets reached the ranks in different orders;
 #             should PyTorch's side fail anyway, its ratio is against PyTorch's plain DDP on the
 #             mlp workload of the same command); not in the default list
-# Rows: PyTorch DDP (bench/pytorch/ddp_bench.py, torch.multiprocessing.spawn),
-# `lockstep run -np 2 --threads 1`, and `lockstep run --backend mpi ...` when the
-# lockstep binary has that option. Runs are interleaved (python, lockstep, ... then
-# the reverse order in the next round) so that machine noise hits every side; the
-# table (bench/summarize_rounds.py) gives each side's median, min and max over the
-# rounds and the ratio of medians lockstep / PyTorch with a 90% bootstrap interval
-# (rounds resampled, each round's runs kept together).
+# Rows: PyTorch DDP eager (bench/pytorch/ddp_bench.py, torch.multiprocessing.spawn), the same
+# under torch.compile (TorchInductor, CPU; --compile: its compilation and two warm-up steps are
+# not timed; COMPILED=0 leaves this row out), `lockstep run -np 2 --threads 1` over Gloo, and
+# `lockstep run --backend mpi ...` (lockstep's default on one machine; BACKENDS=gloo leaves it out). Runs are
+# interleaved (python, lockstep, ... then the reverse order in the next round) so that machine
+# noise hits every side; the tables (bench/summarize_rounds.py) give each side's median, min
+# and max over the rounds and the ratio of medians lockstep / PyTorch, against eager and
+# against compiled, with a 90% bootstrap interval (rounds resampled, each round's runs kept
+# together).
 #
 # Trainer overhead: bench/bare_loop (the convnet in a minimal LibTorch loop, one
 # process, 1 thread) against `lockstep run -np 1 --threads 1 -- lockstep train
@@ -35,15 +37,15 @@
 # ROUNDS (default 5), RUN_TIMEOUT (seconds for one PyTorch run, default 600), OVERHEAD_ROUNDS (default 3), WORKLOADS (default
 # "charlstm convnet mlp overhead"), KEEP_LOGS=1 to keep the run logs.
 # Nothing is built here. PyTorch is the torch wheel lockstep builds against, in the Python
-# environment scripts/setup.sh made ($LOCKSTEP_VENV, default /opt/lockstep/venv); numpy is
-# installed into it when missing: a benchmark-only dependency (docs/dependencies.md).
+# environment scripts/setup.sh made ($LOCKSTEP_VENV, default /opt/lockstep/venv), with NumPy
+# (scripts/python-requirements.txt).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD="${LOCKSTEP_BUILD_DIR:-build}"
 BIN="$BUILD/lockstep"
 BARE="$BUILD/bench/bare_loop"
 VENV="${LOCKSTEP_VENV:-/opt/lockstep/venv}"
-PY="$VENV/bin/python3"  # the same torch as LibTorch's build (scripts/setup_torch.sh)
+PY="$VENV/bin/python3"  # the same torch as LibTorch's build (scripts/setup_venv.sh)
 STEPS="${1:-30}"
 ROUNDS="${ROUNDS:-5}"
 ROUND=0
@@ -53,16 +55,12 @@ WORKLOADS="${WORKLOADS:-charlstm convnet mlp overhead}"
 
 [ -x "$BIN" ] || { echo "compare_pytorch.sh: $BIN not found; build lockstep first (scripts/build.sh)" >&2; exit 1; }
 [ -x "$PY" ] || { echo "compare_pytorch.sh: no Python environment at $VENV; run scripts/setup.sh" >&2; exit 1; }
-if ! "$PY" -c 'import numpy' >/dev/null 2>&1; then
-  "$VENV/bin/pip" install --no-input --disable-pip-version-check numpy
-fi
+"$PY" -c 'import numpy' 2>/dev/null ||
+  { echo "compare_pytorch.sh: no NumPy for $PY; run scripts/setup.sh (it installs the pinned Python tools)" >&2; exit 1; }
 
-BACKENDS=(gloo)
-if "$BIN" run --help 2>&1 | grep -q -- '--backend'; then
-  BACKENDS+=(mpi)
-else
-  echo "(lockstep run has no --backend option: the lockstep-mpi rows are skipped)"
-fi
+read -r -a BACKENDS <<< "${BACKENDS:-gloo mpi}"
+PYTHON_SIDES=(pytorch)
+[ "${COMPILED:-1}" = 0 ] || PYTHON_SIDES+=(pytorch-compiled)
 
 OUT="$(mktemp -d)"
 if [ "${KEEP_LOGS:-0}" = 1 ]; then echo "logs: $OUT"; else trap 'rm -rf "$OUT"' EXIT; fi
@@ -114,11 +112,13 @@ bare_loop() {  # steps; the thread variables as `lockstep run --threads 1` sets 
   OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 "$BARE" "$1"
 }
 
-pytorch_ddp() {  # workload steps
+pytorch_ddp() {  # workload steps [ddp_bench.py options...]
+  local workload="$1" steps="$2"
+  shift 2
   # shellcheck disable=SC2046  # the workload's arguments are words
   # timeout: when one of PyTorch's workers aborts, the other can wait for it for Gloo's 30 minutes.
   OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 timeout "${RUN_TIMEOUT:-600}" \
-    "$PY" bench/pytorch/ddp_bench.py $(pytorch_args_of "$1") --steps "$2" --nproc 2 --threads 1
+    "$PY" bench/pytorch/ddp_bench.py $(pytorch_args_of "$workload") --steps "$steps" --nproc 2 --threads 1 "$@"
 }
 
 median() {  # numbers... ("fail" entries are left out) -> median, or "-"
@@ -137,11 +137,13 @@ for workload in $WORKLOADS; do
   extra=($(lockstep_extra_of "$workload"))
   for ((round = 1; round <= ROUNDS; round++)); do
     ROUND=$round
-    sides=(pytorch "${BACKENDS[@]}")
-    if ((round % 2 == 0)); then sides=("${BACKENDS[@]}" pytorch); fi  # alternate who goes first
+    sides=("${PYTHON_SIDES[@]}" "${BACKENDS[@]}")
+    if ((round % 2 == 0)); then sides=("${BACKENDS[@]}" "${PYTHON_SIDES[@]}"); fi  # alternate who goes first
     for side in "${sides[@]}"; do
       if [ "$side" = pytorch ]; then
         measure "$workload" "pytorch-ddp" pytorch_ddp "$workload" "$STEPS"
+      elif [ "$side" = pytorch-compiled ]; then
+        measure "$workload" "pytorch-compiled" pytorch_ddp "$workload" "$STEPS" --compile
       else
         measure "$workload" "lockstep-$side" lockstep_train "$side" 2 "$STEPS" "$config" "${extra[@]}"
       fi
@@ -172,6 +174,11 @@ if [ "${WORKLOADS// /}" != overhead ]; then
 echo
 echo "Samples/s (global, first step excluded) over $ROUNDS interleaved rounds; ratio = median lockstep / median PyTorch DDP"
 "$PY" bench/summarize_rounds.py "$OUT/rounds" pytorch-ddp --fallback mlp-powersgd=mlp
+if [[ " ${PYTHON_SIDES[*]} " == *" pytorch-compiled "* ]]; then
+  echo
+  echo "The same against PyTorch DDP under torch.compile:"
+  "$PY" bench/summarize_rounds.py "$OUT/rounds" pytorch-compiled
+fi
 echo "every run:"
 for key in "${!RESULTS[@]}"; do printf '  %-27s%s\n' "$key" "${RESULTS[$key]}"; done | sort
 fi

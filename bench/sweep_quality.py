@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Search quality of lockstep's samplers against Optuna's on synthetic objectives.
 
 For each objective (Branin, Hartmann-6) and each method -- lockstep TPE (multivariate, the

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Search quality on a real objective: the validation accuracy of a Fashion-MNIST MLP after
 STEPS optimizer steps, over learning rate x batch size x width, equal trial budgets.
 
@@ -6,7 +6,7 @@ Methods: lockstep TPE and lockstep random (`lockstep sweep`), Optuna's TPE (TPES
 calling the very same `lockstep run -np 1 --threads 1 -- lockstep train ...` per trial. One trial
 at a time on every side. Prints the median best accuracy of SEEDS seeds per method.
 
-    /usr/bin/python3 bench/sweep_real.py LOCKSTEP_BIN [TRIALS=20] [SEEDS=5] [STEPS=600]
+    $LOCKSTEP_VENV/bin/python3 bench/sweep_real.py LOCKSTEP_BIN [TRIALS=20] [SEEDS=5] [STEPS=600]
 """
 import json
 import os

@@ -1,7 +1,8 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """PyTorch's own Python DistributedDataParallel on lockstep's benchmark workloads.
 
-    /usr/bin/python3 bench/pytorch/ddp_bench.py WORKLOAD [--steps 30] [--nproc 2] [--threads 1]
+    $LOCKSTEP_VENV/bin/python3 bench/pytorch/ddp_bench.py WORKLOAD [--steps 30] [--nproc 2] [--threads 1]
+        [--compile]
 
 WORKLOAD is one of (DESIGN.md "Workloads", the same shapes as lockstep's configs):
   charlstm  configs/charlstm-bench.yaml: one-hot characters (vocabulary --vocab, 29 for
@@ -21,6 +22,13 @@ torch.set_num_threads(--threads); the caller should also export OMP_NUM_THREADS 
 OPENBLAS_NUM_THREADS (bench/compare_pytorch.sh does, as `lockstep run --threads` does).
 The learning rate is scaled by the world size as lockstep's default lr_scaling (linear;
 sqrt for the convnet config), which does not change the speed.
+
+--compile runs the DDP-wrapped model through torch.compile (TorchInductor, the default
+backend, which generates C++/OpenMP kernels on the CPU) with static shapes; DDP's compiled
+form splits the graph at bucket boundaries (DDPOptimizer) so that allreduces still overlap
+the backward pass. Compilation happens in the first step, which is not timed; the
+--warmup-steps (default 2 with --compile, else 0) before it are not timed either, so that
+any recompilation falls outside the clock.
 
 Timing follows lockstep's Trainer: rank 0 starts the clock after the first optimizer
 step and stops it after the last; the last line has the Trainer's format:
@@ -149,6 +157,7 @@ def worker(rank, args, port):
         # DDP's documented knob for the size of its first bucket (1 MB by default).
         dist._DEFAULT_FIRST_BUCKET_BYTES = int(args.first_bucket_mb * 1024 * 1024)
     ddp = DistributedDataParallel(model, bucket_cap_mb=args.bucket_cap_mb)
+    forward = torch.compile(ddp, dynamic=False) if args.compile else ddp
     if args.powersgd:
         # PyTorch's own PowerSGD hook, the reference for lockstep's ddp.compression powersgd.
         from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersgd
@@ -169,7 +178,8 @@ def worker(rank, args, port):
     ddp.train()
     phases = [0.0, 0.0, 0.0, 0.0]  # data, forward, backward (with DDP's allreduce wait), optimizer; timed steps
     start = run_start = time.perf_counter()
-    for step in range(args.steps):
+    first_timed = args.warmup_steps  # the clock starts after this step
+    for step in range(args.warmup_steps + args.steps):
         t0 = time.perf_counter()
         idx = order[(step * batch) % (order.numel() - batch):][:batch]
         x = inputs.index_select(0, idx)
@@ -179,14 +189,14 @@ def worker(rank, args, port):
             x[mask] = x[mask].flip(3)
         t1 = time.perf_counter()
         optimizer.zero_grad()
-        loss = loss_fn(ddp(x), y)
+        loss = loss_fn(forward(x), y)
         loss.item()  # lockstep's Trainer reads the loss every step
         t2 = time.perf_counter()
         loss.backward()
         t3 = time.perf_counter()
         optimizer.step()
         t4 = time.perf_counter()
-        if step == 0:
+        if step <= first_timed:
             start = t4
         else:
             for i, d in enumerate((t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
@@ -195,7 +205,8 @@ def worker(rank, args, port):
     if rank == 0:
         rate = (args.steps - 1) * batch * world / (end - start)
         params = sum(p.numel() for p in model.parameters())
-        print(f"pytorch ddp: {args.workload}, {params} parameters, {world} workers x {torch.get_num_threads()} "
+        form = "torch.compile (inductor)" if args.compile else "eager"
+        print(f"pytorch ddp ({form}): {args.workload}, {params} parameters, {world} workers x {torch.get_num_threads()} "
               f"thread(s), batch {batch} per worker, torch {torch.__version__}", flush=True)
         ms = [1000 * p / (args.steps - 1) for p in phases]
         print(f"per step (rank 0, mean of {args.steps - 1}): {1000 * (end - start) / (args.steps - 1):.1f} ms = "
@@ -226,12 +237,17 @@ def main():
     p.add_argument("--bucket-cap-mb", type=float, default=25, help="DDP's bucket_cap_mb (PyTorch's default: 25)")
     p.add_argument("--first-bucket-mb", type=float, default=None,
                    help="size of DDP's first bucket (torch.distributed._DEFAULT_FIRST_BUCKET_BYTES; PyTorch: 1)")
+    p.add_argument("--compile", action="store_true", help="torch.compile the DDP model (inductor backend)")
+    p.add_argument("--warmup-steps", type=int, default=None,
+                   help="untimed steps before the first one (default: 2 with --compile, else 0)")
     p.add_argument("--powersgd", type=int, default=0, help="PowerSGD comm hook at this rank (0: plain allreduce)")
     p.add_argument("--powersgd-batched", action="store_true",
                    help="PyTorch's batched_powerSGD_hook (the whole bucket as one square matrix) instead")
     p.add_argument("--powersgd-start", type=int, default=2,
                    help="iterations of plain allreduce before PowerSGD (PyTorch needs at least 2)")
     args = p.parse_args()
+    if args.warmup_steps is None:
+        args.warmup_steps = 2 if args.compile else 0
     if args.steps < 2:
         p.error("--steps must be at least 2 (the first step is not timed)")
     if not dist.is_available() or not dist.is_gloo_available():
