@@ -4,7 +4,12 @@
 // (bench/compare_pytorch.sh runs it interleaved with
 // `lockstep run -np 1 --threads 1 -- lockstep train configs/fashion_convnet.yaml`).
 //
-//   build-bench/bench/bare_loop [STEPS]   (default 60; built with -DLOCKSTEP_BUILD_BENCHMARKS=ON)
+//   build/bench/bare_loop [STEPS] [--trainer-kernels]   (default 60; -DLOCKSTEP_BUILD_BENCHMARKS=ON)
+//
+// Plain, it is LibTorch's own loop: torch::optim::Adam and LibTorch's CPU allocator. With
+// --trainer-kernels it uses what the Trainer's loop uses beneath it: lockstep's one-pass Adam
+// (makeOptimizer, as `optimizer.type: adam`) and the counting allocator that reuses freed blocks
+// (trackTensorMemory); against that, the Trainer's own cost is what remains.
 //
 // It does what the Trainer's loop does per step, with the same pieces and
 // nothing else: the same model (makeImageModel("convnet") on 1x28x28, seed 0),
@@ -33,7 +38,9 @@
 #include "lockstep/data/image_transforms.h"
 #include "lockstep/data/loader.h"
 #include "lockstep/data/sampler.h"
+#include "lockstep/common/tensor_memory.h"
 #include "lockstep/models/vision.h"
+#include "lockstep/optim/optimizer.h"
 
 namespace {
 
@@ -41,8 +48,9 @@ using Clock = std::chrono::steady_clock;
 constexpr int64_t kBatch = 128;
 constexpr double kLr = 1e-3;
 
-int run(int64_t steps) {
+int run(int64_t steps, bool trainerKernels) {
   at::set_num_threads(1);
+  if (trainerKernels) lockstep::trackTensorMemory();
   // OpenBLAS sizes its own thread pool when the library loads, from the environment only.
   for (const char* var : {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"}) {
     const char* value = std::getenv(var);
@@ -73,7 +81,13 @@ int run(int64_t steps) {
   at::manual_seed(0);
   auto model = lockstep::makeImageModel("convnet", lockstep::ImageModelOptions{1, 28, images->numClasses()});
   model->train();
-  torch::optim::Adam optimizer(model->parameters(), torch::optim::AdamOptions(kLr));
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+  if (trainerKernels) {
+    optimizer = lockstep::makeOptimizer(lockstep::OptimizerOptions{lockstep::OptimizerType::kAdam, kLr},
+                                        model->parameters());
+  } else {
+    optimizer = std::make_unique<torch::optim::Adam>(model->parameters(), torch::optim::AdamOptions(kLr));
+  }
 
   auto seconds = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
   auto runStart = Clock::now();
@@ -82,7 +96,7 @@ int run(int64_t steps) {
   double phase[4] = {0, 0, 0, 0};  // data wait, forward (with the loss), backward, optimizer; timed steps only
   for (int64_t step = 0; step < steps; ++step) {
     auto t0 = Clock::now();
-    optimizer.zero_grad();
+    optimizer->zero_grad();
     lockstep::Batch batch = loader.next();
     auto t1 = Clock::now();
     at::Tensor loss = at::cross_entropy_loss(model->forward(batch.inputs), batch.targets);
@@ -90,7 +104,7 @@ int run(int64_t steps) {
     auto t2 = Clock::now();
     loss.backward();
     auto t3 = Clock::now();
-    optimizer.step();
+    optimizer->step();
     auto t4 = Clock::now();
     if (step == 0) {
       timedStart = t4;
@@ -104,7 +118,8 @@ int run(int64_t steps) {
   auto end = Clock::now();
   double timed = std::chrono::duration<double>(end - timedStart).count();
   double total = std::chrono::duration<double>(end - runStart).count();
-  std::cout << fmt::format("bare_loop: convnet, batch {}, Adam {}, {} thread(s), mean loss {:.4f}\n", kBatch, kLr,
+  std::cout << fmt::format("bare_loop: convnet, batch {}, Adam {} ({}), {} thread(s), mean loss {:.4f}\n", kBatch,
+                           kLr, trainerKernels ? "the Trainer's kernels and allocator" : "LibTorch's",
                            at::get_num_threads(), lossSum / static_cast<double>(steps));
   auto ms = [&](double s) { return 1000 * s / static_cast<double>(steps - 1); };
   std::cout << fmt::format(
@@ -121,13 +136,22 @@ int run(int64_t steps) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int64_t steps = argc > 1 ? std::atoll(argv[1]) : 60;
+  int64_t steps = 60;
+  bool trainerKernels = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--trainer-kernels") {
+      trainerKernels = true;
+    } else {
+      steps = std::atoll(arg.c_str());
+    }
+  }
   if (steps < 2) {
-    std::cerr << "usage: bare_loop [STEPS >= 2]\n";
+    std::cerr << "usage: bare_loop [STEPS >= 2] [--trainer-kernels]\n";
     return 2;
   }
   try {
-    return run(steps);
+    return run(steps, trainerKernels);
   } catch (const std::exception& e) {
     std::cerr << "bare_loop: " << e.what() << "\n";
     return 1;

@@ -25,9 +25,11 @@
 # against compiled, with a 90% bootstrap interval (rounds resampled, each round's runs kept
 # together).
 #
-# Trainer overhead: bench/bare_loop (the convnet in a minimal LibTorch loop, one
-# process, 1 thread) against `lockstep run -np 1 --threads 1 -- lockstep train
-# configs/fashion_convnet.yaml`, interleaved, for OVERHEAD_STEPS steps (default 2 x STEPS).
+# Trainer overhead: bench/bare_loop (the convnet in a minimal LibTorch loop, one process,
+# 1 thread) plain (LibTorch's Adam and allocator) and with --trainer-kernels (lockstep's
+# one-pass Adam and block-reusing allocator, what the Trainer runs on), against `lockstep run
+# -np 1 --threads 1 -- lockstep train configs/fashion_convnet.yaml`, interleaved, for
+# OVERHEAD_STEPS steps (default 2 x STEPS). The overhead is against the loop on the same kernels.
 #
 # Samples/s are global and exclude the first step, as lockstep's Trainer reports them
 # ("done: ... samples/s"); lockstep runs write no checkpoint (checkpoint.dir empty).
@@ -108,8 +110,8 @@ lockstep_train() {  # backend np steps config [overrides...]
     trainer.validate=false checkpoint.dir=off checkpoint.resume=none generate.samples=0 "$@"
 }
 
-bare_loop() {  # steps; the thread variables as `lockstep run --threads 1` sets them
-  OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 "$BARE" "$1"
+bare_loop() {  # steps [--trainer-kernels]; the thread variables as `lockstep run --threads 1` sets them
+  OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 "$BARE" "$@"
 }
 
 pytorch_ddp() {  # workload steps [ddp_bench.py options...]
@@ -156,13 +158,15 @@ if [[ " $WORKLOADS " == *" overhead "* ]]; then
   if [ -x "$BARE" ]; then
     for ((round = 1; round <= OVERHEAD_ROUNDS; round++)); do
       ROUND=$round
-      if ((round % 2)); then
-        measure overhead bare-loop bare_loop "$OVERHEAD_STEPS"
-        measure overhead lockstep-np1 lockstep_train gloo 1 "$OVERHEAD_STEPS" configs/fashion_convnet.yaml
-      else
-        measure overhead lockstep-np1 lockstep_train gloo 1 "$OVERHEAD_STEPS" configs/fashion_convnet.yaml
-        measure overhead bare-loop bare_loop "$OVERHEAD_STEPS"
-      fi
+      sides=(bare-loop bare-kernels lockstep-np1)
+      ((round % 2)) || sides=(lockstep-np1 bare-kernels bare-loop)
+      for side in "${sides[@]}"; do
+        case "$side" in
+          bare-loop) measure overhead bare-loop bare_loop "$OVERHEAD_STEPS" ;;
+          bare-kernels) measure overhead bare-kernels bare_loop "$OVERHEAD_STEPS" --trainer-kernels ;;
+          *) measure overhead lockstep-np1 lockstep_train gloo 1 "$OVERHEAD_STEPS" configs/fashion_convnet.yaml ;;
+        esac
+      done
     done
     overhead_done=1
   else
@@ -185,18 +189,20 @@ fi
 
 if ((overhead_done)); then
   # shellcheck disable=SC2086
-  bare="$(median ${RESULTS[overhead/bare-loop]})"
+  plain="$(median ${RESULTS[overhead/bare-loop]})"
+  # shellcheck disable=SC2086
+  bare="$(median ${RESULTS[overhead/bare-kernels]})"
   # shellcheck disable=SC2086
   trained="$(median ${RESULTS[overhead/lockstep-np1]})"
   echo
   echo "Trainer overhead (convnet, 1 process x 1 thread, $OVERHEAD_STEPS steps, median of $OVERHEAD_ROUNDS):"
-  awk -v a="$bare" -v b="$trained" 'BEGIN {
-    printf "  bare LibTorch loop %s samples/s, lockstep train %s samples/s", a, b
+  awk -v p="$plain" -v a="$bare" -v b="$trained" 'BEGIN {
+    printf "  LibTorch loop %s, the loop on the Trainer'"'"'s kernels %s, lockstep train %s samples/s", p, a, b
     if (a ~ /^[0-9]+$/ && b ~ /^[0-9]+$/ && b > 0)
-      printf ": overhead %+.1f%% (time per step, lockstep / bare - 1)\n", 100 * (a / b - 1)
+      printf ": overhead %+.1f%% (time per step, lockstep / loop on the same kernels - 1)\n", 100 * (a / b - 1)
     else printf "\n" }'
-  # The same from each round's pair (the two runs next to each other), which cancels slow drifts in the load.
-  awk -v a="${RESULTS[overhead/bare-loop]}" -v b="${RESULTS[overhead/lockstep-np1]}" 'BEGIN {
+  # The same from each round's pair (the runs next to each other), which cancels slow drifts in the load.
+  awk -v a="${RESULTS[overhead/bare-kernels]}" -v b="${RESULTS[overhead/lockstep-np1]}" 'BEGIN {
     n = split(a, x, " "); split(b, y, " "); k = 0
     for (i = 1; i <= n; i++) if (x[i] ~ /^[0-9]+$/ && y[i] ~ /^[0-9]+$/ && y[i] > 0) r[++k] = 100 * (x[i] / y[i] - 1)
     if (k == 0) exit
