@@ -34,11 +34,11 @@
 #include <iostream>
 #include <string>
 
+#include "lockstep/common/tensor_memory.h"
 #include "lockstep/data/image_dataset.h"
 #include "lockstep/data/image_transforms.h"
 #include "lockstep/data/loader.h"
 #include "lockstep/data/sampler.h"
-#include "lockstep/common/tensor_memory.h"
 #include "lockstep/models/vision.h"
 #include "lockstep/optim/optimizer.h"
 
@@ -83,8 +83,8 @@ int run(int64_t steps, bool trainerKernels) {
   model->train();
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   if (trainerKernels) {
-    optimizer = lockstep::makeOptimizer(lockstep::OptimizerOptions{lockstep::OptimizerType::kAdam, kLr},
-                                        model->parameters());
+    optimizer =
+        lockstep::makeOptimizer(lockstep::OptimizerOptions{lockstep::OptimizerType::kAdam, kLr}, model->parameters());
   } else {
     optimizer = std::make_unique<torch::optim::Adam>(model->parameters(), torch::optim::AdamOptions(kLr));
   }
@@ -118,9 +118,9 @@ int run(int64_t steps, bool trainerKernels) {
   auto end = Clock::now();
   double timed = std::chrono::duration<double>(end - timedStart).count();
   double total = std::chrono::duration<double>(end - runStart).count();
-  std::cout << fmt::format("bare_loop: convnet, batch {}, Adam {} ({}), {} thread(s), mean loss {:.4f}\n", kBatch,
-                           kLr, trainerKernels ? "the Trainer's kernels and allocator" : "LibTorch's",
-                           at::get_num_threads(), lossSum / static_cast<double>(steps));
+  std::cout << fmt::format("bare_loop: convnet, batch {}, Adam {} ({}), {} thread(s), mean loss {:.4f}\n", kBatch, kLr,
+                           trainerKernels ? "the Trainer's kernels and allocator" : "LibTorch's", at::get_num_threads(),
+                           lossSum / static_cast<double>(steps));
   auto ms = [&](double s) { return 1000 * s / static_cast<double>(steps - 1); };
   std::cout << fmt::format(
       "per step (mean of {}): {:.1f} ms = data wait {:.1f} + forward {:.1f} + backward {:.1f} + "
