@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "comm/collective.h"  // formatBytes
+#include "common/byte_text.h"
 #include "common/posix_io.h"
 #include "lockstep/common/error.h"
 

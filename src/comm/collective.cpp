@@ -25,12 +25,6 @@ int64_t bytesOf(const std::vector<at::Tensor>& ts) {
   return n;
 }
 
-std::string formatBytes(int64_t b) {
-  if (b >= (int64_t(1) << 20)) return fmt::format("{:.1f} MiB", static_cast<double>(b) / (1 << 20));
-  if (b >= 1024) return fmt::format("{:.1f} KiB", static_cast<double>(b) / 1024);
-  return fmt::format("{} B", b);
-}
-
 std::string rankNumbers(const std::vector<int>& ranks, size_t shown) {
   std::string s;
   size_t n = std::min(ranks.size(), shown);

@@ -44,8 +44,6 @@ struct Collective {
 /// Bytes an operation moves (undefined tensors count 0).
 int64_t bytesOf(const at::Tensor& t);
 int64_t bytesOf(const std::vector<at::Tensor>& ts);
-/// "512 B", "4.0 KiB", "1.5 MiB".
-std::string formatBytes(int64_t bytes);
 /// "0, 1, 3" — at most `shown` numbers, then " and N more".
 std::string rankNumbers(const std::vector<int>& ranks, size_t shown = 8);
 

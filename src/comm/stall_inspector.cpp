@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "comm/collective.h"
+#include "common/byte_text.h"
 #include "lockstep/common/logging.h"
 
 namespace lockstep {

@@ -11,7 +11,7 @@
 #include "ddp/fully_sharded_impl.h"
 #include "lockstep/comm/archive_transfer.h"
 #include "lockstep/common/tensor_archive.h"
-#include "lockstep/train/checkpoint.h"
+#include "lockstep/nn/model_state.h"
 
 namespace lockstep {
 
@@ -21,7 +21,7 @@ void FullyShardedDataParallel::Impl::saveModelAndOptimizer(TensorArchive* archiv
   // in that order now and wait for them with the optimizer's (save()).
   constexpr int kModelTag = 7202;
   std::map<std::string, size_t> byKey;
-  for (size_t i = 0; i < params.size(); ++i) byKey["model/" + names[i]] = i;
+  for (size_t i = 0; i < params.size(); ++i) byKey[modelEntryKey(names[i])] = i;
   std::vector<std::vector<GradientPiece>> all(static_cast<size_t>(world()));
   for (int r = 0; r < world(); ++r)
     all[static_cast<size_t>(r)] = r == rank() ? pieces : gradientPieces(plan, numels, world(), r);
@@ -60,10 +60,10 @@ void FullyShardedDataParallel::Impl::saveModelAndOptimizer(TensorArchive* archiv
   for (const auto& p : params) sharded.insert(p.unsafeGetTensorImpl());
   for (const auto& p : module->named_parameters(true)) {  // frozen parameters: whole on every rank
     if (p.value().defined() && !sharded.count(p.value().unsafeGetTensorImpl()))
-      archive->putTensor("model/" + p.key(), p.value());
+      archive->putTensor(modelEntryKey(p.key()), p.value());
   }
   for (const auto& b : module->named_buffers(true)) {
-    if (b.value().defined()) archive->putTensor("model/" + b.key(), b.value());
+    if (b.value().defined()) archive->putTensor(modelEntryKey(b.key()), b.value());
   }
   save(archive);
 }

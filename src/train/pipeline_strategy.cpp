@@ -15,6 +15,7 @@
 #include "lockstep/comm/archive_transfer.h"
 #include "lockstep/common/error.h"
 #include "lockstep/common/tensor_archive.h"
+#include "lockstep/nn/model_state.h"
 #include "lockstep/optim/grad_clip.h"
 #include "lockstep/optim/optimizer.h"
 #include "lockstep/train/checkpoint.h"
@@ -153,10 +154,10 @@ class PipelineStrategy final : public Strategy {
 TensorArchive PipelineStrategy::stagePiece() {
   TensorArchive piece("pipeline stage");
   for (const auto& p : model_->named_parameters(/*recurse=*/true)) {
-    if (owns(p.value())) piece.putTensor("model/" + p.key(), p.value());
+    if (owns(p.value())) piece.putTensor(modelEntryKey(p.key()), p.value());
   }
   for (const auto& b : model_->named_buffers(/*recurse=*/true)) {
-    if (b.value().defined() && owns(b.value())) piece.putTensor("model/" + b.key(), b.value());
+    if (b.value().defined() && owns(b.value())) piece.putTensor(modelEntryKey(b.key()), b.value());
   }
   saveOptimizerState(*optimizer_, piece);  // state exists for this stage's parameters only
   return piece;
@@ -166,9 +167,9 @@ TensorArchive PipelineStrategy::stagePiece() {
 void PipelineStrategy::mergePiece(const TensorArchive& piece, TensorArchive& archive) {
   c10::NoGradGuard noGrad;
   std::map<std::string, at::Tensor> tensors;
-  for (const auto& p : model_->named_parameters(/*recurse=*/true)) tensors["model/" + p.key()] = p.value();
-  for (const auto& b : model_->named_buffers(/*recurse=*/true)) tensors["model/" + b.key()] = b.value();
-  for (const auto& key : piece.keys("model/")) {
+  for (const auto& p : model_->named_parameters(/*recurse=*/true)) tensors[modelEntryKey(p.key())] = p.value();
+  for (const auto& b : model_->named_buffers(/*recurse=*/true)) tensors[modelEntryKey(b.key())] = b.value();
+  for (const auto& key : piece.keys(kModelEntryPrefix)) {
     auto it = tensors.find(key);
     LOCKSTEP_CHECK(it != tensors.end(), "a pipeline stage sent '", key, "', which rank 0's model lacks");
     it->second.copy_(piece.getTensor(key));

@@ -7,6 +7,7 @@
 
 #include "comm/collective_args.h"
 #include "comm/desync_fingerprint.h"
+#include "common/byte_text.h"
 
 namespace lockstep::detail {
 namespace {

@@ -31,12 +31,8 @@ SHARED = {
 EXCEPTIONS = {
     ("include/lockstep/ddp/fully_sharded_data_parallel.h", "lockstep/pipeline/layer.h"):
         "PipelineLayer moves below ddp and pipeline (nn/)",
-    ("src/ddp/fully_sharded_state.cpp", "lockstep/train/checkpoint.h"):
-        "the checkpoint entry format moves below train",
     ("src/train/async_ps_run.cpp", "ps/ps_pairs.h"):
         "async_ps becomes a Strategy of the one training loop",
-    ("src/cli/predict_report.cpp", "comm/collective.h"):
-        "formatBytes moves to common",
 }
 
 INCLUDE = re.compile(r'\s*#\s*include\s+([<"])([^">]+)[">]')

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "lockstep/common/tensor_archive.h"  // CheckpointError, ObsoleteCheckpointError
+#include "lockstep/nn/model_state.h"         // saveModelState, loadModelState
 
 namespace torch::nn {
 class Module;
@@ -59,12 +60,8 @@ class CheckpointDir {
   int keepLast_;
 };
 
-/// The model's entries of a checkpoint: every parameter and buffer as
-/// "model/<name>". loadModelState checks every tensor (name, dtype, shape; no
-/// extra model entry in the archive) before it copies any, and throws
-/// CheckpointError naming the archive and the tensor.
-void saveModelState(const torch::nn::Module& model, TensorArchive& archive);
-void loadModelState(const TensorArchive& archive, torch::nn::Module& model);
+// The model's entries of a checkpoint, saveModelState and loadModelState, are in
+// lockstep/nn/model_state.h (included above), below every strategy that writes them.
 
 /// What a checkpoint written by the Trainer holds besides tensors.
 struct CheckpointInfo {
