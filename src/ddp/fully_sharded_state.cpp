@@ -58,12 +58,9 @@ void FullyShardedDataParallel::Impl::saveModelAndOptimizer(TensorArchive* archiv
   }
   std::set<const void*> sharded;
   for (const auto& p : params) sharded.insert(p.unsafeGetTensorImpl());
-  for (const auto& p : module->named_parameters(true)) {  // frozen parameters: whole on every rank
-    if (p.value().defined() && !sharded.count(p.value().unsafeGetTensorImpl()))
-      archive->putTensor(modelEntryKey(p.key()), p.value());
-  }
-  for (const auto& b : module->named_buffers(true)) {
-    if (b.value().defined()) archive->putTensor(modelEntryKey(b.key()), b.value());
+  // Frozen parameters and buffers: whole on every rank.
+  for (const auto& [key, tensor] : modelEntries(*module)) {
+    if (!sharded.count(tensor.unsafeGetTensorImpl())) archive->putTensor(key, tensor);
   }
   save(archive);
 }

@@ -17,12 +17,7 @@ namespace lockstep {
 
 std::string modelEntryKey(const std::string& name) { return kModelEntryPrefix + name; }
 
-namespace {
-
-constexpr std::string_view kModelPrefix = kModelEntryPrefix;
-
-/// Every defined parameter and buffer of `model`, keyed "model/<name>".
-std::vector<std::pair<std::string, at::Tensor>> modelTensors(const torch::nn::Module& model) {
+std::vector<std::pair<std::string, at::Tensor>> modelEntries(const torch::nn::Module& model) {
   std::vector<std::pair<std::string, at::Tensor>> out;
   for (const auto& p : model.named_parameters(/*recurse=*/true)) {
     if (p.value().defined()) out.emplace_back(modelEntryKey(p.key()), p.value());
@@ -33,21 +28,20 @@ std::vector<std::pair<std::string, at::Tensor>> modelTensors(const torch::nn::Mo
   return out;
 }
 
-}  // namespace
-
 void saveModelState(const torch::nn::Module& model, TensorArchive& archive) {
-  for (const auto& [key, tensor] : modelTensors(model)) archive.putTensor(key, tensor);
+  for (const auto& [key, tensor] : modelEntries(model)) archive.putTensor(key, tensor);
 }
 
 void loadModelState(const TensorArchive& archive, torch::nn::Module& model) {
+  const size_t prefixLength = std::string_view(kModelEntryPrefix).size();
   auto misfit = [&](const std::string& what) {
     return CheckpointError(fmt::format("checkpoint {} does not fit this model: {}", archive.label(), what));
   };
-  auto targets = modelTensors(model);
+  auto targets = modelEntries(model);
   std::set<std::string> expected;
   std::vector<at::Tensor> sources;
   for (const auto& [key, target] : targets) {
-    std::string name = key.substr(kModelPrefix.size());
+    std::string name = key.substr(prefixLength);
     expected.insert(key);
     if (!archive.contains(key)) throw misfit(fmt::format("it has no '{}' ({} here)", name, describeTensor(target)));
     if (archive.kind(key) != TensorArchive::Kind::kTensor) {
@@ -60,9 +54,9 @@ void loadModelState(const TensorArchive& archive, torch::nn::Module& model) {
     }
     sources.push_back(std::move(source));
   }
-  for (const auto& key : archive.keys(kModelPrefix)) {
+  for (const auto& key : archive.keys(kModelEntryPrefix)) {
     if (!expected.count(key)) {
-      throw misfit(fmt::format("it has '{}', which this model lacks", key.substr(kModelPrefix.size())));
+      throw misfit(fmt::format("it has '{}', which this model lacks", key.substr(prefixLength)));
     }
   }
   c10::NoGradGuard noGrad;

@@ -153,11 +153,8 @@ class PipelineStrategy final : public Strategy {
 /// This stage's model tensors and optimizer state, under the unsplit model's keys.
 TensorArchive PipelineStrategy::stagePiece() {
   TensorArchive piece("pipeline stage");
-  for (const auto& p : model_->named_parameters(/*recurse=*/true)) {
-    if (owns(p.value())) piece.putTensor(modelEntryKey(p.key()), p.value());
-  }
-  for (const auto& b : model_->named_buffers(/*recurse=*/true)) {
-    if (b.value().defined() && owns(b.value())) piece.putTensor(modelEntryKey(b.key()), b.value());
+  for (const auto& [key, tensor] : modelEntries(*model_)) {
+    if (owns(tensor)) piece.putTensor(key, tensor);
   }
   saveOptimizerState(*optimizer_, piece);  // state exists for this stage's parameters only
   return piece;
@@ -167,8 +164,7 @@ TensorArchive PipelineStrategy::stagePiece() {
 void PipelineStrategy::mergePiece(const TensorArchive& piece, TensorArchive& archive) {
   c10::NoGradGuard noGrad;
   std::map<std::string, at::Tensor> tensors;
-  for (const auto& p : model_->named_parameters(/*recurse=*/true)) tensors[modelEntryKey(p.key())] = p.value();
-  for (const auto& b : model_->named_buffers(/*recurse=*/true)) tensors[modelEntryKey(b.key())] = b.value();
+  for (auto& [key, tensor] : modelEntries(*model_)) tensors.emplace(std::move(key), std::move(tensor));
   for (const auto& key : piece.keys(kModelEntryPrefix)) {
     auto it = tensors.find(key);
     LOCKSTEP_CHECK(it != tensors.end(), "a pipeline stage sent '", key, "', which rank 0's model lacks");

@@ -5,7 +5,12 @@
 #pragma once
 
 #include <string>
+#include <utility>
+#include <vector>
 
+namespace at {
+class Tensor;
+}
 namespace torch::nn {
 class Module;
 }
@@ -18,6 +23,8 @@ class TensorArchive;
 /// `name` (as named_parameters() and named_buffers() name it).
 inline constexpr char kModelEntryPrefix[] = "model/";
 std::string modelEntryKey(const std::string& name);
+/// Every defined parameter, then every defined buffer, of `model` under its entry key.
+std::vector<std::pair<std::string, at::Tensor>> modelEntries(const torch::nn::Module& model);
 
 /// Puts every defined parameter and buffer of `model` into `archive` as "model/<name>".
 void saveModelState(const torch::nn::Module& model, TensorArchive& archive);
