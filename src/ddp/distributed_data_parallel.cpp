@@ -1,8 +1,5 @@
 #include "lockstep/ddp/distributed_data_parallel.h"
 
-#include <torch/csrc/autograd/function.h>
-#include <torch/csrc/autograd/utils/lambda_post_hook.h>
-#include <torch/csrc/autograd/variable.h>
 #include <torch/nn/module.h>
 
 #include <fmt/format.h>
@@ -10,6 +7,7 @@
 #include <numeric>
 
 #include "ddp/bucket_plan.h"
+#include "ddp/gradient_reducer.h"
 #include "lockstep/common/error.h"
 #include "lockstep/common/logging.h"
 #include "lockstep/common/tensor_text.h"
@@ -89,17 +87,15 @@ at::Tensor aliasOf(const at::Tensor& view) {
 
 }  // namespace
 
-struct DistributedDataParallel::Impl {
+/// DDP's buckets over the GradientReducer: each a flat float32 buffer whose slots are the
+/// parameters' .grad, averaged in place by the comm hook (allreduce unless compressing).
+struct DistributedDataParallel::Impl : detail::BucketCollective {
   struct Bucket {
     std::vector<size_t> params;  // indices into params
     std::vector<int64_t> offsets;
     at::Tensor buffer;
     at::Tensor scratch;
     std::vector<at::Tensor> gradients;  ///< aliases of buffer shaped like the parameters, one per slot (the .grad)
-    int pending = 0;
-    bool ready = false;
-    WorkHandle work;
-    std::chrono::steady_clock::time_point launched;
   };
 
   std::shared_ptr<torch::nn::Module> module;
@@ -108,36 +104,19 @@ struct DistributedDataParallel::Impl {
   std::shared_ptr<CommHook> hook;
   std::vector<at::Tensor> params;
   std::vector<std::string> names;
-  std::vector<std::pair<size_t, size_t>> slotOf;  // param -> (bucket, slot)
-  std::vector<bool> arrived;
   std::vector<Bucket> buckets;
-  /// Each parameter's AccumulateGrad node (the variable holds it weakly) and our post-hook on it.
-  std::vector<std::pair<std::shared_ptr<torch::autograd::Node>, uintptr_t>> accumulators;
-  size_t nextToLaunch = 0;
+  std::unique_ptr<detail::GradientReducer> reducer;
   bool alone = false;           ///< a world of one: no buckets are copied or communicated
   bool lendsGradients = false;  ///< the hook takes a lone parameter's gradient as its bucket
-  bool anyArrived = false;
-  bool syncEnabled = true;
-  DdpStats stats;
-  std::vector<BucketTiming> lastTimings;  // sized once, on the first sync
 
-  /// Runs after autograd accumulated this step's gradient into .grad.
-  void onGradient(size_t index) {
-    if (!syncEnabled) return;
-    if (arrived[index]) { throw Error(detail::arrivedTwiceError(names[index])); }
-    arrived[index] = true;
-    anyArrived = true;
-    // One rank: the average is the gradient itself, already in .grad.
-    if (alone) return;
-    auto [b, slot] = slotOf[index];
-    Bucket& bucket = buckets[b];
+  void stage(size_t param, size_t b, size_t slot) override {
+    if (alone) {  // finish() of a world of one: an unused parameter gets zeros
+      if (!params[param].grad().defined()) params[param].mutable_grad() = at::zeros_like(params[param]);
+      return;
+    }
     // .grad holds what backward produced plus whatever it held before (noSync accumulation):
     // exactly what gets averaged.
-    bindToBucket(bucket, slot, params[index]);
-    if (--bucket.pending == 0) {
-      bucket.ready = true;
-      launchReady(/*duringBackward=*/true);
-    }
+    bindToBucket(buckets[b], slot, params[param]);
   }
 
   /// Makes .grad the bucket's slot, copying its value in unless it already is that slot (a
@@ -161,77 +140,49 @@ struct DistributedDataParallel::Impl {
     param.mutable_grad() = place;
   }
 
-  void launchReady(bool duringBackward) {
-    // Strictly in bucket order, so every rank issues the same sequence.
-    while (nextToLaunch < buckets.size() && buckets[nextToLaunch].ready) {
-      Bucket& bucket = buckets[nextToLaunch];
-      GradBucket view{static_cast<int>(nextToLaunch), &bucket.buffer, &bucket.scratch, &bucket.gradients};
-      bucket.launched = std::chrono::steady_clock::now();
-      bucket.work = hook->start(*comm, view);
-      stats.bytesSent += view.bytesSent;
-      ++stats.bucketsLaunched;
-      if (duringBackward) ++stats.bucketsLaunchedDuringBackward;
-      stats.bytesReduced += bucket.buffer.numel() * 4;
-      ++nextToLaunch;
-    }
+  GradBucket viewOf(size_t b) {
+    Bucket& bucket = buckets[b];
+    return GradBucket{static_cast<int>(b), &bucket.buffer, &bucket.scratch, &bucket.gradients};
   }
 
-  void finish() {
-    if (!syncEnabled) return;
-    std::string message = detail::missingGradientsError(names, arrived, comm->rank(), anyArrived);
-    if (!message.empty() && !options.findUnusedParameters) {
-      reset();
-      throw Error(message);
-    }
-    if (alone) {
-      // Nothing to communicate; unused parameters get zeros, as they would with more ranks.
-      for (size_t i = 0; i < params.size(); ++i) {
-        if (!arrived[i] && !params[i].grad().defined()) params[i].mutable_grad() = at::zeros_like(params[i]);
+  WorkHandle launch(size_t b, DdpStats& stats) override {
+    GradBucket view = viewOf(b);
+    WorkHandle work = hook->start(*comm, view);
+    stats.bytesSent += view.bytesSent;
+    return work;
+  }
+
+  void land(size_t b, DdpStats& stats) override {
+    GradBucket view = viewOf(b);
+    hook->finish(*comm, view);  // the averages are now in the bucket, that is, in every .grad
+    stats.bytesSent += view.bytesSent;
+  }
+
+  int64_t bucketBytes(size_t b) const override { return buckets[b].buffer.numel() * 4; }
+
+  /// Buckets in reverse registration order: backward produces the last layers' gradients first.
+  void planBuckets() {
+    std::vector<int64_t> numels;
+    for (const auto& p : params) numels.push_back(p.numel());
+    for (auto& members : detail::planBuckets(numels, options)) {
+      auto& bucket = buckets.emplace_back();
+      int64_t offset = 0;
+      for (size_t k : members) {
+        bucket.params.push_back(k);
+        bucket.offsets.push_back(offset);
+        offset += numels[k];
       }
-      lastTimings.clear();
-      ++stats.syncs;
-      reset();
-      return;
+      // A world of one communicates nothing: its gradients stay in .grad, so no
+      // bucket copies are allocated (one float32 copy of the model saved).
+      if (alone) continue;
+      // Uninitialised: every slot is written (copied, zeroed, or lent) before its bucket is launched,
+      // and a lent bucket's first buffer is never touched at all.
+      bucket.buffer = at::empty({offset}, at::kFloat);
+      for (size_t slot = 0; slot < bucket.params.size(); ++slot) {
+        const at::Tensor& p = params[bucket.params[slot]];
+        bucket.gradients.push_back(aliasOf(bucket.buffer.narrow(0, bucket.offsets[slot], p.numel()).view(p.sizes())));
+      }
     }
-    // Unused parameters contribute what they accumulated locally (or zeros).
-    for (size_t i = 0; i < params.size(); ++i) {
-      if (arrived[i]) continue;
-      auto [b, slot] = slotOf[i];
-      Bucket& bucket = buckets[b];
-      bindToBucket(bucket, slot, params[i]);
-      if (--bucket.pending == 0) bucket.ready = true;
-    }
-    launchReady(/*duringBackward=*/false);
-    LOCKSTEP_ASSERT(nextToLaunch == buckets.size(), "not every bucket was launched");
-    lastTimings.resize(buckets.size());
-    for (size_t b = 0; b < buckets.size(); ++b) {
-      Bucket& bucket = buckets[b];
-      bucket.work->wait();
-      auto completed = bucket.work->completedAt();
-      if (completed == std::chrono::steady_clock::time_point{}) completed = std::chrono::steady_clock::now();
-      lastTimings[b] = BucketTiming{static_cast<int>(b), bucket.buffer.numel() * 4, bucket.launched, completed};
-      GradBucket view{static_cast<int>(b), &bucket.buffer, &bucket.scratch, &bucket.gradients};
-      hook->finish(*comm, view);  // the averages are now in the bucket, that is, in every .grad
-      stats.bytesSent += view.bytesSent;
-    }
-    if (options.broadcastBuffers) {
-      std::vector<at::Tensor> buffers;
-      for (auto& b : module->buffers(true)) buffers.push_back(b.detach());
-      if (!buffers.empty()) comm->broadcast(buffers, 0)->wait();
-    }
-    ++stats.syncs;
-    reset();
-  }
-
-  void reset() {
-    std::fill(arrived.begin(), arrived.end(), false);
-    for (auto& bucket : buckets) {
-      bucket.pending = static_cast<int>(bucket.params.size());
-      bucket.ready = false;
-      bucket.work.reset();
-    }
-    nextToLaunch = 0;
-    anyArrived = false;
   }
 };
 
@@ -261,61 +212,26 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
   if (options.checkConsistency) checkModuleConsistency(*s.module, *s.comm);
   broadcastModule(*s.module, *s.comm);
 
-  // Buckets in reverse registration order: backward produces the last layers' gradients first.
-  std::vector<int64_t> numels;
-  for (const auto& p : s.params) numels.push_back(p.numel());
-  s.slotOf.resize(s.params.size());
-  for (auto& params : detail::planBuckets(numels, options)) {
-    auto& bucket = s.buckets.emplace_back();
-    int64_t offset = 0;
-    for (size_t k : params) {
-      s.slotOf[k] = {s.buckets.size() - 1, bucket.params.size()};
-      bucket.params.push_back(k);
-      bucket.offsets.push_back(offset);
-      offset += numels[k];
-    }
-  }
   s.alone = s.comm->size() == 1;
-  // A world of one communicates nothing: its gradients stay in .grad, so no
-  // bucket copies are allocated (one float32 copy of the model saved).
-  for (auto& bucket : s.buckets) {
-    int64_t total = 0;
-    for (size_t slot = 0; slot < bucket.params.size(); ++slot) total += s.params[bucket.params[slot]].numel();
-    if (s.alone) continue;
-    // Uninitialised: every slot is written (copied, zeroed, or lent) before its bucket is launched,
-    // and a lent bucket's first buffer is never touched at all.
-    bucket.buffer = at::empty({total}, at::kFloat);
-    for (size_t slot = 0; slot < bucket.params.size(); ++slot) {
-      const at::Tensor& p = s.params[bucket.params[slot]];
-      bucket.gradients.push_back(aliasOf(bucket.buffer.narrow(0, bucket.offsets[slot], p.numel()).view(p.sizes())));
-    }
-  }
-  s.arrived.assign(s.params.size(), false);
-  s.reset();
-
-  // Post-hooks on the parameters' AccumulateGrad nodes run once autograd has accumulated the
-  // step's gradient into .grad (in place when .grad is already the bucket's view).
+  s.planBuckets();
+  std::vector<std::vector<size_t>> members;
+  for (const auto& bucket : s.buckets) members.push_back(bucket.params);
+  auto plan = detail::makeReducerPlan(s.names, std::move(members), /*reversed=*/false, options, *s.module);
+  plan.communicates = !s.alone;
+  s.reducer = std::make_unique<detail::GradientReducer>(std::move(plan), s, *s.comm);
   std::weak_ptr<Impl> weak = impl_;
-  for (size_t i = 0; i < s.params.size(); ++i) {
-    auto accumulator = torch::autograd::impl::grad_accumulator(s.params[i]);
-    auto key = accumulator->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
-        [weak, i](const torch::autograd::variable_list& outputs, const torch::autograd::variable_list&) {
-          if (auto impl = weak.lock()) impl->onGradient(i);
-          return outputs;
-        }));
-    s.accumulators.emplace_back(std::move(accumulator), key);
-  }
+  s.reducer->hook(s.params, [weak](size_t i) {
+    if (auto impl = weak.lock()) impl->reducer->onGradient(i);
+  });
   log::debug(fmt::format("DDP: {} parameters in {} bucket(s) of <= {} MB, hook {}", s.params.size(), s.buckets.size(),
                          options.bucketCapMb, s.hook->name()));
 }
 
-DistributedDataParallel::~DistributedDataParallel() {
-  for (auto& [accumulator, key] : impl_->accumulators) accumulator->del_post_hook(key);
-}
+DistributedDataParallel::~DistributedDataParallel() { impl_->reducer->unhook(); }
 
-void DistributedDataParallel::finishGradientSync() { impl_->finish(); }
-void DistributedDataParallel::setSyncEnabled(bool enabled) { impl_->syncEnabled = enabled; }
-bool DistributedDataParallel::syncEnabled() const { return impl_->syncEnabled; }
+void DistributedDataParallel::finishGradientSync() { impl_->reducer->finish(); }
+void DistributedDataParallel::setSyncEnabled(bool enabled) { impl_->reducer->setSyncEnabled(enabled); }
+bool DistributedDataParallel::syncEnabled() const { return impl_->reducer->syncEnabled(); }
 int DistributedDataParallel::numBuckets() const { return static_cast<int>(impl_->buckets.size()); }
 
 int64_t DistributedDataParallel::bufferBytes() const {
@@ -335,14 +251,16 @@ int64_t DistributedDataParallel::gradientBytes() const {
   for (size_t i = 0; i < s.params.size(); ++i) {
     const at::Tensor& grad = s.params[i].grad();
     if (!grad.defined()) continue;
-    auto [b, slot] = s.slotOf[i];
+    auto [b, slot] = s.reducer->slotOf(i);
     bool inBucket = !s.alone && grad.data_ptr() == s.buckets[b].gradients[slot].data_ptr();
     if (!inBucket) total += static_cast<int64_t>(grad.nbytes());
   }
   return total;
 }
-const DdpStats& DistributedDataParallel::stats() const { return impl_->stats; }
-const std::vector<BucketTiming>& DistributedDataParallel::lastSyncTimings() const { return impl_->lastTimings; }
+const DdpStats& DistributedDataParallel::stats() const { return impl_->reducer->stats(); }
+const std::vector<BucketTiming>& DistributedDataParallel::lastSyncTimings() const {
+  return impl_->reducer->lastTimings();
+}
 Communicator& DistributedDataParallel::comm() { return *impl_->comm; }
 torch::nn::Module& DistributedDataParallel::module() { return *impl_->module; }
 
@@ -354,12 +272,5 @@ std::vector<std::vector<std::string>> DistributedDataParallel::bucketLayout() co
   }
   return layout;
 }
-
-DistributedDataParallel::NoSyncGuard::NoSyncGuard(DistributedDataParallel& ddp)
-    : ddp_(ddp), previous_(ddp.syncEnabled()) {
-  ddp_.setSyncEnabled(false);
-}
-
-DistributedDataParallel::NoSyncGuard::~NoSyncGuard() { ddp_.setSyncEnabled(previous_); }
 
 }  // namespace lockstep

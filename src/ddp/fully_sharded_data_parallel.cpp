@@ -6,8 +6,6 @@
 
 #include <ATen/native/Resize.h>
 #include <c10/core/GradMode.h>
-#include <torch/csrc/autograd/utils/lambda_post_hook.h>
-#include <torch/csrc/autograd/variable.h>
 #include <torch/nn/module.h>
 
 #include <fmt/format.h>
@@ -76,39 +74,33 @@ std::vector<std::vector<size_t>> planUnits(const std::vector<at::Tensor>& params
 
 void FullyShardedDataParallel::Impl::buildUnits(const std::vector<std::vector<size_t>>& members) {
   c10::NoGradGuard noGrad;
-  slotOf.resize(params.size());
+  buildBuckets(members);
   for (size_t u = 0; u < members.size(); ++u) {
+    const detail::ShardedBucket& bucket = buckets[u];
     Unit& unit = units.emplace_back();
     unit.name = layers.empty() ? "model" : layers[u].name;
-    for (size_t i : members[u]) {
-      slotOf[i] = {u, unit.params.size()};
-      unit.params.push_back(i);
-      unit.offsets.push_back(unit.elements);
-      unit.elements += numels[i];
-    }
-    unit.part = (unit.elements + world() - 1) / world();  // 0 for a layer without parameters
-    unit.whole = at::zeros({unit.part * world()}, at::kFloat);
-    for (size_t slot = 0; slot < unit.params.size(); ++slot) {
-      at::Tensor& p = params[unit.params[slot]];
-      at::Tensor view = unit.whole.narrow(0, unit.offsets[slot], numels[unit.params[slot]]).view(p.sizes());
+    unit.whole = at::zeros({bucket.part * world()}, at::kFloat);
+    for (size_t slot = 0; slot < bucket.params.size(); ++slot) {
+      at::Tensor& p = params[bucket.params[slot]];
+      at::Tensor view = unit.whole.narrow(0, bucket.offsets[slot], numels[bucket.params[slot]]).view(p.sizes());
       view.copy_(p.detach());
       p.set_data(view);  // the same parameter (autograd, optimizer, module), its data now in the unit
     }
-    unit.shard = unit.whole.narrow(0, unit.part * rank(), unit.part).clone();
+    unit.shard = unit.whole.narrow(0, bucket.part * rank(), bucket.part).clone();
     unit.release();
   }
-  plan = members;
 }
 
 void FullyShardedDataParallel::Impl::launchGather(size_t u) {
   Unit& unit = units[u];
   if (unit.gathered || unit.gathering) return;
   unit.allocate();
-  if (unit.elements > 0) ++gathers;
-  if (unit.elements == 0 || world() == 1) {
+  const detail::ShardedBucket& bucket = buckets[u];
+  if (bucket.elements > 0) ++gathers;
+  if (bucket.elements == 0 || world() == 1) {
     unit.whole.copy_(unit.shard);
     unit.gathered = true;
-    unit.backwardPending = static_cast<int>(unit.params.size());
+    unit.backwardPending = static_cast<int>(bucket.params.size());
     return;
   }
   unit.gathering = comm->allgather(unit.shard, unit.whole);
@@ -121,12 +113,12 @@ void FullyShardedDataParallel::Impl::ensureGathered(size_t u) {
   unit.gathering->wait();
   unit.gathering.reset();
   unit.gathered = true;
-  unit.backwardPending = static_cast<int>(unit.params.size());
+  unit.backwardPending = static_cast<int>(buckets[u].params.size());
 }
 
 void FullyShardedDataParallel::Impl::free(size_t u) {
   Unit& unit = units[u];
-  if (unit.buffer.defined()) {  // lent to a reduce-scatter: finish() frees it once that is done
+  if (buckets[u].buffer.defined()) {  // lent to a reduce-scatter: finish() frees it once that is done
     unit.gathered = false;
     return;
   }
@@ -172,29 +164,18 @@ at::Tensor FullyShardedDataParallel::Impl::forward(const at::Tensor& input) {
 }
 
 void FullyShardedDataParallel::Impl::onAccumulated(size_t index) {
-  auto [u, slot] = slotOf[index];
-  Unit& unit = units[u];
-  if (syncEnabled) {
-    if (arrived[index]) throw Error(detail::arrivedTwiceError(names[index]));
-    if (!anyArrived) {
-      // The last step's averaged shards were used by its update: free them before this step's fill.
-      for (auto& view : pieceViews) view.mutable_grad() = at::Tensor();
-      for (auto& each : units) each.output.reset();
-    }
-    arrived[index] = true;
-    anyArrived = true;
-    if (--unit.pending == 0) {
-      packGradients(unit);
-      launchReady(/*duringBackward=*/true);
-    }
-  }
+  reducer->onGradient(index);
   // Every gradient of the unit accumulated: its backward is over, its parameters are not needed until the next forward.
+  const size_t u = reducer->slotOf(index).first;
+  Unit& unit = units[u];
   if (unit.gathered && --unit.backwardPending == 0) free(u);
 }
 
-void FullyShardedDataParallel::Impl::packGradients(Unit& unit) {
+void FullyShardedDataParallel::Impl::seal(size_t u) {
   // The unit's backward is over, so the memory of its gathered parameters takes its gradients for the
   // reduce-scatter (no second whole-unit buffer); it is freed when the reduce-scatter is done.
+  Unit& unit = units[u];
+  detail::ShardedBucket& bucket = buckets[u];
   if (unit.gathering) {
     unit.gathering->wait();
     unit.gathering.reset();
@@ -202,9 +183,9 @@ void FullyShardedDataParallel::Impl::packGradients(Unit& unit) {
   releaseFinished();
   unit.allocate();
   unit.gathered = false;
-  for (size_t slot = 0; slot < unit.params.size(); ++slot) {
-    const size_t i = unit.params[slot];
-    at::Tensor slice = unit.whole.narrow(0, unit.offsets[slot], numels[i]);
+  for (size_t slot = 0; slot < bucket.params.size(); ++slot) {
+    const size_t i = bucket.params[slot];
+    at::Tensor slice = unit.whole.narrow(0, bucket.offsets[slot], numels[i]);
     at::Tensor& grad = params[i].mutable_grad();
     if (grad.defined()) {
       slice.copy_(grad.reshape({-1}));
@@ -213,91 +194,50 @@ void FullyShardedDataParallel::Impl::packGradients(Unit& unit) {
       slice.zero_();  // unused (findUnusedParameters)
     }
   }
-  const int64_t padded = unit.part * world();
-  if (padded > unit.elements) unit.whole.narrow(0, unit.elements, padded - unit.elements).zero_();
-  unit.buffer = unit.whole;
-  unit.ready = true;
+  const int64_t padded = bucket.part * world();
+  if (padded > bucket.elements) unit.whole.narrow(0, bucket.elements, padded - bucket.elements).zero_();
+  bucket.buffer = unit.whole;
 }
 
 void FullyShardedDataParallel::Impl::releaseFinished() {
-  for (auto& unit : units) {
-    if (unit.buffer.defined() && unit.work && unit.work->isCompleted()) {
-      unit.buffer.reset();
-      unit.release();
+  for (size_t u = 0; u < units.size(); ++u) {
+    if (buckets[u].buffer.defined() && reducer->collectiveDone(u)) {
+      buckets[u].buffer.reset();
+      units[u].release();
     }
   }
 }
 
-void FullyShardedDataParallel::Impl::launchReady(bool duringBackward) {
-  // In backward order (the last unit first), the same on every rank.
-  while (nextToLaunch < units.size() && units[units.size() - 1 - nextToLaunch].ready) {
-    Unit& unit = units[units.size() - 1 - nextToLaunch];
-    unit.output = at::empty({unit.part}, at::kFloat);
-    unit.launched = std::chrono::steady_clock::now();
-    if (unit.elements == 0 || world() == 1) {
-      if (unit.elements > 0) unit.output.copy_(unit.buffer);
-      unit.work.reset();
-      unit.buffer.reset();
-      unit.release();
-    } else {
-      unit.work = comm->reduceScatter(unit.buffer, unit.output, ReduceOp::kAvg);
-    }
-    ++stats.bucketsLaunched;
-    if (duringBackward) ++stats.bucketsLaunchedDuringBackward;
-    stats.bytesReduced += unit.elements * 4;
-    ++nextToLaunch;
-  }
+WorkHandle FullyShardedDataParallel::Impl::launch(size_t u, DdpStats& stats) {
+  detail::ShardedBucket& bucket = buckets[u];
+  if (bucket.elements > 0 && world() > 1) return ShardedCore::launch(u, stats);
+  // Nothing to communicate: this rank's part is the whole.
+  bucket.output = at::empty({bucket.part}, at::kFloat);
+  if (bucket.elements > 0) bucket.output.copy_(bucket.buffer);
+  bucket.buffer.reset();
+  units[u].release();
+  return nullptr;
 }
+
+void FullyShardedDataParallel::Impl::land(size_t u, DdpStats& /*stats*/) {
+  if (!buckets[u].buffer.defined()) return;
+  buckets[u].buffer.reset();
+  units[u].release();  // the parameters' memory, lent to the reduce-scatter
+}
+
+// After an error the unit's memory stays until the next gather: a collective may still write it.
+void FullyShardedDataParallel::Impl::endStep(size_t u) { buckets[u].buffer.reset(); }
 
 void FullyShardedDataParallel::Impl::finish() {
-  if (!syncEnabled) return;
-  std::string message = detail::missingGradientsError(names, arrived, rank(), anyArrived);
-  if (!message.empty() && !options.findUnusedParameters) {
-    reset();
+  if (!reducer->syncEnabled()) return;
+  try {
+    reducer->finish();
+  } catch (...) {
     freeAll();
-    throw Error(message);
+    throw;
   }
-  for (auto& unit : units) {  // units with unused parameters: what they accumulated locally, or zeros
-    if (!unit.ready) packGradients(unit);
-  }
-  launchReady(/*duringBackward=*/false);
-  LOCKSTEP_ASSERT(nextToLaunch == units.size(), "not every unit's gradients were launched");
-  lastTimings.resize(units.size());
-  for (size_t k = 0; k < units.size(); ++k) {
-    Unit& unit = units[units.size() - 1 - k];
-    if (unit.work) unit.work->wait();
-    auto completed = unit.work ? unit.work->completedAt() : std::chrono::steady_clock::time_point{};
-    if (completed == std::chrono::steady_clock::time_point{}) completed = std::chrono::steady_clock::now();
-    lastTimings[k] = BucketTiming{static_cast<int>(k), unit.elements * 4, unit.launched, completed};
-    if (unit.buffer.defined()) {
-      unit.buffer.reset();
-      unit.release();  // the parameters' memory, lent to the reduce-scatter
-    }
-  }
-  for (size_t k = 0; k < pieces.size(); ++k) {
-    const Unit& unit = units[pieces[k].bucket];
-    pieceViews[k].mutable_grad() = unit.output.narrow(0, pieces[k].chunkOffset, pieces[k].length);
-  }
-  if (options.broadcastBuffers && world() > 1) {
-    std::vector<at::Tensor> moduleBuffers;
-    for (auto& t : module->buffers(true)) moduleBuffers.push_back(t.detach());
-    if (!moduleBuffers.empty()) comm->broadcast(moduleBuffers, 0)->wait();
-  }
-  ++stats.syncs;
-  reset();
+  bindPieceGradients();
   freeAll();
-}
-
-void FullyShardedDataParallel::Impl::reset() {
-  std::fill(arrived.begin(), arrived.end(), false);
-  for (auto& unit : units) {
-    unit.pending = static_cast<int>(unit.params.size());
-    unit.ready = unit.pending == 0;  // a layer without parameters has no gradients to wait for
-    unit.work.reset();
-    unit.buffer.reset();  // after an error its memory stays until the next gather: a collective may still write it
-  }
-  nextToLaunch = 0;
-  anyArrived = false;
 }
 
 FullyShardedDataParallel::FullyShardedDataParallel(std::shared_ptr<torch::nn::Module> module,
@@ -327,12 +267,9 @@ FullyShardedDataParallel::FullyShardedDataParallel(std::shared_ptr<torch::nn::Mo
     s.pieceViews.push_back(s.units[piece.bucket].shard.narrow(0, piece.chunkOffset, piece.length));
   }
   s.buildOptimizer(*optimizer);
-  s.arrived.assign(s.params.size(), false);
-  s.reset();
-
   std::weak_ptr<Impl> weak = impl_;
   s.self = weak;
-  s.hookAccumulation([weak](size_t i) {
+  s.startReducer(/*reversed=*/true, [weak](size_t i) {
     if (auto impl = weak.lock()) impl->onAccumulated(i);
   });
   log::debug(fmt::format("ZeRO-3: {} parameters in {} unit(s), {} piece(s) on rank {}", s.params.size(), s.units.size(),
@@ -340,7 +277,7 @@ FullyShardedDataParallel::FullyShardedDataParallel(std::shared_ptr<torch::nn::Mo
 }
 
 FullyShardedDataParallel::~FullyShardedDataParallel() {
-  impl_->unhook();
+  impl_->reducer->unhook();
   if (!impl_->restored) {
     // The values live in the shards, which go now: leave empty parameters rather than dangling views.
     for (auto& unit : impl_->units) {
@@ -365,7 +302,7 @@ void FullyShardedDataParallel::restoreModule() {
   for (size_t u = 0; u < s.units.size(); ++u) {
     s.ensureGathered(u);
     if (u + 1 < s.units.size()) s.launchGather(u + 1);
-    for (size_t i : s.units[u].params) s.params[i].set_data(s.params[i].detach().clone());
+    for (size_t i : s.buckets[u].params) s.params[i].set_data(s.params[i].detach().clone());
     s.free(u);
   }
   s.restored = true;
@@ -376,13 +313,8 @@ double FullyShardedDataParallel::clipGradNorm(double maxNorm) { return impl_->cl
 
 void FullyShardedDataParallel::step() { impl_->optimizer->step(); }
 
-void FullyShardedDataParallel::setSyncEnabled(bool enabled) { impl_->syncEnabled = enabled; }
-bool FullyShardedDataParallel::syncEnabled() const { return impl_->syncEnabled; }
-FullyShardedDataParallel::NoSyncGuard::NoSyncGuard(FullyShardedDataParallel& owner)
-    : owner_(owner), previous_(owner.syncEnabled()) {
-  owner_.setSyncEnabled(false);
-}
-FullyShardedDataParallel::NoSyncGuard::~NoSyncGuard() { owner_.setSyncEnabled(previous_); }
+void FullyShardedDataParallel::setSyncEnabled(bool enabled) { impl_->reducer->setSyncEnabled(enabled); }
+bool FullyShardedDataParallel::syncEnabled() const { return impl_->reducer->syncEnabled(); }
 
 torch::optim::Optimizer& FullyShardedDataParallel::optimizer() { return *impl_->optimizer; }
 void FullyShardedDataParallel::saveState(TensorArchive* archive) { impl_->saveModelAndOptimizer(archive); }
@@ -393,8 +325,10 @@ void FullyShardedDataParallel::loadState(const TensorArchive& archive, bool repo
 
 int FullyShardedDataParallel::numUnits() const { return static_cast<int>(impl_->units.size()); }
 int64_t FullyShardedDataParallel::gathers() const { return impl_->gathers; }
-const DdpStats& FullyShardedDataParallel::stats() const { return impl_->stats; }
-const std::vector<BucketTiming>& FullyShardedDataParallel::lastSyncTimings() const { return impl_->lastTimings; }
+const DdpStats& FullyShardedDataParallel::stats() const { return impl_->reducer->stats(); }
+const std::vector<BucketTiming>& FullyShardedDataParallel::lastSyncTimings() const {
+  return impl_->reducer->lastTimings();
+}
 
 int64_t FullyShardedDataParallel::ownedElements() const { return impl_->ownedElements(); }
 
@@ -407,22 +341,10 @@ int64_t FullyShardedDataParallel::parameterBytes() const {
   return bytes;
 }
 
-int64_t FullyShardedDataParallel::gradientBytes() const {
-  int64_t bytes = 0;
-  for (const auto& unit : impl_->units) {
-    if (unit.output.defined()) bytes += static_cast<int64_t>(unit.output.nbytes());
-  }
-  return bytes + impl_->wholeGradientBytes();  // and what noSync() accumulated
-}
+int64_t FullyShardedDataParallel::gradientBytes() const { return impl_->gradientBytes(); }
 
 int64_t FullyShardedDataParallel::stateBytes() const { return optimizerStateBytes(*impl_->optimizer); }
 
-int64_t FullyShardedDataParallel::bufferBytes() const {
-  int64_t bytes = 0;
-  for (const auto& unit : impl_->units) {
-    if (unit.buffer.defined()) bytes += static_cast<int64_t>(unit.buffer.nbytes());
-  }
-  return bytes;
-}
+int64_t FullyShardedDataParallel::bufferBytes() const { return impl_->bufferBytes(); }
 
 }  // namespace lockstep

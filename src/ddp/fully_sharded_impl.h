@@ -1,41 +1,30 @@
 // fully_sharded_impl.h — the state of a FullyShardedDataParallel: its units
-// (gather, free, gradient reduce-scatter: fully_sharded_data_parallel.cpp;
-// checkpoint entries: fully_sharded_state.cpp) and, from PieceOptimizer
-// (piece_optimizer.h), the optimizer over this rank's pieces of the shards.
+// (gather and free: fully_sharded_data_parallel.cpp; checkpoint entries:
+// fully_sharded_state.cpp) and, from ShardedCore (sharded_core.h), their
+// gradients' reduce-scatter and the optimizer over this rank's pieces of the shards.
 #pragma once
 
 #include <ATen/ATen.h>
-#include <torch/csrc/autograd/function.h>
 
-#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "ddp/sharded_core.h"
 #include "lockstep/ddp/fully_sharded_data_parallel.h"
-#include "optim/piece_optimizer.h"
 
 namespace lockstep {
 
-struct FullyShardedDataParallel::Impl : detail::PieceOptimizer {
+struct FullyShardedDataParallel::Impl : detail::ShardedCore {
+  /// A unit's parameters; its gradients are bucket `u` of the same index (ShardedCore::buckets:
+  /// parameters, offsets, elements, part), reduce-scattered in backward order, the last unit first.
   struct Unit {
     std::string name;
-    std::vector<size_t> params;    ///< parameter indices
-    std::vector<int64_t> offsets;  ///< of each, in the flat unit
-    int64_t elements = 0;          ///< parameter elements (before padding)
-    int64_t part = 0;              ///< elements of each rank's shard: ceil(elements / N)
-    at::Tensor whole;              ///< N * part; the parameters are views of it; storage only while gathered
-    at::Tensor shard;              ///< this rank's part of `whole`, kept always; the pieces are views of it
-    bool gathered = false;         ///< `whole` holds the parameters
-    WorkHandle gathering;          ///< the all-gather in flight into `whole`
-    int backwardPending = 0;       ///< gradients still to accumulate before the unit can be freed
-    // Gradient sync (synchronised backward only).
-    at::Tensor buffer;  ///< `whole` lent to the reduce-scatter: the unit's gradients, from its last one to the end
-    at::Tensor output;  ///< this rank's part, averaged; its pieces' gradients are views of it
-    int pending = 0;
-    bool ready = false;
-    WorkHandle work;
-    std::chrono::steady_clock::time_point launched;
+    at::Tensor whole;         ///< N * part; the parameters are views of it; storage only while gathered
+    at::Tensor shard;         ///< this rank's part of `whole`, kept always; the pieces are views of it
+    bool gathered = false;    ///< `whole` holds the parameters
+    WorkHandle gathering;     ///< the all-gather in flight into `whole`
+    int backwardPending = 0;  ///< gradients still to accumulate before the unit can be freed
 
     /// Gives `whole` its memory (contents undefined until written) or frees it; every view of it
     /// (the parameters, what autograd saved of them) follows.
@@ -44,20 +33,10 @@ struct FullyShardedDataParallel::Impl : detail::PieceOptimizer {
   };
 
   std::weak_ptr<Impl> self;  ///< for the hooks
-  std::shared_ptr<torch::nn::Module> module;
   std::vector<PipelineLayer> layers;
-  DdpOptions options;
   std::vector<Unit> units;
-  std::vector<std::pair<size_t, size_t>> slotOf;  ///< param -> (unit, slot)
-
-  std::vector<bool> arrived;
-  size_t nextToLaunch = 0;  ///< reduce-scatters launch in backward order: units.size() - 1 down to 0
-  bool anyArrived = false;
-  bool syncEnabled = true;
   bool restored = false;  ///< restoreModule() ran: the parameters are the module's own again
   int64_t gathers = 0;
-  DdpStats stats;
-  std::vector<BucketTiming> lastTimings;
 
   // fully_sharded_data_parallel.cpp
   void buildUnits(const std::vector<std::vector<size_t>>& members);
@@ -68,13 +47,18 @@ struct FullyShardedDataParallel::Impl : detail::PieceOptimizer {
   void freeAll();
   at::Tensor forward(const at::Tensor& input);
   void onAccumulated(size_t index);
-  /// Copies the unit's gradients (zeros for those without) into `whole` and makes it the buffer.
-  void packGradients(Unit& unit);
   /// Frees the memory of units whose reduce-scatter has finished.
   void releaseFinished();
-  void launchReady(bool duringBackward);
   void finish();
-  void reset();
+
+  // The reducer's bucket collective: gradients stay in .grad until the unit's last one arrived;
+  // then the unit's memory takes them all (seal) and is reduce-scattered.
+  void stage(size_t /*param*/, size_t /*bucket*/, size_t /*slot*/) override {}
+  /// Copies the unit's gradients (zeros for those without) into `whole` and makes it the buffer.
+  void seal(size_t u) override;
+  WorkHandle launch(size_t u, DdpStats& stats) override;
+  void land(size_t u, DdpStats& stats) override;
+  void endStep(size_t u) override;
 
   // fully_sharded_state.cpp
   /// Collective: the model's and the optimizer's entries to rank 0's archive (non-null there only),

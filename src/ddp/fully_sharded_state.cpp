@@ -81,7 +81,9 @@ void FullyShardedDataParallel::Impl::loadModel(const TensorArchive& archive) {
     freeAll();
     throw;
   }
-  for (auto& unit : units) unit.shard.copy_(unit.whole.narrow(0, unit.part * rank(), unit.part));
+  for (size_t u = 0; u < units.size(); ++u) {
+    units[u].shard.copy_(units[u].whole.narrow(0, buckets[u].part * rank(), buckets[u].part));
+  }
   freeAll();
 }
 

@@ -3,7 +3,6 @@
 // saving assembles each parameter's state from the ranks' pieces on the
 // writing rank, one rank at a time; loading cuts this rank's pieces out of
 // the whole state after checking every entry against its parameter.
-#include <torch/csrc/autograd/utils/lambda_post_hook.h>
 #include <torch/csrc/autograd/variable.h>
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
@@ -47,25 +46,6 @@ void PieceOptimizer::collectParameters(torch::nn::Module& module, const char* st
     names.push_back(p.key());
     numels.push_back(p.value().numel());
   }
-}
-
-void PieceOptimizer::hookAccumulation(const std::function<void(size_t)>& onAccumulated) {
-  for (size_t i = 0; i < params.size(); ++i) {
-    auto accumulator = torch::autograd::impl::grad_accumulator(params[i]);
-    LOCKSTEP_ASSERT(accumulator != nullptr, "no gradient accumulator for '", names[i], "'");
-    hookKeys.push_back(accumulator->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
-        [onAccumulated, i](const torch::autograd::variable_list& outputs, const torch::autograd::variable_list&) {
-          onAccumulated(i);
-          return outputs;
-        })));
-    accumulators.push_back(std::move(accumulator));
-  }
-}
-
-void PieceOptimizer::unhook() {
-  for (size_t i = 0; i < accumulators.size(); ++i) accumulators[i]->del_post_hook(hookKeys[i]);
-  accumulators.clear();
-  hookKeys.clear();
 }
 
 int64_t PieceOptimizer::ownedElements() const {

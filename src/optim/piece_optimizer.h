@@ -8,7 +8,6 @@
 #pragma once
 
 #include <ATen/ATen.h>
-#include <torch/csrc/autograd/function.h>
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 
@@ -40,18 +39,11 @@ struct PieceOptimizer {
   std::vector<size_t> optimizerParams;                 ///< whole optimizer position -> parameter index
   std::vector<int64_t> groupSizes;                     ///< parameters per group of the whole optimizer
 
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;
-  std::vector<uintptr_t> hookKeys;
-
   int rank() const { return comm->rank(); }
 
   /// Takes `module`'s trainable parameters into params, names and numels; each must be a
   /// contiguous float32 CPU tensor (Error naming it and `strategy` otherwise).
   void collectParameters(torch::nn::Module& module, const char* strategy);
-  /// Calls `onAccumulated(i)` after autograd has accumulated parameter i's gradient (the hook
-  /// holds no owner: pass a function that checks its owner is alive); unhook() removes them.
-  void hookAccumulation(const std::function<void(size_t)>& onAccumulated);
-  void unhook();
   int world() const { return comm->size(); }
 
   /// A piece's elements as a flat view of its parameter, detached: updates and collectives write

@@ -43,6 +43,7 @@
 
 #include "lockstep/comm/communicator.h"
 #include "lockstep/ddp/comm_hook.h"
+#include "lockstep/ddp/no_sync.h"
 
 namespace torch::nn {
 class Module;
@@ -95,17 +96,7 @@ class DistributedDataParallel {
   void finishGradientSync();
 
   /// While alive, backward does not communicate (gradient accumulation).
-  class NoSyncGuard {
-   public:
-    explicit NoSyncGuard(DistributedDataParallel& ddp);
-    ~NoSyncGuard();
-    NoSyncGuard(const NoSyncGuard&) = delete;
-    NoSyncGuard& operator=(const NoSyncGuard&) = delete;
-
-   private:
-    DistributedDataParallel& ddp_;
-    bool previous_;
-  };
+  using NoSyncGuard = NoSyncScope<DistributedDataParallel>;
   NoSyncGuard noSync() { return NoSyncGuard(*this); }
   void setSyncEnabled(bool enabled);
   bool syncEnabled() const;

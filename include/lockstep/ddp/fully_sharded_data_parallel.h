@@ -54,6 +54,7 @@
 
 #include "lockstep/comm/communicator.h"
 #include "lockstep/ddp/distributed_data_parallel.h"
+#include "lockstep/ddp/no_sync.h"
 #include "lockstep/pipeline/layer.h"
 
 namespace at {
@@ -105,17 +106,7 @@ class FullyShardedDataParallel {
 
   /// While alive, backward does not communicate (gradient accumulation): the
   /// whole gradients accumulate in the parameters' .grad until the next synchronised backward.
-  class NoSyncGuard {
-   public:
-    explicit NoSyncGuard(FullyShardedDataParallel& owner);
-    ~NoSyncGuard();
-    NoSyncGuard(const NoSyncGuard&) = delete;
-    NoSyncGuard& operator=(const NoSyncGuard&) = delete;
-
-   private:
-    FullyShardedDataParallel& owner_;
-    bool previous_;
-  };
+  using NoSyncGuard = NoSyncScope<FullyShardedDataParallel>;
   NoSyncGuard noSync() { return NoSyncGuard(*this); }
   void setSyncEnabled(bool enabled);
   bool syncEnabled() const;

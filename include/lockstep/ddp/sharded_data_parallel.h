@@ -52,6 +52,7 @@
 
 #include "lockstep/comm/communicator.h"
 #include "lockstep/ddp/distributed_data_parallel.h"
+#include "lockstep/ddp/no_sync.h"
 #include "lockstep/optim/sharded_optimizer.h"
 
 namespace torch::nn {
@@ -85,17 +86,7 @@ class ShardedDataParallel {
   void step();
 
   /// While alive, backward does not communicate (gradient accumulation).
-  class NoSyncGuard {
-   public:
-    explicit NoSyncGuard(ShardedDataParallel& owner);
-    ~NoSyncGuard();
-    NoSyncGuard(const NoSyncGuard&) = delete;
-    NoSyncGuard& operator=(const NoSyncGuard&) = delete;
-
-   private:
-    ShardedDataParallel& owner_;
-    bool previous_;
-  };
+  using NoSyncGuard = NoSyncScope<ShardedDataParallel>;
   NoSyncGuard noSync() { return NoSyncGuard(*this); }
   void setSyncEnabled(bool enabled);
   bool syncEnabled() const;

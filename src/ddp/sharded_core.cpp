@@ -1,0 +1,59 @@
+// sharded_core.cpp — src/ddp/sharded_core.h.
+#include "ddp/sharded_core.h"
+
+namespace lockstep::detail {
+
+void ShardedCore::buildBuckets(const std::vector<std::vector<size_t>>& members) {
+  for (const auto& group : members) {
+    ShardedBucket& bucket = buckets.emplace_back();
+    for (size_t k : group) {
+      bucket.params.push_back(k);
+      bucket.offsets.push_back(bucket.elements);
+      bucket.elements += numels[k];
+    }
+    bucket.part = (bucket.elements + world() - 1) / world();  // 0 for a group without parameters
+  }
+  plan = members;
+}
+
+void ShardedCore::startReducer(bool reversed, std::function<void(size_t)> onAccumulated) {
+  reducer = std::make_unique<GradientReducer>(makeReducerPlan(names, plan, reversed, options, *module), *this, *comm);
+  reducer->hook(params, std::move(onAccumulated));
+}
+
+void ShardedCore::bindPieceGradients() {
+  for (size_t k = 0; k < pieces.size(); ++k) {
+    const ShardedBucket& bucket = buckets[pieces[k].bucket];
+    pieceViews[k].mutable_grad() = bucket.output.narrow(0, pieces[k].chunkOffset, pieces[k].length);
+  }
+}
+
+void ShardedCore::startStep() {
+  // The last step's averaged parts were used by its update: free them before this step's buckets fill.
+  for (auto& view : pieceViews) view.mutable_grad() = at::Tensor();
+  for (auto& bucket : buckets) bucket.output.reset();
+}
+
+WorkHandle ShardedCore::launch(size_t b, DdpStats& /*stats*/) {
+  ShardedBucket& bucket = buckets[b];
+  bucket.output = at::empty({bucket.part}, at::kFloat);
+  return comm->reduceScatter(bucket.buffer, bucket.output, ReduceOp::kAvg);
+}
+
+int64_t ShardedCore::gradientBytes() const {
+  int64_t bytes = 0;
+  for (const auto& bucket : buckets) {
+    if (bucket.output.defined()) bytes += static_cast<int64_t>(bucket.output.nbytes());
+  }
+  return bytes + wholeGradientBytes();
+}
+
+int64_t ShardedCore::bufferBytes() const {
+  int64_t bytes = 0;
+  for (const auto& bucket : buckets) {
+    if (bucket.buffer.defined()) bytes += static_cast<int64_t>(bucket.buffer.nbytes());
+  }
+  return bytes;
+}
+
+}  // namespace lockstep::detail

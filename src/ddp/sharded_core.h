@@ -1,0 +1,56 @@
+// sharded_core.h — what ZeRO-2 (ShardedDataParallel) and ZeRO-3
+// (FullyShardedDataParallel) share: the optimizer over this rank's pieces
+// (PieceOptimizer), and buckets reduce-scattered by the GradientReducer into
+// this rank's part of each, whose pieces then get their averaged gradients.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "ddp/gradient_reducer.h"
+#include "lockstep/ddp/distributed_data_parallel.h"
+#include "optim/piece_optimizer.h"
+
+namespace torch::nn {
+class Module;
+}
+
+namespace lockstep::detail {
+
+/// A bucket reduce-scattered into this rank's part (ZeRO-2's buckets, ZeRO-3's units' gradients).
+struct ShardedBucket {
+  std::vector<size_t> params;    ///< parameter indices
+  std::vector<int64_t> offsets;  ///< of each, in the flat bucket
+  int64_t elements = 0;          ///< gradient elements (before padding)
+  int64_t part = 0;              ///< elements of each rank's part: ceil(elements / N)
+  at::Tensor buffer;             ///< N * part gradients, from the first staged to the end of the reduce-scatter
+  at::Tensor output;             ///< this rank's part, averaged; its pieces' gradients are views of it
+};
+
+struct ShardedCore : PieceOptimizer, BucketCollective {
+  std::shared_ptr<torch::nn::Module> module;
+  DdpOptions options;
+  std::vector<ShardedBucket> buckets;
+  std::unique_ptr<GradientReducer> reducer;
+
+  /// One bucket per group of `members` (parameter indices), in order; also PieceOptimizer::plan.
+  void buildBuckets(const std::vector<std::vector<size_t>>& members);
+  /// The reducer over the buckets (launched last first when `reversed`), its hooks calling `onAccumulated`.
+  void startReducer(bool reversed, std::function<void(size_t)> onAccumulated);
+  /// After a synchronised finish: each of this rank's pieces gets its averaged gradient, a view of its bucket's part.
+  void bindPieceGradients();
+
+  void startStep() override;
+  WorkHandle launch(size_t bucket, DdpStats& stats) override;
+  int64_t bucketBytes(size_t bucket) const override { return buckets[bucket].elements * 4; }
+
+  /// Bytes of the averaged parts held now, and of what noSync() accumulated in .grad.
+  int64_t gradientBytes() const;
+  /// Bytes of bucket buffers alive now.
+  int64_t bufferBytes() const;
+};
+
+}  // namespace lockstep::detail
