@@ -219,6 +219,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
   auto plan = detail::makeReducerPlan(s.names, std::move(members), /*reversed=*/false, options, *s.module);
   plan.communicates = !s.alone;
   s.reducer = std::make_unique<detail::GradientReducer>(std::move(plan), s, *s.comm);
+  reducer_ = s.reducer.get();
   std::weak_ptr<Impl> weak = impl_;
   s.reducer->hook(s.params, [weak](size_t i) {
     if (auto impl = weak.lock()) impl->reducer->onGradient(i);
@@ -230,8 +231,6 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
 DistributedDataParallel::~DistributedDataParallel() { impl_->reducer->unhook(); }
 
 void DistributedDataParallel::finishGradientSync() { impl_->reducer->finish(); }
-void DistributedDataParallel::setSyncEnabled(bool enabled) { impl_->reducer->setSyncEnabled(enabled); }
-bool DistributedDataParallel::syncEnabled() const { return impl_->reducer->syncEnabled(); }
 int DistributedDataParallel::numBuckets() const { return static_cast<int>(impl_->buckets.size()); }
 
 int64_t DistributedDataParallel::bufferBytes() const {
@@ -256,10 +255,6 @@ int64_t DistributedDataParallel::gradientBytes() const {
     if (!inBucket) total += static_cast<int64_t>(grad.nbytes());
   }
   return total;
-}
-const DdpStats& DistributedDataParallel::stats() const { return impl_->reducer->stats(); }
-const std::vector<BucketTiming>& DistributedDataParallel::lastSyncTimings() const {
-  return impl_->reducer->lastTimings();
 }
 Communicator& DistributedDataParallel::comm() { return *impl_->comm; }
 torch::nn::Module& DistributedDataParallel::module() { return *impl_->module; }

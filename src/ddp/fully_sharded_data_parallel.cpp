@@ -272,6 +272,7 @@ FullyShardedDataParallel::FullyShardedDataParallel(std::shared_ptr<torch::nn::Mo
   s.startReducer(/*reversed=*/true, [weak](size_t i) {
     if (auto impl = weak.lock()) impl->onAccumulated(i);
   });
+  reducer_ = s.reducer.get();
   log::debug(fmt::format("ZeRO-3: {} parameters in {} unit(s), {} piece(s) on rank {}", s.params.size(), s.units.size(),
                          s.pieces.size(), s.rank()));
 }
@@ -313,9 +314,6 @@ double FullyShardedDataParallel::clipGradNorm(double maxNorm) { return impl_->cl
 
 void FullyShardedDataParallel::step() { impl_->optimizer->step(); }
 
-void FullyShardedDataParallel::setSyncEnabled(bool enabled) { impl_->reducer->setSyncEnabled(enabled); }
-bool FullyShardedDataParallel::syncEnabled() const { return impl_->reducer->syncEnabled(); }
-
 torch::optim::Optimizer& FullyShardedDataParallel::optimizer() { return *impl_->optimizer; }
 void FullyShardedDataParallel::saveState(TensorArchive* archive) { impl_->saveModelAndOptimizer(archive); }
 void FullyShardedDataParallel::loadState(const TensorArchive& archive, bool report) {
@@ -325,10 +323,6 @@ void FullyShardedDataParallel::loadState(const TensorArchive& archive, bool repo
 
 int FullyShardedDataParallel::numUnits() const { return static_cast<int>(impl_->units.size()); }
 int64_t FullyShardedDataParallel::gathers() const { return impl_->gathers; }
-const DdpStats& FullyShardedDataParallel::stats() const { return impl_->reducer->stats(); }
-const std::vector<BucketTiming>& FullyShardedDataParallel::lastSyncTimings() const {
-  return impl_->reducer->lastTimings();
-}
 
 int64_t FullyShardedDataParallel::ownedElements() const { return impl_->ownedElements(); }
 

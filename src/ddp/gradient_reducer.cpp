@@ -159,6 +159,7 @@ void GradientReducer::finish() {
     lastTimings_[k] = BucketTiming{static_cast<int>(k), collective_.bucketBytes(b), bucket.launched, completed};
     collective_.land(b, stats_);
   }
+  if (comm_.size() == 1) lastTimings_.clear();  // nothing was communicated
   if (plan_.broadcastBuffersOf != nullptr && comm_.size() > 1) {
     std::vector<at::Tensor> buffers;
     for (auto& t : plan_.broadcastBuffersOf->buffers(true)) buffers.push_back(t.detach());
@@ -186,3 +187,12 @@ void GradientReducer::reset() {
 }
 
 }  // namespace lockstep::detail
+
+namespace lockstep {
+
+void GradientSync::setSyncEnabled(bool enabled) { reducer_->setSyncEnabled(enabled); }
+bool GradientSync::syncEnabled() const { return reducer_->syncEnabled(); }
+const DdpStats& GradientSync::stats() const { return reducer_->stats(); }
+const std::vector<BucketTiming>& GradientSync::lastSyncTimings() const { return reducer_->lastTimings(); }
+
+}  // namespace lockstep

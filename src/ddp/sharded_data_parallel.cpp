@@ -136,6 +136,7 @@ ShardedDataParallel::ShardedDataParallel(std::shared_ptr<torch::nn::Module> modu
   s.startReducer(/*reversed=*/false, [weak](size_t i) {
     if (auto impl = weak.lock()) impl->reducer->onGradient(i);
   });
+  reducer_ = s.reducer.get();
   log::debug(fmt::format("ZeRO-2: {} parameters in {} bucket(s), {} piece(s) on rank {}", s.params.size(),
                          s.buckets.size(), s.pieces.size(), s.rank()));
 }
@@ -155,16 +156,11 @@ void ShardedDataParallel::step() {
   if (impl_->world() > 1) impl_->gatherParameters();
 }
 
-void ShardedDataParallel::setSyncEnabled(bool enabled) { impl_->reducer->setSyncEnabled(enabled); }
-bool ShardedDataParallel::syncEnabled() const { return impl_->reducer->syncEnabled(); }
-
 torch::optim::Optimizer& ShardedDataParallel::optimizer() { return *impl_->optimizer; }
 void ShardedDataParallel::saveState(TensorArchive* archive) { impl_->save(archive); }
 void ShardedDataParallel::loadState(const TensorArchive& archive, bool report) { impl_->load(archive, report); }
 int ShardedDataParallel::numBuckets() const { return static_cast<int>(impl_->buckets.size()); }
 const std::vector<GradientPiece>& ShardedDataParallel::pieces() const { return impl_->pieces; }
-const DdpStats& ShardedDataParallel::stats() const { return impl_->reducer->stats(); }
-const std::vector<BucketTiming>& ShardedDataParallel::lastSyncTimings() const { return impl_->reducer->lastTimings(); }
 
 int64_t ShardedDataParallel::ownedElements() const { return impl_->ownedElements(); }
 

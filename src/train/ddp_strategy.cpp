@@ -16,6 +16,7 @@
 #include "lockstep/train/checkpoint.h"
 #include "lockstep/train/strategy.h"
 #include "train/strategies.h"
+#include "train/synced_strategy.h"
 
 namespace lockstep {
 
@@ -27,7 +28,7 @@ constexpr EnumName<StrategyType> kStrategyNames[] = {{StrategyType::kDdp, "ddp"}
                                                      {StrategyType::kZero3, "zero3"},
                                                      {StrategyType::kAsyncPs, "async_ps"}};
 
-class DdpStrategy final : public Strategy {
+class DdpStrategy final : public detail::SyncedStrategy {
  public:
   DdpStrategy(std::shared_ptr<torch::nn::Module> model, std::shared_ptr<Communicator> comm, DdpOptions options,
               std::unique_ptr<torch::optim::Optimizer> optimizer, bool shardOptimizer)
@@ -44,18 +45,6 @@ class DdpStrategy final : public Strategy {
 
   torch::optim::Optimizer& optimizer() override { return sharded_ ? sharded_->optimizer() : *optimizer_; }
 
-  void backward(const at::Tensor& loss, bool sync) override {
-    LOCKSTEP_ASSERT(ddp_ != nullptr, "backward() before start()");
-    if (sync) {
-      loss.backward();
-    } else {
-      auto guard = ddp_->noSync();
-      loss.backward();
-    }
-  }
-
-  void finishGradientSync() override { ddp_->finishGradientSync(); }
-
   void step(double clipGradNorm) override {
     if (clipGradNorm > 0) lockstep::clipGradNorm(gradientsOf(model_->parameters()), clipGradNorm);
     if (sharded_) {
@@ -63,11 +52,6 @@ class DdpStrategy final : public Strategy {
     } else {
       optimizer_->step();
     }
-  }
-
-  const std::vector<BucketTiming>& lastSyncTimings() const override {
-    static const std::vector<BucketTiming> kNone;
-    return ddp_ && comm_->size() > 1 ? ddp_->lastSyncTimings() : kNone;
   }
 
   std::string describe() const override {
@@ -133,6 +117,8 @@ class DdpStrategy final : public Strategy {
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::unique_ptr<ShardedOptimizer> sharded_;  ///< zero1: owns the optimizer instead of optimizer_
   std::unique_ptr<DistributedDataParallel> ddp_;
+
+  GradientSync* gradientSync() const override { return ddp_.get(); }
 };
 
 }  // namespace

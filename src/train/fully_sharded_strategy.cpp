@@ -11,11 +11,12 @@
 #include "lockstep/common/error.h"
 #include "lockstep/ddp/fully_sharded_data_parallel.h"
 #include "train/strategies.h"
+#include "train/synced_strategy.h"
 
 namespace lockstep::detail {
 namespace {
 
-class Zero3Strategy final : public Strategy {
+class Zero3Strategy final : public SyncedStrategy {
  public:
   Zero3Strategy(std::shared_ptr<FullyShardedDataParallel> zero, std::shared_ptr<torch::nn::Module> model,
                 std::shared_ptr<Communicator> comm)
@@ -27,25 +28,9 @@ class Zero3Strategy final : public Strategy {
 
   torch::optim::Optimizer& optimizer() override { return zero_->optimizer(); }
 
-  void backward(const at::Tensor& loss, bool sync) override {
-    if (sync) {
-      loss.backward();
-    } else {
-      auto guard = zero_->noSync();
-      loss.backward();
-    }
-  }
-
-  void finishGradientSync() override { zero_->finishGradientSync(); }
-
   void step(double clipGradNorm) override {
     if (clipGradNorm > 0) zero_->clipGradNorm(clipGradNorm);
     zero_->step();
-  }
-
-  const std::vector<BucketTiming>& lastSyncTimings() const override {
-    static const std::vector<BucketTiming> kNone;
-    return comm_->size() > 1 ? zero_->lastSyncTimings() : kNone;
   }
 
   std::string describe() const override {
@@ -75,6 +60,8 @@ class Zero3Strategy final : public Strategy {
   std::shared_ptr<FullyShardedDataParallel> zero_;
   std::shared_ptr<torch::nn::Module> model_;
   std::shared_ptr<Communicator> comm_;
+
+  GradientSync* gradientSync() const override { return zero_.get(); }
 };
 
 }  // namespace

@@ -20,6 +20,7 @@
 #include "lockstep/optim/optimizer.h"
 #include "lockstep/train/checkpoint.h"
 #include "lockstep/train/strategy.h"
+#include "train/synced_strategy.h"
 
 namespace lockstep {
 
@@ -27,7 +28,7 @@ namespace {
 
 using Impl = const void*;
 
-class PipelineStrategy final : public Strategy {
+class PipelineStrategy final : public detail::SyncedStrategy {
  public:
   PipelineStrategy(std::shared_ptr<torch::nn::Module> model, std::vector<PipelineLayer> layers,
                    std::shared_ptr<Communicator> comm, PipelineOptions pipeline, OutputLossFn loss, DdpOptions options,
@@ -83,19 +84,10 @@ class PipelineStrategy final : public Strategy {
 
   const PipelineTimings* pipelineTimings() const override { return &stage_->lastTimings(); }
 
-  void finishGradientSync() override {
-    if (ddp_) ddp_->finishGradientSync();
-  }
-
   /// Clipping by the norm over every stage's gradients (one allreduce over the pipeline).
   void step(double clipGradNorm) override {
     if (clipGradNorm > 0) lockstep::clipGradNorm(gradientsOf(stage_->parameters()), clipGradNorm, pipe_.get());
     optimizer_->step();
-  }
-
-  const std::vector<BucketTiming>& lastSyncTimings() const override {
-    static const std::vector<BucketTiming> kNone;
-    return ddp_ ? ddp_->lastSyncTimings() : kNone;
   }
 
   std::string describe() const override {
@@ -148,6 +140,8 @@ class PipelineStrategy final : public Strategy {
   int pipelines_ = 1;
   int64_t activationPeak_ = -1;
   std::set<Impl> owned_, ownedBuffers_;
+
+  GradientSync* gradientSync() const override { return ddp_.get(); }
 };
 
 /// This stage's model tensors and optimizer state, under the unsplit model's keys.

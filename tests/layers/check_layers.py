@@ -29,8 +29,6 @@ SHARED = {
 # Known violations, each waiting for its fix; the test fails once one is gone, so
 # that the list only shrinks. (file, included header) -> what will remove it.
 EXCEPTIONS = {
-    ("include/lockstep/ddp/fully_sharded_data_parallel.h", "lockstep/pipeline/layer.h"):
-        "PipelineLayer moves below ddp and pipeline (nn/)",
     ("src/train/async_ps_run.cpp", "ps/ps_pairs.h"):
         "async_ps becomes a Strategy of the one training loop",
 }

@@ -43,7 +43,7 @@
 
 #include "lockstep/comm/communicator.h"
 #include "lockstep/ddp/comm_hook.h"
-#include "lockstep/ddp/no_sync.h"
+#include "lockstep/ddp/gradient_sync.h"
 
 namespace torch::nn {
 class Module;
@@ -66,54 +66,26 @@ struct DdpOptions {
   std::shared_ptr<CommHook> hook;  ///< overrides `compression` when set
 };
 
-/// Counters for tests and monitoring.
-struct DdpStats {
-  int64_t syncs = 0;                          ///< finishGradientSync() calls that communicated
-  int64_t bucketsLaunched = 0;                ///< allreduce launches, all steps
-  int64_t bucketsLaunchedDuringBackward = 0;  ///< of which from the autograd hooks (overlapped)
-  int64_t bytesReduced = 0;                   ///< float32 bytes of gradients averaged
-  int64_t bytesSent = 0;  ///< bytes the comm hook handed to collectives (less than bytesReduced when compressing)
-};
-
-/// One bucket's allreduce in the last synchronised step (timelines, the
-/// Trainer's step breakdown).
-struct BucketTiming {
-  int bucket = 0;                                   ///< index, in launch order
-  int64_t bytes = 0;                                ///< float32 gradient bytes of the bucket (before any compression)
-  std::chrono::steady_clock::time_point launched;   ///< handed to the comm hook
-  std::chrono::steady_clock::time_point completed;  ///< the backend finished it (Work::completedAt())
-};
-
-class DistributedDataParallel {
+class DistributedDataParallel final : public GradientSync {
  public:
   DistributedDataParallel(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Communicator> comm,
                           DdpOptions options = {});
-  ~DistributedDataParallel();
+  ~DistributedDataParallel() override;
   DistributedDataParallel(const DistributedDataParallel&) = delete;
   DistributedDataParallel& operator=(const DistributedDataParallel&) = delete;
 
   /// Waits for every bucket, launching late ones; writes the averages into .grad.
-  void finishGradientSync();
-
-  /// While alive, backward does not communicate (gradient accumulation).
-  using NoSyncGuard = NoSyncScope<DistributedDataParallel>;
-  NoSyncGuard noSync() { return NoSyncGuard(*this); }
-  void setSyncEnabled(bool enabled);
-  bool syncEnabled() const;
+  void finishGradientSync() override;
 
   int numBuckets() const;
   /// Bytes of the gradients: the buckets (every .grad is a view of one after
   /// a sync) and any .grad that is not such a view (a world of one, or a
   /// gradient that replaced the view since).
-  int64_t gradientBytes() const;
+  int64_t gradientBytes() const override;
   /// Bytes held besides the gradients: compression scratch and the comm hook's state.
-  int64_t bufferBytes() const;
+  int64_t bufferBytes() const override;
   /// Parameter names of each bucket, in bucket order (tests, logs).
   std::vector<std::vector<std::string>> bucketLayout() const;
-  const DdpStats& stats() const;
-  /// Per bucket, in launch order, the timing of the last finishGradientSync()
-  /// that communicated; empty before the first one. Valid until the next one.
-  const std::vector<BucketTiming>& lastSyncTimings() const;
   Communicator& comm();
   torch::nn::Module& module();
 

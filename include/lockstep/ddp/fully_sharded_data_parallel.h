@@ -54,8 +54,8 @@
 
 #include "lockstep/comm/communicator.h"
 #include "lockstep/ddp/distributed_data_parallel.h"
-#include "lockstep/ddp/no_sync.h"
-#include "lockstep/pipeline/layer.h"
+#include "lockstep/ddp/gradient_sync.h"
+#include "lockstep/nn/layer.h"
 
 namespace at {
 class Tensor;
@@ -71,7 +71,7 @@ namespace lockstep {
 
 class TensorArchive;
 
-class FullyShardedDataParallel {
+class FullyShardedDataParallel final : public GradientSync {
  public:
   /// `layers` is the module as a chain (the units, in order) or empty (one
   /// unit); `optimizer` is over the module's parameters (any groups; SGD, Adam
@@ -79,7 +79,7 @@ class FullyShardedDataParallel {
   FullyShardedDataParallel(std::shared_ptr<torch::nn::Module> module, std::vector<PipelineLayer> layers,
                            std::shared_ptr<Communicator> comm, std::unique_ptr<torch::optim::Optimizer> optimizer,
                            DdpOptions options = {});
-  ~FullyShardedDataParallel();
+  ~FullyShardedDataParallel() override;
   FullyShardedDataParallel(const FullyShardedDataParallel&) = delete;
   FullyShardedDataParallel& operator=(const FullyShardedDataParallel&) = delete;
 
@@ -97,19 +97,12 @@ class FullyShardedDataParallel {
 
   /// Waits for every unit's reduce-scatter; this rank's pieces then hold their
   /// averaged gradients and the parameters' own .grad are undefined.
-  void finishGradientSync();
+  void finishGradientSync() override;
   /// Scales the pieces' gradients so the norm over the whole model is at most
   /// maxNorm (as torch::nn::utils::clip_grad_norm_); returns the norm before.
   double clipGradNorm(double maxNorm);
   /// Steps the optimizer over this rank's pieces (the shards change in place).
   void step();
-
-  /// While alive, backward does not communicate (gradient accumulation): the
-  /// whole gradients accumulate in the parameters' .grad until the next synchronised backward.
-  using NoSyncGuard = NoSyncScope<FullyShardedDataParallel>;
-  NoSyncGuard noSync() { return NoSyncGuard(*this); }
-  void setSyncEnabled(bool enabled);
-  bool syncEnabled() const;
 
   /// The optimizer over this rank's pieces: same type and groups as the one given.
   torch::optim::Optimizer& optimizer();
@@ -128,15 +121,13 @@ class FullyShardedDataParallel {
   /// Bytes of parameters this rank holds now: its shards plus the gathered units.
   int64_t parameterBytes() const;
   /// Bytes of the gradients this rank holds now (its shards', and .grad accumulated under noSync()).
-  int64_t gradientBytes() const;
+  int64_t gradientBytes() const override;
   /// Bytes of optimizer state this rank holds now.
   int64_t stateBytes() const;
   /// Bytes of gradient buffers alive now (0 between steps).
-  int64_t bufferBytes() const;
+  int64_t bufferBytes() const override;
   /// All-gathers so far (forward, backward, checkpoints).
   int64_t gathers() const;
-  const DdpStats& stats() const;
-  const std::vector<BucketTiming>& lastSyncTimings() const;
 
  private:
   struct Impl;

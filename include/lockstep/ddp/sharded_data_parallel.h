@@ -52,7 +52,7 @@
 
 #include "lockstep/comm/communicator.h"
 #include "lockstep/ddp/distributed_data_parallel.h"
-#include "lockstep/ddp/no_sync.h"
+#include "lockstep/ddp/gradient_sync.h"
 #include "lockstep/optim/sharded_optimizer.h"
 
 namespace torch::nn {
@@ -66,30 +66,24 @@ namespace lockstep {
 
 class TensorArchive;
 
-class ShardedDataParallel {
+class ShardedDataParallel final : public GradientSync {
  public:
   /// `optimizer` is over the module's parameters (any groups; SGD, Adam or
   /// AdamW); only its type, groups and options are kept.
   ShardedDataParallel(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Communicator> comm,
                       std::unique_ptr<torch::optim::Optimizer> optimizer, DdpOptions options = {});
-  ~ShardedDataParallel();
+  ~ShardedDataParallel() override;
   ShardedDataParallel(const ShardedDataParallel&) = delete;
   ShardedDataParallel& operator=(const ShardedDataParallel&) = delete;
 
   /// Waits for every bucket, launching late ones; this rank's pieces then hold
   /// their averaged gradients and the parameters' own .grad are undefined.
-  void finishGradientSync();
+  void finishGradientSync() override;
   /// Scales the pieces' gradients so the norm over the whole model is at most
   /// maxNorm (as torch::nn::utils::clip_grad_norm_); returns the norm before.
   double clipGradNorm(double maxNorm);
   /// Steps the optimizer over this rank's pieces, then all-gathers the parameters.
   void step();
-
-  /// While alive, backward does not communicate (gradient accumulation).
-  using NoSyncGuard = NoSyncScope<ShardedDataParallel>;
-  NoSyncGuard noSync() { return NoSyncGuard(*this); }
-  void setSyncEnabled(bool enabled);
-  bool syncEnabled() const;
 
   /// The optimizer over this rank's pieces: same type and groups as the one given.
   torch::optim::Optimizer& optimizer();
@@ -108,13 +102,11 @@ class ShardedDataParallel {
   /// Parameter elements this rank updates.
   int64_t ownedElements() const;
   /// Bytes of the gradients this rank holds now (its pieces').
-  int64_t gradientBytes() const;
+  int64_t gradientBytes() const override;
   /// Bytes of optimizer state this rank holds now.
   int64_t stateBytes() const;
   /// Bytes of bucket buffers alive now (0 between steps).
-  int64_t bufferBytes() const;
-  const DdpStats& stats() const;
-  const std::vector<BucketTiming>& lastSyncTimings() const;
+  int64_t bufferBytes() const override;
 
  private:
   struct Impl;

@@ -29,7 +29,7 @@
 #include <string>
 #include <vector>
 
-#include "lockstep/pipeline/layer.h"
+#include "lockstep/nn/layer.h"
 
 namespace lockstep {
 

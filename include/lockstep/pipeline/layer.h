@@ -1,27 +1,5 @@
-// lockstep/pipeline/layer.h — a model written as a chain of layers, y = ln(...l1(l0(x))): what pipeline
-// stages split (pipeline.h) and what a model offers to be split (models/vision.h).
+// lockstep/pipeline/layer.h — PipelineLayer lives in lockstep/nn/layer.h, below the layers
+// that use it (ddp, pipeline, models); this header keeps older includes compiling.
 #pragma once
 
-#include <functional>
-#include <memory>
-#include <string>
-#include <vector>
-
-namespace at {
-class Tensor;
-}
-namespace torch::nn {
-class Module;
-}
-
-namespace lockstep {
-
-/// One link of the chain.
-struct PipelineLayer {
-  std::string name;                                      ///< for messages ("fc1", "layer2.0")
-  std::function<at::Tensor(const at::Tensor&)> forward;  ///< the layer's computation
-  /// The modules whose parameters and buffers the layer uses (may be empty: a layer without state).
-  std::vector<std::shared_ptr<torch::nn::Module>> modules;
-};
-
-}  // namespace lockstep
+#include "lockstep/nn/layer.h"

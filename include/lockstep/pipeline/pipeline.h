@@ -39,8 +39,8 @@
 
 #include "lockstep/comm/communicator.h"
 #include "lockstep/data/dataset.h"
+#include "lockstep/nn/layer.h"
 #include "lockstep/nn/precision.h"
-#include "lockstep/pipeline/layer.h"
 
 namespace at {
 class Tensor;
