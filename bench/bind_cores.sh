@@ -18,23 +18,22 @@ STEPS="${1:-40}"
 ROUNDS="${ROUNDS:-5}"
 WORKLOADS="${WORKLOADS:-convnet charlstm}"
 BACKENDS="${BACKENDS:-gloo mpi}"
-# shellcheck source=bench/workloads.sh
-. bench/workloads.sh  # config_of, timed_run, bench_start
+# shellcheck source=bench/harness.sh
+. bench/harness.sh
 bench_start
 
-for ((r = 1; r <= ROUNDS; r++)); do
+bind_side() {  # SIDE ROUND WORKLOAD; SIDE is BACKEND or BACKEND-bind
+  case "$1" in
+    *-bind) timed_run "$3" "$1" "$2" 2 --backend "${1%-bind}" --bind core ;;
+    *) timed_run "$3" "$1" "$2" 2 --backend "$1" ;;
+  esac
+}
+one_round() {  # ROUND
+  local workload backend
   for workload in $WORKLOADS; do
-    timed_run "$workload" single "$r" 1
-    for backend in $BACKENDS; do
-      # The order of the sides alternates from round to round.
-      if ((r % 2)); then
-        timed_run "$workload" "$backend" "$r" 2 --backend "$backend"
-        timed_run "$workload" "$backend-bind" "$r" 2 --backend "$backend" --bind core
-      else
-        timed_run "$workload" "$backend-bind" "$r" 2 --backend "$backend" --bind core
-        timed_run "$workload" "$backend" "$r" 2 --backend "$backend"
-      fi
-    done
+    timed_run "$workload" single "$1" 1
+    for backend in $BACKENDS; do in_turn "$1" "$backend" "$backend-bind" -- bind_side "$workload"; done
   done
-done
-python3 bench/summarize_rounds.py "$OUT/results.txt" single
+}
+rounds one_round
+summarize single

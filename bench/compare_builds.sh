@@ -41,11 +41,11 @@ fi
 RUN_ARGS=()
 if [ -n "${BACKEND:-}" ]; then RUN_ARGS=(--backend "$BACKEND"); fi
 BIN="$NEW"
-# shellcheck source=bench/workloads.sh
-. bench/workloads.sh  # config_of, timed_run, bench_start
+# shellcheck source=bench/harness.sh
+. bench/harness.sh
 bench_start
 
-side() {  # NAME ROUND WORKLOAD [key=value ...]: one run with that build
+build_side() {  # NAME ROUND WORKLOAD [key=value ...]: one run with that build
   local name="$1" round="$2" workload="$3"
   shift 3
   if [ "$name" = base ]; then BIN="$BASE"; else BIN="$NEW"; fi
@@ -56,16 +56,10 @@ side() {  # NAME ROUND WORKLOAD [key=value ...]: one run with that build
     timed_run "$workload" "$name" "$round" "$NP" "${RUN_ARGS[@]}" -- "$@"
   fi
 }
-
-for ((r = 1; r <= ROUNDS; r++)); do
-  for workload in $WORKLOADS; do
-    if ((r % 2)); then
-      side base "$r" "$workload" "$@"
-      side this "$r" "$workload" "$@"
-    else
-      side this "$r" "$workload" "$@"
-      side base "$r" "$workload" "$@"
-    fi
-  done
-done
-python3 bench/summarize_rounds.py "$OUT/results.txt" base
+one_round() {  # ROUND [key=value ...]
+  local round="$1" workload
+  shift
+  for workload in $WORKLOADS; do in_turn "$round" base this -- build_side "$workload" "$@"; done
+}
+rounds one_round "$@"
+summarize base

@@ -50,12 +50,13 @@ VENV="${LOCKSTEP_VENV:-/opt/lockstep/venv}"
 PY="$VENV/bin/python3"  # the same torch as LibTorch's build (scripts/setup_venv.sh)
 STEPS="${1:-30}"
 ROUNDS="${ROUNDS:-5}"
-ROUND=0
 OVERHEAD_ROUNDS="${OVERHEAD_ROUNDS:-3}"
 OVERHEAD_STEPS="${OVERHEAD_STEPS:-$((2 * STEPS))}"
 WORKLOADS="${WORKLOADS:-charlstm convnet mlp overhead}"
 
-[ -x "$BIN" ] || { echo "compare_pytorch.sh: $BIN not found; build lockstep first (scripts/build.sh)" >&2; exit 1; }
+# shellcheck source=bench/harness.sh
+. bench/harness.sh
+need_lockstep
 [ -x "$PY" ] || { echo "compare_pytorch.sh: no Python environment at $VENV; run scripts/setup.sh" >&2; exit 1; }
 "$PY" -c 'import numpy' 2>/dev/null ||
   { echo "compare_pytorch.sh: no NumPy for $PY; run scripts/setup.sh (it installs the pinned Python tools)" >&2; exit 1; }
@@ -64,16 +65,16 @@ read -r -a BACKENDS <<< "${BACKENDS:-gloo mpi}"
 PYTHON_SIDES=(pytorch)
 [ "${COMPILED:-1}" = 0 ] || PYTHON_SIDES+=(pytorch-compiled)
 
-OUT="$(mktemp -d)"
-if [ "${KEEP_LOGS:-0}" = 1 ]; then echo "logs: $OUT"; else trap 'rm -rf "$OUT"' EXIT; fi
+scratch_dir
 declare -A RESULTS  # "workload/side" -> space-separated samples/s of every run
 SEQ=0
 
 rate_of() { grep -o 'done: .*' "$1" | tail -1 | sed -n 's/.* \([0-9][0-9]*\) samples\/s.*/\1/p'; }
 
-# measure WORKLOAD SIDE COMMAND...: runs it, appends its samples/s to RESULTS.
+# measure WORKLOAD SIDE ROUND COMMAND...: runs it, appends its samples/s to RESULTS and records it
+# (the overhead rows are summarised here, not by summarize_rounds.py).
 measure() {
-  local workload="$1" side="$2"; shift 2
+  local workload="$1" side="$2" round="$3"; shift 3
   SEQ=$((SEQ + 1))
   local log="$OUT/$SEQ-$workload-$side.log" rate=""
   if "$@" > "$log" 2>&1; then rate="$(rate_of "$log")"; fi
@@ -84,11 +85,8 @@ measure() {
   fi
   printf '  %-12s %-14s %8s samples/s\n' "$workload" "$side" "$rate"
   RESULTS["$workload/$side"]="${RESULTS["$workload/$side"]:-} $rate"
-  [ "$workload" = overhead ] || echo "$workload $side $ROUND $rate" >> "$OUT/rounds"
+  [ "$workload" = overhead ] || record "$workload" "$side" "$round" "$rate"
 }
-
-# shellcheck source=bench/workloads.sh
-. bench/workloads.sh  # config_of
 
 # Extra `lockstep train` overrides and ddp_bench.py arguments of a workload.
 lockstep_extra_of() {
@@ -129,6 +127,26 @@ median() {  # numbers... ("fail" entries are left out) -> median, or "-"
                               else printf "%.0f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }
 
+# pytorch_side SIDE ROUND WORKLOAD CONFIG [overrides...]: SIDE is pytorch, pytorch-compiled or a
+# lockstep backend.
+pytorch_side() {
+  local side="$1" round="$2" workload="$3" config="$4"
+  shift 4
+  case "$side" in
+    pytorch) measure "$workload" pytorch-ddp "$round" pytorch_ddp "$workload" "$STEPS" ;;
+    pytorch-compiled) measure "$workload" pytorch-compiled "$round" pytorch_ddp "$workload" "$STEPS" --compile ;;
+    *) measure "$workload" "lockstep-$side" "$round" lockstep_train "$side" 2 "$STEPS" "$config" "$@" ;;
+  esac
+}
+
+overhead_side() {  # SIDE ROUND
+  case "$1" in
+    bare-loop) measure overhead bare-loop "$2" bare_loop "$OVERHEAD_STEPS" ;;
+    bare-kernels) measure overhead bare-kernels "$2" bare_loop "$OVERHEAD_STEPS" --trainer-kernels ;;
+    *) measure overhead lockstep-np1 "$2" lockstep_train gloo 1 "$OVERHEAD_STEPS" configs/fashion_convnet.yaml ;;
+  esac
+}
+
 echo "lockstep ($BIN) vs PyTorch DDP (torch $("$PY" -c 'import torch; print(torch.__version__)')):" \
      "$STEPS steps per run, $ROUNDS interleaved rounds, $(nproc) cores"
 for workload in $WORKLOADS; do
@@ -137,37 +155,13 @@ for workload in $WORKLOADS; do
   [ -n "$config" ] || { echo "compare_pytorch.sh: unknown workload '$workload'" >&2; exit 2; }
   # shellcheck disable=SC2207  # overrides are words
   extra=($(lockstep_extra_of "$workload"))
-  for ((round = 1; round <= ROUNDS; round++)); do
-    ROUND=$round
-    sides=("${PYTHON_SIDES[@]}" "${BACKENDS[@]}")
-    if ((round % 2 == 0)); then sides=("${BACKENDS[@]}" "${PYTHON_SIDES[@]}"); fi  # alternate who goes first
-    for side in "${sides[@]}"; do
-      if [ "$side" = pytorch ]; then
-        measure "$workload" "pytorch-ddp" pytorch_ddp "$workload" "$STEPS"
-      elif [ "$side" = pytorch-compiled ]; then
-        measure "$workload" "pytorch-compiled" pytorch_ddp "$workload" "$STEPS" --compile
-      else
-        measure "$workload" "lockstep-$side" lockstep_train "$side" 2 "$STEPS" "$config" "${extra[@]}"
-      fi
-    done
-  done
+  interleave "${PYTHON_SIDES[@]}" "${BACKENDS[@]}" -- pytorch_side "$workload" "$config" "${extra[@]}"
 done
 
 overhead_done=0
 if [[ " $WORKLOADS " == *" overhead "* ]]; then
   if [ -x "$BARE" ]; then
-    for ((round = 1; round <= OVERHEAD_ROUNDS; round++)); do
-      ROUND=$round
-      sides=(bare-loop bare-kernels lockstep-np1)
-      ((round % 2)) || sides=(lockstep-np1 bare-kernels bare-loop)
-      for side in "${sides[@]}"; do
-        case "$side" in
-          bare-loop) measure overhead bare-loop bare_loop "$OVERHEAD_STEPS" ;;
-          bare-kernels) measure overhead bare-kernels bare_loop "$OVERHEAD_STEPS" --trainer-kernels ;;
-          *) measure overhead lockstep-np1 lockstep_train gloo 1 "$OVERHEAD_STEPS" configs/fashion_convnet.yaml ;;
-        esac
-      done
-    done
+    ROUNDS="$OVERHEAD_ROUNDS" interleave bare-loop bare-kernels lockstep-np1 -- overhead_side
     overhead_done=1
   else
     echo "(no $BARE: configure with -DLOCKSTEP_BUILD_BENCHMARKS=ON and build bare_loop for the overhead row)"
@@ -177,11 +171,11 @@ fi
 if [ "${WORKLOADS// /}" != overhead ]; then
 echo
 echo "Samples/s (global, first step excluded) over $ROUNDS interleaved rounds; ratio = median lockstep / median PyTorch DDP"
-"$PY" bench/summarize_rounds.py "$OUT/rounds" pytorch-ddp --fallback mlp-powersgd=mlp
+summarize pytorch-ddp --fallback mlp-powersgd=mlp
 if [[ " ${PYTHON_SIDES[*]} " == *" pytorch-compiled "* ]]; then
   echo
   echo "The same against PyTorch DDP under torch.compile:"
-  "$PY" bench/summarize_rounds.py "$OUT/rounds" pytorch-compiled
+  summarize pytorch-compiled
 fi
 echo "every run:"
 for key in "${!RESULTS[@]}"; do printf '  %-27s%s\n' "$key" "${RESULTS[$key]}"; done | sort

@@ -35,36 +35,30 @@ NP="${NP:-2}"
 THREADS="${THREADS:-1}"
 BACKEND_ARGS=()
 if [ -n "${BACKEND:-}" ]; then BACKEND_ARGS=(--backend "$BACKEND"); fi
-[ -x "$BIN" ] || { echo "compare_strategies.sh: $BIN not found; build lockstep first (scripts/build.sh)" >&2; exit 1; }
+# shellcheck source=bench/harness.sh
+. bench/harness.sh
+need_lockstep
 [ -f "$CONFIG" ] || { echo "compare_strategies.sh: config '$CONFIG' not found" >&2; exit 2; }
-OUT="$(mktemp -d)"
-if [ "${KEEP_LOGS:-0}" = 1 ]; then echo "logs: $OUT"; else trap 'rm -rf "$OUT"' EXIT; fi
+scratch_dir
 
-field() {  # FILE KEY -> the number after "KEY": in the result JSON
-  sed -n "s/.*\"$2\": *\([-0-9.eE+]*\).*/\1/p" "$1" | head -1
+strategy_side() {  # S ROUND [key=value ...]: one run, its result in $OUT/r<ROUND - 1>-S.json
+  local s="$1" round=$(($2 - 1)) json
+  shift 2
+  json="$OUT/r$round-$s.json"
+  if ! "$BIN" run -np "$NP" --threads "$THREADS" "${BACKEND_ARGS[@]}" -- "$BIN" train "$CONFIG" "$KEY=$s" \
+    "trainer.max_steps=$STEPS" trainer.validate=false checkpoint.dir=off checkpoint.resume=none \
+    generate.samples=0 monitor.dir=off "$@" --result-json "$json" >"$OUT/r$round-$s.log" 2>&1; then
+    echo "compare_strategies.sh: the $s run of round $round failed; its last lines:" >&2
+    tail -20 "$OUT/r$round-$s.log" >&2
+    exit 1
+  fi
+  printf '  round %d %-6s %8.1f samples/s, step %.2f ms, forward+backward peak %.1f MB (rank 0)\n' "$round" "$s" \
+    "$(json_number "$json" samples_per_second)" "$(awk -v s="$(json_number "$json" step_seconds)" 'BEGIN { print s * 1000 }')" \
+    "$(awk -v b="$(json_number "$json" step_peak_bytes)" 'BEGIN { print b / 1e6 }')"
 }
 
 echo "$CONFIG, $NP workers x $THREADS thread(s)${BACKEND:+, backend $BACKEND}, $STEPS steps, $ROUNDS interleaved rounds: $KEY = ${STRATS[*]}"
-for ((round = 0; round < ROUNDS; round++)); do
-  order=("${STRATS[@]}")
-  if ((round % 2 == 1)); then
-    order=()
-    for ((i = ${#STRATS[@]} - 1; i >= 0; i--)); do order+=("${STRATS[i]}"); done
-  fi
-  for s in "${order[@]}"; do
-    json="$OUT/r$round-$s.json"
-    if ! "$BIN" run -np "$NP" --threads "$THREADS" "${BACKEND_ARGS[@]}" -- "$BIN" train "$CONFIG" "$KEY=$s" \
-      "trainer.max_steps=$STEPS" trainer.validate=false checkpoint.dir=off checkpoint.resume=none \
-      generate.samples=0 monitor.dir=off "$@" --result-json "$json" >"$OUT/r$round-$s.log" 2>&1; then
-      echo "compare_strategies.sh: the $s run of round $round failed; its last lines:" >&2
-      tail -20 "$OUT/r$round-$s.log" >&2
-      exit 1
-    fi
-    printf '  round %d %-6s %8.1f samples/s, step %.2f ms, forward+backward peak %.1f MB (rank 0)\n' "$round" "$s" \
-      "$(field "$json" samples_per_second)" "$(awk -v s="$(field "$json" step_seconds)" 'BEGIN { print s * 1000 }')" \
-      "$(awk -v b="$(field "$json" step_peak_bytes)" 'BEGIN { print b / 1e6 }')"
-  done
-done
+interleave "${STRATS[@]}" -- strategy_side "$@"
 
 echo "$KEY  samples/s (mean)  step ms (mean)  step time / ${STRATS[0]}'s, same round: min / median / max"
 for s in "${STRATS[@]}"; do
@@ -72,15 +66,15 @@ for s in "${STRATS[@]}"; do
   steps=""
   ratios=""
   for ((round = 0; round < ROUNDS; round++)); do
-    rates+="$(field "$OUT/r$round-$s.json" samples_per_second) "
-    steps+="$(field "$OUT/r$round-$s.json" step_seconds) "
-    ratios+="$(awk -v a="$(field "$OUT/r$round-$s.json" step_seconds)" \
-      -v b="$(field "$OUT/r$round-${STRATS[0]}.json" step_seconds)" 'BEGIN { printf "%.4f", a / b }') "
+    rates+="$(json_number "$OUT/r$round-$s.json" samples_per_second) "
+    steps+="$(json_number "$OUT/r$round-$s.json" step_seconds) "
+    ratios+="$(awk -v a="$(json_number "$OUT/r$round-$s.json" step_seconds)" \
+      -v b="$(json_number "$OUT/r$round-${STRATS[0]}.json" step_seconds)" 'BEGIN { printf "%.4f", a / b }') "
   done
   mean() { tr ' ' '\n' | awk 'NF { t += $1; n++ } END { printf "%.6f", t / n }'; }
   sorted="$(echo "$ratios" | tr ' ' '\n' | awk NF | sort -g | tr '\n' ' ')"
   read -r -a r <<<"$sorted"
   printf '%-8s  %16.1f  %14.2f  %s / %s / %s   peak %.1f MB\n' "$s" "$(echo "$rates" | mean)" \
     "$(echo "$steps" | mean | awk '{ print $1 * 1000 }')" "${r[0]}" "${r[$(((${#r[@]} - 1) / 2))]}" "${r[-1]}" \
-    "$(awk -v b="$(field "$OUT/r0-$s.json" step_peak_bytes)" 'BEGIN { print b / 1e6 }')"
+    "$(awk -v b="$(json_number "$OUT/r0-$s.json" step_peak_bytes)" 'BEGIN { print b / 1e6 }')"
 done

@@ -18,20 +18,18 @@ STEPS="${1:-30}"
 ROUNDS="${ROUNDS:-5}"
 WORKLOADS="${WORKLOADS:-charlstm convnet mlp}"
 read -r -a EXTRA_KEYS <<< "${EXTRA:-}"
-# shellcheck source=bench/workloads.sh
-. bench/workloads.sh  # config_of, timed_run, bench_start
+# shellcheck source=bench/harness.sh
+. bench/harness.sh
 bench_start
 
-for ((r = 1; r <= ROUNDS; r++)); do
-  for workload in $WORKLOADS; do
-    # The order of the sides alternates from round to round.
-    if ((r % 2)); then
-      LOCKSTEP_CPU_CACHE_MB=0 timed_run "$workload" no-cache "$r" 2 -- "${EXTRA_KEYS[@]}"
-      LOCKSTEP_CPU_CACHE_MB=1024 timed_run "$workload" cache "$r" 2 -- "${EXTRA_KEYS[@]}"
-    else
-      LOCKSTEP_CPU_CACHE_MB=1024 timed_run "$workload" cache "$r" 2 -- "${EXTRA_KEYS[@]}"
-      LOCKSTEP_CPU_CACHE_MB=0 timed_run "$workload" no-cache "$r" 2 -- "${EXTRA_KEYS[@]}"
-    fi
-  done
-done
-python3 bench/summarize_rounds.py "$OUT/results.txt" no-cache
+cache_side() {  # SIDE ROUND WORKLOAD
+  local mb=1024
+  [ "$1" = no-cache ] && mb=0
+  LOCKSTEP_CPU_CACHE_MB="$mb" timed_run "$3" "$1" "$2" 2 -- "${EXTRA_KEYS[@]}"
+}
+one_round() {  # ROUND
+  local workload
+  for workload in $WORKLOADS; do in_turn "$1" no-cache cache -- cache_side "$workload"; done
+}
+rounds one_round
+summarize no-cache

@@ -9,10 +9,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN="$(realpath "${LOCKSTEP_BUILD_DIR:-build}/lockstep")"
 STEPS="${1:-10000}"
-WORK="$(mktemp -d)"
-DASH=""
-trap '[ -n "$DASH" ] && kill "$DASH" 2>/dev/null; rm -rf "$WORK"' EXIT
-cat > "$WORK/long.yaml" <<YAML
+# shellcheck source=bench/harness.sh
+. bench/harness.sh
+need_lockstep
+scratch_dir
+DASH=""  # the dashboard this script starts, stopped at exit
+stop_dashboard() { [ -z "$DASH" ] || kill "$DASH" 2>/dev/null || true; }
+at_exit stop_dashboard
+cat > "$OUT/long.yaml" <<YAML
 model:
   hidden: 16
   layers: 2
@@ -32,15 +36,16 @@ generate:
   samples: 0
 YAML
 echo "training $STEPS steps on 2 workers (the run to serve)..."
-(cd "$WORK" && "$BIN" run -np 2 --no-prefix -- "$BIN" train long.yaml > train.log 2>&1)
-wc -l "$WORK/runs/long/metrics.jsonl" "$WORK"/runs/long/phases/rank*.jsonl
-"$BIN" dashboard --logdir "$WORK/runs" --port 0 > "$WORK/dashboard.log" 2>&1 &
+(cd "$OUT" && "$BIN" run -np 2 --no-prefix -- "$BIN" train long.yaml > train.log 2>&1)
+wc -l "$OUT/runs/long/metrics.jsonl" "$OUT"/runs/long/phases/rank*.jsonl
+"$BIN" dashboard --logdir "$OUT/runs" --port 0 > "$OUT/dashboard.log" 2>&1 &
 DASH=$!
-for _ in $(seq 100); do grep -q "http://" "$WORK/dashboard.log" && break; sleep 0.1; done
-URL="$(grep -o 'http://[^ ]*' "$WORK/dashboard.log" | head -n1)api/runs/long"
+for _ in $(seq 100); do grep -q "http://" "$OUT/dashboard.log" && break; sleep 0.1; done
+URL="$(grep -o 'http://[^ ]*' "$OUT/dashboard.log" | head -n1)api/runs/long"
 fetch() { curl -s -o /dev/null -w "$1: %{time_total} s, %{size_download} bytes\n" "$URL"; }
 fetch "first request (parses every file)"
 fetch "second"
 fetch "third"
-tail -n1 "$WORK/runs/long/metrics.jsonl" >> "$WORK/runs/long/metrics.jsonl"
+# shellcheck disable=SC2094  # the file's last line, appended to it again
+tail -n1 "$OUT/runs/long/metrics.jsonl" >> "$OUT/runs/long/metrics.jsonl"
 fetch "after appending a line"

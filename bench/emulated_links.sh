@@ -5,7 +5,8 @@
 # worker per host with -H through tests/support/netns_rsh.sh (standing in for
 # ssh), over Gloo/TCP as across real machines. Reports samples/s, scaling
 # efficiency against one worker alone, and rank 0's exposed communication
-# ("comm wait") per step. Needs root (ip netns, tc).
+# ("comm wait") per step. Needs root (ip netns, tc). The hosts are bench/harness.sh's
+# (hosts_up, shape_links).
 #
 #   bench/emulated_links.sh [STEPS]     (default 20 optimizer steps per run)
 #
@@ -25,69 +26,22 @@ cd "$(dirname "$0")/.."
 BUILD="${LOCKSTEP_BUILD_DIR:-build}"
 case "$BUILD" in /*) ;; *) BUILD="$PWD/$BUILD" ;; esac
 BIN="$BUILD/lockstep"
-RSH="$PWD/tests/support/netns_rsh.sh"
 STEPS="${1:-20}"
 LINKS="${LINKS:-10gbit 1gbit 100mbit}"
 HOSTS="${HOSTS:-2}"
 WORKLOADS="${WORKLOADS:-convnet mlp}"
 EXTRA="${EXTRA:-}"
-[ -x "$BIN" ] || { echo "emulated_links.sh: $BIN not found; build lockstep first (scripts/build.sh)" >&2; exit 1; }
-[ "$(id -u)" = 0 ] || { echo "emulated_links.sh: needs root for ip netns and tc" >&2; exit 1; }
-
-PREFIX="lsl$$"
-SUBNET=$(( $$ % 200 + 20 ))
+# shellcheck source=bench/harness.sh
+. bench/harness.sh
+need_lockstep
 MAXHOSTS=0
 for n in $HOSTS; do ((n > MAXHOSTS)) && MAXHOSTS=$n; done
-OUT="$(mktemp -d)"
-
-cleanup() {
-  for ((i = 0; i < MAXHOSTS; i++)); do
-    ip netns pids "$PREFIX-h$i" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
-    ip netns del "$PREFIX-h$i" 2>/dev/null || true
-  done
-  ip netns del "$PREFIX-sw" 2>/dev/null || true
-  rm -rf "$OUT"
-}
-trap cleanup EXIT
-
-address() { echo "10.78.$SUBNET.$(($1 + 1))"; }
-
-ip netns add "$PREFIX-sw"
-ip -n "$PREFIX-sw" link add br0 type bridge
-ip -n "$PREFIX-sw" link set br0 up
-MAP=""
-for ((i = 0; i < MAXHOSTS; i++)); do
-  ns="$PREFIX-h$i"
-  ip netns add "$ns"
-  ip -n "$PREFIX-sw" link add "v$i" type veth peer name eth0 netns "$ns"
-  ip -n "$PREFIX-sw" link set "v$i" master br0 up
-  ip -n "$ns" addr add "$(address "$i")/24" dev eth0
-  ip -n "$ns" link set eth0 up
-  ip -n "$ns" link set lo up
-  MAP+="${MAP:+,}$(address "$i")=$ns"
-done
-export LOCKSTEP_TEST_NETNS="$MAP"
-
-# shape RATE: every cable, both directions (host -> switch on eth0, switch -> host on v<i>);
-# a burst of 10 ms at the rate, a queue of 50 ms.
-shape() {
-  local rate="$1" bits bytes
-  bits=$(echo "$rate" | awk '{ r = $1; m = 1; if (r ~ /gbit$/) m = 1e9; else if (r ~ /mbit$/) m = 1e6;
-                               else if (r ~ /kbit$/) m = 1e3; sub(/[a-z]+$/, "", r); printf "%.0f", r * m }')
-  bytes=$(( bits / 8 / 100 ))
-  ((bytes < 65536)) && bytes=65536
-  for ((i = 0; i < MAXHOSTS; i++)); do
-    tc -n "$PREFIX-h$i" qdisc replace dev eth0 root tbf rate "$rate" burst "$bytes" latency 50ms
-    tc -n "$PREFIX-sw" qdisc replace dev "v$i" root tbf rate "$rate" burst "$bytes" latency 50ms
-  done
-}
-
-# shellcheck source=bench/workloads.sh
-. bench/workloads.sh  # config_of
+scratch_dir
+hosts_up "$MAXHOSTS"
 
 # train LOG N CONFIG: N hosts (0: one worker on this machine, no network), rank 0's log in LOG.
 train() {
-  local log="$1" n="$2" config="$3" hosts="" args
+  local log="$1" n="$2" config="$3" args
   # shellcheck disable=SC2206  # EXTRA is words
   args=(train "$PWD/$config" trainer.max_steps="$STEPS" trainer.validate=false checkpoint.dir=off
         checkpoint.resume=none generate.samples=0 monitor.dir=off $EXTRA)
@@ -95,8 +49,7 @@ train() {
     "$BIN" run -np 1 --threads 1 -- "$BIN" "${args[@]}" > "$log" 2>&1
     return
   fi
-  for ((i = 0; i < n; i++)); do hosts+="${hosts:+,}$(address "$i"):1"; done
-  (cd "$OUT" && "$BIN" run -H "$hosts" --rsh "$RSH" --threads 1 --comm-timeout 600 -- "$BIN" "${args[@]}") \
+  (cd "$OUT" && "$BIN" run -H "$(host_list "$n")" --rsh "$HOST_RSH" --threads 1 --comm-timeout 600 -- "$BIN" "${args[@]}") \
     > "$log" 2>&1
 }
 
@@ -106,13 +59,11 @@ step_of() { grep -o 'mean of [0-9]*): [0-9.]* ms' "$1" | tail -1 | awk '{print $
 
 if [ -n "${ALLREDUCE:-}" ]; then
   for link in $LINKS; do
-    shape "$link"
+    shape_links "$link"
     for n in $HOSTS; do
-      hosts=""
-      for ((i = 0; i < n; i++)); do hosts+="${hosts:+,}$(address "$i"):1"; done
       echo "== $link, $n hosts: lockstep bench allreduce $ALLREDUCE"
       # shellcheck disable=SC2086  # ALLREDUCE is words
-      (cd "$OUT" && "$BIN" run -H "$hosts" --rsh "$RSH" --threads 1 --comm-timeout 600 -- "$BIN" bench allreduce \
+      (cd "$OUT" && "$BIN" run -H "$(host_list "$n")" --rsh "$HOST_RSH" --threads 1 --comm-timeout 600 -- "$BIN" bench allreduce \
         $ALLREDUCE) 2>&1 | sed -n 's/^\[0\] //p'
     done
   done
@@ -126,7 +77,7 @@ for workload in $WORKLOADS; do
   single="$(rate_of "$OUT/single.log")"
   printf '%-9s %-8s %5s %10s %10s %12s %12s\n' "$workload" none 1 "$single" 1.00 "$(step_of "$OUT/single.log")" 0
   for link in $LINKS; do
-    shape "$link"
+    shape_links "$link"
     for n in $HOSTS; do
       log="$OUT/$workload-$link-$n.log"
       if train "$log" "$n" "$config"; then

@@ -19,24 +19,20 @@ ROUNDS="${ROUNDS:-5}"
 NPS="${NPS:-1 2}"
 WORKLOADS=convnet
 read -r -a EXTRA_KEYS <<< "${EXTRA:-}"
-# shellcheck source=bench/workloads.sh
-. bench/workloads.sh  # config_of, timed_run, bench_start
+# shellcheck source=bench/harness.sh
+. bench/harness.sh
 bench_start
 
-# run SIDE PLAIN ROUND NP: one run, its result line labelled convnet-npNP.
-run() {
-  LOCKSTEP_PLAIN_POOLING="$2" timed_run convnet "$1" "$3" "$4" -- "${EXTRA_KEYS[@]}"
-  sed -i "\$ s/^convnet /convnet-np$4 /" "$OUT/results.txt"
+# pooling_side SIDE ROUND NP: one run, its result line labelled convnet-npNP.
+pooling_side() {
+  local plain=0
+  [ "$1" = libtorch ] && plain=1
+  LOCKSTEP_PLAIN_POOLING="$plain" timed_run convnet "$1" "$2" "$3" -- "${EXTRA_KEYS[@]}"
+  sed -i "\$ s/^convnet /convnet-np$3 /" "$OUT/results.txt"
 }
-for ((r = 1; r <= ROUNDS; r++)); do
-  for np in $NPS; do
-    if ((r % 2)); then  # the order of the sides alternates from round to round
-      run libtorch 1 "$r" "$np"
-      run fused 0 "$r" "$np"
-    else
-      run fused 0 "$r" "$np"
-      run libtorch 1 "$r" "$np"
-    fi
-  done
-done
-python3 bench/summarize_rounds.py "$OUT/results.txt" libtorch
+one_round() {  # ROUND
+  local np
+  for np in $NPS; do in_turn "$1" libtorch fused -- pooling_side "$np"; done
+}
+rounds one_round
+summarize libtorch

@@ -13,8 +13,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 STEPS="${1:-20}"
 PRECISION="${2:-fp32}"
-# shellcheck source=bench/workloads.sh
-. bench/workloads.sh  # op_profile_start
+# shellcheck source=bench/harness.sh
+. bench/harness.sh
 op_profile_start
 LOCKSTEP_PLAIN_POOLING=1 "$PROFILE" "$OUT/libtorch.json" convnet 128 "$STEPS" "$PRECISION"
 LOCKSTEP_PLAIN_POOLING=0 "$PROFILE" "$OUT/fused.json" convnet 128 "$STEPS" "$PRECISION"

@@ -32,58 +32,49 @@ P="${P:-2}"
 BACKEND_ARGS=()
 if [ -n "${BACKEND:-}" ]; then BACKEND_ARGS=(--backend "$BACKEND"); fi
 M="${M:-8}"
-[ -x "$BIN" ] || { echo "pipeline_bubble.sh: $BIN not found; build lockstep first (scripts/build.sh)" >&2; exit 1; }
+# shellcheck source=bench/harness.sh
+. bench/harness.sh
+need_lockstep
 [ -f "$CONFIG" ] || { echo "pipeline_bubble.sh: config '$CONFIG' not found" >&2; exit 2; }
-OUT="$(mktemp -d)"
-if [ "${KEEP_LOGS:-0}" = 1 ]; then echo "logs: $OUT"; else trap 'rm -rf "$OUT"' EXIT; fi
+scratch_dir
 
-field() {  # FILE KEY -> the first number after "KEY": in the result JSON (rank 0's for per-rank keys)
-  sed -n "s/.*\"$2\": *\([-0-9.eE+]*\).*/\1/p" "$1" | head -1
+schedule_side() {  # S ROUND [key=value ...]: one run, its result in $OUT/r<ROUND - 1>-S.json
+  local s="$1" round=$(($2 - 1)) json
+  shift 2
+  json="$OUT/r$round-$s.json"
+  if ! "$BIN" run -np "$P" "${BACKEND_ARGS[@]}" -- "$BIN" train "$CONFIG" "parallel.pipeline=$P" "parallel.microbatches=$M" \
+    "parallel.schedule=$s" "trainer.max_steps=$STEPS" trainer.validate=false checkpoint.dir=off \
+    checkpoint.resume=none monitor.dir=off "$@" --result-json "$json" >"$OUT/r$round-$s.log" 2>&1; then
+    echo "pipeline_bubble.sh: the $s run of round $round failed; its last lines:" >&2
+    tail -20 "$OUT/r$round-$s.log" >&2
+    exit 1
+  fi
+  printf '  round %d %-5s %8.1f samples/s, bubble %.4f (rank 0 idle %.4f), activations stored %.2f MB (rank 0)\n' \
+    "$round" "$s" "$(json_number "$json" samples_per_second)" "$(json_number "$json" pipeline_bubble)" \
+    "$(json_number "$json" pipeline_idle_fraction)" "$(awk -v b="$(json_number "$json" activation_peak_bytes)" 'BEGIN { print b / 1e6 }')"
 }
 
 THEORY="$(awk -v p="$P" -v m="$M" 'BEGIN { printf "%.4f", (p - 1) / (m + p - 1) }')"
 echo "$CONFIG $*${BACKEND:+, backend $BACKEND}, P=$P stages, M=$M micro-batches, $STEPS steps, $ROUNDS interleaved rounds; theory bubble $THEORY"
-for ((round = 0; round < ROUNDS; round++)); do
-  order=("${SCHEDS[@]}")
-  if ((round % 2 == 1)); then
-    order=()
-    for ((i = ${#SCHEDS[@]} - 1; i >= 0; i--)); do order+=("${SCHEDS[i]}"); done
-  fi
-  for s in "${order[@]}"; do
-    json="$OUT/r$round-$s.json"
-    if ! "$BIN" run -np "$P" "${BACKEND_ARGS[@]}" -- "$BIN" train "$CONFIG" "parallel.pipeline=$P" "parallel.microbatches=$M" \
-      "parallel.schedule=$s" "trainer.max_steps=$STEPS" trainer.validate=false checkpoint.dir=off \
-      checkpoint.resume=none monitor.dir=off "$@" --result-json "$json" >"$OUT/r$round-$s.log" 2>&1; then
-      echo "pipeline_bubble.sh: the $s run of round $round failed; its last lines:" >&2
-      tail -20 "$OUT/r$round-$s.log" >&2
-      exit 1
-    fi
-    printf '  round %d %-5s %8.1f samples/s, bubble %.4f (rank 0 idle %.4f), activations stored %.2f MB (rank 0)\n' \
-      "$round" "$s" "$(field "$json" samples_per_second)" "$(field "$json" pipeline_bubble)" \
-      "$(field "$json" pipeline_idle_fraction)" "$(awk -v b="$(field "$json" activation_peak_bytes)" 'BEGIN { print b / 1e6 }')"
-  done
-done
+interleave "${SCHEDS[@]}" -- schedule_side "$@"
 
-stats() {  # numbers on stdin -> "median / min / max"
-  sort -g | awk '{ v[NR] = $1 } END { printf "%.4f / %.4f / %.4f", v[int((NR + 1) / 2)], v[1], v[NR] }'
-}
 echo "schedule  bubble median / min / max (theory $THEORY)  samples/s (mean)"
 for s in "${SCHEDS[@]}"; do
   bubbles=""
   rates=""
   for ((round = 0; round < ROUNDS; round++)); do
-    bubbles+="$(field "$OUT/r$round-$s.json" pipeline_bubble)"$'\n'
-    rates+="$(field "$OUT/r$round-$s.json" samples_per_second)"$'\n'
+    bubbles+="$(json_number "$OUT/r$round-$s.json" pipeline_bubble)"$'\n'
+    rates+="$(json_number "$OUT/r$round-$s.json" samples_per_second)"$'\n'
   done
-  printf '%-8s  %s                 %.1f\n' "$s" "$(echo -n "$bubbles" | stats)" \
+  printf '%-8s  %s                 %.1f\n' "$s" "$(echo -n "$bubbles" | spread_of)" \
     "$(echo -n "$rates" | awk '{ t += $1 } END { print t / NR }')"
 done
 if [ "${#SCHEDS[@]}" -ge 2 ]; then
   ratios=""
   for ((round = 0; round < ROUNDS; round++)); do
-    ratios+="$(awk -v a="$(field "$OUT/r$round-${SCHEDS[1]}.json" activation_peak_bytes)" \
-      -v b="$(field "$OUT/r$round-${SCHEDS[0]}.json" activation_peak_bytes)" 'BEGIN { printf "%.4f", a / b }')"$'\n'
+    ratios+="$(awk -v a="$(json_number "$OUT/r$round-${SCHEDS[1]}.json" activation_peak_bytes)" \
+      -v b="$(json_number "$OUT/r$round-${SCHEDS[0]}.json" activation_peak_bytes)" 'BEGIN { printf "%.4f", a / b }')"$'\n'
   done
-  echo "${SCHEDS[1]} / ${SCHEDS[0]} activations stored, rank 0, per round: median / min / max $(echo -n "$ratios" | stats)" \
+  echo "${SCHEDS[1]} / ${SCHEDS[0]} activations stored, rank 0, per round: median / min / max $(echo -n "$ratios" | spread_of)" \
     "(theory P/M = $(awk -v p="$P" -v m="$M" 'BEGIN { printf "%.4f", p / m }'))"
 fi

@@ -15,9 +15,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN="${LOCKSTEP_BUILD_DIR:-build}/lockstep"
 STEPS="${1:-1000}"
-[ -x "$BIN" ] || { echo "powersgd_quality.sh: $BIN not found; build lockstep first" >&2; exit 1; }
-OUT="$(mktemp -d)"
-trap 'rm -rf "$OUT"' EXIT
+# shellcheck source=bench/harness.sh
+. bench/harness.sh
+need_lockstep
+scratch_dir
 
 run() {  # name overrides...
   local name="$1" file="$OUT/${1/\//-}"

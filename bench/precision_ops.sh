@@ -17,8 +17,8 @@ MODEL="${1:-mlp}"
 BATCH="${2:-32}"
 STEPS="${3:-20}"
 HIDDEN="${4:-4096,4096}"
-# shellcheck source=bench/workloads.sh
-. bench/workloads.sh  # op_profile_start
+# shellcheck source=bench/harness.sh
+. bench/harness.sh
 op_profile_start
 for precision in fp32 bf16; do
   "$PROFILE" "$OUT/$precision.json" "$MODEL" "$BATCH" "$STEPS" "$precision" "$HIDDEN"

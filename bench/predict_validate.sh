@@ -2,7 +2,8 @@
 # Checks `lockstep bench predict` against measured runs: for each workload it
 # predicts samples/s of 2, 3 and 4 hosts at each link speed from the two
 # profiles on this machine, then measures the same points with
-# bench/emulated_links.sh (network namespaces, tc tbf links) and prints
+# bench/emulated_links.sh (bench/harness.sh's emulated hosts: network
+# namespaces, tc tbf links) and prints
 # predicted, measured and the error per point. Needs root (ip netns, tc).
 #
 #   bench/predict_validate.sh [STEPS]     (default 12 optimizer steps per run)
@@ -23,13 +24,9 @@ STEPS="${1:-12}"
 LINKS="${LINKS:-10gbit 1gbit 100mbit}"
 HOSTS="${HOSTS:-2 3 4}"
 WORKLOADS="${WORKLOADS:-convnet mlp}"
-[ -x "$BIN" ] || { echo "predict_validate.sh: $BIN not found; build lockstep first (scripts/build.sh)" >&2; exit 1; }
-OUT="$(mktemp -d)"
-trap 'rm -rf "$OUT"' EXIT
-
-# shellcheck source=bench/workloads.sh
-. bench/workloads.sh  # config_of
-for workload in $WORKLOADS; do config_of "$workload" > /dev/null; done  # an unknown name stops here
+# shellcheck source=bench/harness.sh
+. bench/harness.sh
+bench_start
 
 for workload in $WORKLOADS; do
   echo "== $workload: prediction (profiles of 1 and 2 workers on this machine)" >&2
@@ -41,6 +38,7 @@ echo "== measured: bench/emulated_links.sh $STEPS" >&2
 LINKS="$LINKS" HOSTS="$HOSTS" WORKLOADS="$WORKLOADS" LOCKSTEP_BUILD_DIR="$BUILD" bench/emulated_links.sh "$STEPS" \
   | tee "$OUT/measured.txt" >&2
 
+# shellcheck disable=SC2086  # WORKLOADS is words
 python3 - "$OUT" "${MAX_ERROR:-}" $WORKLOADS <<'EOF'
 import json, sys
 out, limit, workloads = sys.argv[1], sys.argv[2], sys.argv[3:]

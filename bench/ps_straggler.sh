@@ -32,17 +32,14 @@ S="${S:-4}"
 SERVERS="${SERVERS:-1}"
 SLOW_RANK="${SLOW_RANK:-2}"
 SLOW_FACTOR="${SLOW_FACTOR:-2}"
-[ -x "$BIN" ] || { echo "ps_straggler.sh: $BIN not found; build lockstep first (scripts/build.sh)" >&2; exit 1; }
+# shellcheck source=bench/harness.sh
+. bench/harness.sh
+need_lockstep
 [ -f "$CONFIG" ] || { echo "ps_straggler.sh: config '$CONFIG' not found" >&2; exit 2; }
-OUT="$(mktemp -d)"
-if [ "${KEEP_LOGS:-0}" = 1 ]; then echo "logs: $OUT"; else trap 'rm -rf "$OUT"' EXIT; fi
+scratch_dir
 
-field() {  # FILE KEY -> the first number after "KEY": in the result JSON
-  sed -n "s/.*\"$2\": *\([-0-9.eE+]*\).*/\1/p" "$1" | head -1
-}
-
-run() {  # SIDE ROUND [key=value ...] -> trains, leaves $OUT/rROUND-SIDE.json
-  local side="$1" round="$2" np="$W" extra=()
+run() {  # SIDE ROUND [key=value ...] -> trains, leaves $OUT/r<ROUND - 1>-SIDE.json
+  local side="$1" round=$(($2 - 1)) np="$W" extra=()
   shift 2
   if [ "$side" = async_ps ]; then
     np=$((W + SERVERS))
@@ -57,30 +54,24 @@ run() {  # SIDE ROUND [key=value ...] -> trains, leaves $OUT/rROUND-SIDE.json
     exit 1
   fi
   printf '  round %d %-8s %8.1f samples/s, validation accuracy %.4f\n' "$round" "$side" \
-    "$(field "$json" samples_per_second)" "$(field "$json" last_validation_accuracy)"
+    "$(json_number "$json" samples_per_second)" "$(json_number "$json" last_validation_accuracy)"
 }
 
 echo "$CONFIG $*, $W workers (rank $SLOW_RANK at 1/$SLOW_FACTOR speed), $STEPS synchronous steps = $((STEPS * W)) updates," \
   "staleness bound $S, $SERVERS server(s), $ROUNDS interleaved rounds"
-for ((round = 0; round < ROUNDS; round++)); do
-  if ((round % 2 == 0)); then sides=(ddp async_ps); else sides=(async_ps ddp); fi
-  for side in "${sides[@]}"; do run "$side" "$round" "$@"; done
-done
+interleave ddp async_ps -- run "$@"
 
-stats() {  # numbers on stdin -> "median / min / max"
-  sort -g | awk '{ v[NR] = $1 } END { printf "%.4f / %.4f / %.4f", v[int((NR + 1) / 2)], v[1], v[NR] }'
-}
 for side in ddp async_ps; do
   rates="" accs=""
   for ((round = 0; round < ROUNDS; round++)); do
-    rates+="$(field "$OUT/r$round-$side.json" samples_per_second)"$'\n'
-    accs+="$(field "$OUT/r$round-$side.json" last_validation_accuracy)"$'\n'
+    rates+="$(json_number "$OUT/r$round-$side.json" samples_per_second)"$'\n'
+    accs+="$(json_number "$OUT/r$round-$side.json" last_validation_accuracy)"$'\n'
   done
-  echo "$side: samples/s median / min / max $(echo -n "$rates" | stats); accuracy $(echo -n "$accs" | stats)"
+  echo "$side: samples/s median / min / max $(echo -n "$rates" | spread_of); accuracy $(echo -n "$accs" | spread_of)"
 done
 ratios=""
 for ((round = 0; round < ROUNDS; round++)); do
-  ratios+="$(awk -v a="$(field "$OUT/r$round-async_ps.json" samples_per_second)" \
-    -v b="$(field "$OUT/r$round-ddp.json" samples_per_second)" 'BEGIN { printf "%.4f", a / b }')"$'\n'
+  ratios+="$(awk -v a="$(json_number "$OUT/r$round-async_ps.json" samples_per_second)" \
+    -v b="$(json_number "$OUT/r$round-ddp.json" samples_per_second)" 'BEGIN { printf "%.4f", a / b }')"$'\n'
 done
-echo "async_ps / ddp samples/s, per round: median / min / max $(echo -n "$ratios" | stats)"
+echo "async_ps / ddp samples/s, per round: median / min / max $(echo -n "$ratios" | spread_of)"

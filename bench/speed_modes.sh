@@ -24,40 +24,39 @@ BIN="$BUILD/lockstep"
 ROUNDS="${1:-12}"
 STEPS="${2:-40}"
 PIN="${PIN:-}"
-[ -x "$BIN" ] || { echo "speed_modes.sh: $BIN not found; build lockstep first (scripts/build.sh)" >&2; exit 1; }
-OUT="$(mktemp -d)"
-trap 'rm -rf "$OUT"' EXIT
+# shellcheck source=bench/harness.sh
+. bench/harness.sh
+need_lockstep
+scratch_dir
 g++ -O2 -o "$OUT/probe" bench/memory_bandwidth.cpp
 
 # steal and total jiffies of all cores, from /proc/stat's first line
 jiffies() { awk '/^cpu / { t = 0; for (i = 2; i <= NF; i++) t += $i; print $9, t }' /proc/stat; }
 mhz() { awk -F: '/cpu MHz/ { s += $2; n++ } END { if (n) printf "%.0f", s / n; else print "?" }' /proc/cpuinfo; }
 
-# train CACHE_MB JSON: one single-worker run with that block cache
+# train cache|nocache ROUND: one single-worker run with the block cache (1024 MB) or without it,
+# its result in $OUT/cache.json or $OUT/nocache.json
 train() {
+  local mb=1024
+  [ "$1" = nocache ] && mb=0
   # shellcheck disable=SC2086  # PIN is words
-  LOCKSTEP_CPU_CACHE_MB="$1" $PIN "$BIN" run -np 1 --threads 1 -- "$BIN" train configs/fashion_convnet.yaml \
+  LOCKSTEP_CPU_CACHE_MB="$mb" $PIN "$BIN" run -np 1 --threads 1 -- "$BIN" train configs/fashion_convnet.yaml \
     trainer.max_steps="$STEPS" trainer.validate=false data.random_flip=false data.crop_padding=0 checkpoint.dir=off \
-    checkpoint.resume=none monitor.dir=off --result-json "$2" > "$OUT/run.log" 2>&1 ||
-    { echo "round $r failed:"; tail -5 "$OUT/run.log"; exit 1; }
+    checkpoint.resume=none monitor.dir=off --result-json "$OUT/$1.json" > "$OUT/run.log" 2>&1 ||
+    { echo "round $2 failed:"; tail -5 "$OUT/run.log"; exit 1; }
 }
 
 printf '%5s %6s %6s %7s | %10s %7s %7s %8s | %10s %7s %7s | %6s %6s\n' round copy add fresh samples/s "fwd ms" \
   "bwd ms" "optim ms" "no cache" "fwd ms" "bwd ms" steal% MHz
 printf '%5s %6s %6s %7s | %10s %7s %7s %8s | %10s %7s %7s | %6s %6s\n' "" GB/s GB/s us/page "" "" "" "" \
   samples/s "" "" "" ""
-for ((r = 1; r <= ROUNDS; r++)); do
+one_round() {  # ROUND: the probe, then both runs, then the round's line
+  local r="$1" copy add fresh steal0 total0 steal1 total1
   # shellcheck disable=SC2086  # PIN is words
   read -r copy add fresh < <($PIN "$OUT/probe" |
     sed -n 's/.*copy \([0-9.]*\) GB\/s, add \([0-9.]*\) GB\/s, fresh page \([0-9.]*\) us.*/\1 \2 \3/p')
   read -r steal0 total0 < <(jiffies)
-  if ((r % 2)); then
-    train 1024 "$OUT/cache.json"
-    train 0 "$OUT/nocache.json"
-  else
-    train 0 "$OUT/nocache.json"
-    train 1024 "$OUT/cache.json"
-  fi
+  in_turn "$r" cache nocache -- train
   read -r steal1 total1 < <(jiffies)
   python3 - "$OUT/cache.json" "$OUT/nocache.json" "$r" "$copy" "$add" "$fresh" "$((steal1 - steal0))" \
     "$((total1 - total0))" "$(mhz)" <<'EOF'
@@ -70,4 +69,5 @@ print(f"{r:>5} {float(copy):>6.1f} {float(add):>6.1f} {float(fresh):>7.2f} | {ca
       f"{nocache['samples_per_second']:>10.0f} {1e3 * q['forward']:>7.1f} {1e3 * q['backward']:>7.1f} | "
       f"{100 * int(steal) / max(1, int(total)):>6.1f} {mhz:>6}")
 EOF
-done
+}
+rounds one_round

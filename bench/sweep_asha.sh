@@ -13,8 +13,10 @@ TRIALS="${2:-27}"
 MAX="${3:-1800}"
 JOBS="${4:-2}"
 BIN="${LOCKSTEP_BIN:-build/lockstep}"
-WORK="$(mktemp -d /tmp/sweep-asha-XXXXXX)"
-trap 'rm -rf "$WORK"' EXIT
+# shellcheck source=bench/harness.sh
+. bench/harness.sh
+need_lockstep
+scratch_dir
 spec() {  # seed asha(0|1)
   cat <<SPEC
 base: $PWD/configs/mlp-bench.yaml
@@ -50,17 +52,17 @@ echo "|---|---|---|---|---|---|"
 randomBest=()
 for s in $(seq 1 "$SEEDS"); do
   for a in 0 1; do
-    spec "$s" "$a" > "$WORK/s$s-a$a.yaml"
-    "$BIN" sweep "$WORK/s$s-a$a.yaml" -j "$JOBS" --dir "$WORK/s$s-a$a" > "$WORK/s$s-a$a.log" 2>&1
+    spec "$s" "$a" > "$OUT/s$s-a$a.yaml"
+    "$BIN" sweep "$OUT/s$s-a$a.yaml" -j "$JOBS" --dir "$OUT/s$s-a$a" > "$OUT/s$s-a$a.log" 2>&1
   done
-  read -r rb rs < <(summary "$WORK/s$s-a0/trials.jsonl")
-  read -r ab as < <(summary "$WORK/s$s-a1/trials.jsonl")
+  read -r rb rs < <(summary "$OUT/s$s-a0/trials.jsonl")
+  read -r ab as < <(summary "$OUT/s$s-a1/trials.jsonl")
   randomBest+=("$rb")
-  echo "$s $rb $rs $ab $as" >> "$WORK/rows"
+  echo "$s $rb $rs $ab $as" >> "$OUT/rows"
   awk -v s="$s" -v rb="$rb" -v rs="$rs" -v ab="$ab" -v as="$as" \
     'BEGIN {printf "| %d | %.4f | %d | %.4f | %d | %.2f |\n", s, rb, rs, ab, as, as / rs}'
 done
 median=$(printf '%s\n' "${randomBest[@]}" | sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}')
-ashaMedian=$(awk '{print $4}' "$WORK/rows" | sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}')
+ashaMedian=$(awk '{print $4}' "$OUT/rows" | sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}')
 awk -v m="$median" -v am="$ashaMedian" '{ if ($4 >= $2) same++; share += $5 / $3 } END {
-  printf "median best: random search %.4f, ASHA %.4f; ASHA matched random search'"'"'s best in %d of %d seeds, spending %.2f of its steps on average\n", m, am, same, NR, share / NR }' "$WORK/rows"
+  printf "median best: random search %.4f, ASHA %.4f; ASHA matched random search'"'"'s best in %d of %d seeds, spending %.2f of its steps on average\n", m, am, same, NR, share / NR }' "$OUT/rows"

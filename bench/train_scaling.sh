@@ -9,7 +9,10 @@ cd "$(dirname "$0")/.."
 BIN="${LOCKSTEP_BUILD_DIR:-build}/lockstep"
 CONFIG="${1:-configs/charlstm-bench.yaml}"
 STEPS="${2:-30}"
-OUT="$(mktemp -d)"
+# shellcheck source=bench/harness.sh
+. bench/harness.sh
+need_lockstep
+scratch_dir
 run() {  # name, lockstep run flags...
   local name="$1"; shift
   "$BIN" run "$@" -- "$BIN" train "$CONFIG" trainer.max_steps="$STEPS" trainer.validate=false \
@@ -24,4 +27,3 @@ printf '  1 worker  x 1 thread : %6s\n' "$one"
 awk -v a="$one" -v b="$two" 'BEGIN { printf "  2 workers x 1 thread : %6s   speed-up %.2fx over 1 worker, scaling efficiency %.0f%%\n", b, b / a, 100 * b / (2 * a) }'
 printf '  1 worker  x 2 threads: %6s   (one process using both cores)\n' "$onefull"
 awk -v a="$onefull" -v b="$two" 'BEGIN { printf "  2 workers / 1 worker x 2 threads: %.2fx\n", b / a }'
-rm -rf "$OUT"

@@ -4,7 +4,8 @@
 # noise hits all alike), median samples/s per variant and its ratio to the
 # first one.
 #   bench/tuning.sh [CONFIG] [STEPS] [ROUNDS]
-# Defaults: configs/mlp-bench.yaml (the comm-heavy MLP), 40 steps, 3 rounds.
+# Defaults: configs/mlp-bench.yaml (the comm-heavy MLP), 40 steps, 3 rounds; the
+# variants' order is reversed every other round (bench/harness.sh).
 # VARIANTS (optional) selects variants by name, e.g. VARIANTS="base bf16".
 # Every variant but monitor-on runs with monitoring off (monitor.dir=off);
 # VARIANTS="base monitor-on" measures what monitoring costs.
@@ -14,8 +15,10 @@ BIN="${LOCKSTEP_BUILD_DIR:-build}/lockstep"
 CONFIG="${1:-configs/mlp-bench.yaml}"
 STEPS="${2:-40}"
 ROUNDS="${3:-3}"
-OUT="$(mktemp -d)"
-trap 'rm -rf "$OUT"' EXIT
+# shellcheck source=bench/harness.sh
+. bench/harness.sh
+need_lockstep
+scratch_dir
 
 # name | lockstep run flags | config overrides
 ALL_VARIANTS=(
@@ -33,9 +36,15 @@ ALL_VARIANTS=(
   "monitor-on|--backend gloo --threads 1|monitor.dir=@OUT@/monitor"
 )
 selected=()
+names=()
+declare -A VARIANT  # name -> "run flags|overrides"
 for v in "${ALL_VARIANTS[@]}"; do
   name="${v%%|*}"
-  if [[ -z "${VARIANTS:-}" || " $VARIANTS " == *" $name "* ]]; then selected+=("$v"); fi
+  if [[ -z "${VARIANTS:-}" || " $VARIANTS " == *" $name "* ]]; then
+    selected+=("$v")
+    names+=("$name")
+    VARIANT[$name]="${v#*|}"
+  fi
 done
 
 run_variant() {  # name, run flags, overrides (LOCKSTEP_* words become environment)
@@ -51,19 +60,18 @@ run_variant() {  # name, run flags, overrides (LOCKSTEP_* words become environme
   grep -o 'done: .*' "$OUT/$name.log" | sed -n 's/.* \([0-9]*\) samples\/s.*/\1/p'
 }
 
-for round in $(seq 1 "$ROUNDS"); do
-  for v in "${selected[@]}"; do
-    IFS='|' read -r name flags overrides <<< "$v"
-    echo "$name $(run_variant "$name" "$flags" "$overrides")" >> "$OUT/results"
-  done
-done
+tuning_side() {  # NAME ROUND: one run of the variant, "NAME samples/s" appended to $OUT/results
+  local flags overrides
+  IFS='|' read -r flags overrides <<< "${VARIANT[$1]}"
+  echo "$1 $(run_variant "$1" "$flags" "$overrides")" >> "$OUT/results"
+}
+interleave "${names[@]}" -- tuning_side
 
 echo "$CONFIG, 2 workers, $STEPS steps per run, $ROUNDS interleaved rounds (median samples/s, global)"
 first=""
 for v in "${selected[@]}"; do
   IFS='|' read -r name flags overrides <<< "$v"
-  med=$(awk -v n="$name" '$1 == n { print $2 }' "$OUT/results" | sort -g |
-        awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
+  med=$(awk -v n="$name" '$1 == n { print $2 }' "$OUT/results" | median_of)
   [[ -z "$first" ]] && first="$med"
   all=$(awk -v n="$name" '$1 == n { printf "%s ", $2 }' "$OUT/results")
   awk -v n="$name" -v m="$med" -v f="$first" -v f2="$flags $overrides" -v all="$all" \

@@ -8,7 +8,7 @@
 #   bench/gpu/check_loss_scaler.sh [STEPS] [BASE_SOURCE]
 #
 # BASE_SOURCE: another loss_scaler.cpp (e.g. an earlier commit's) to time
-# against this one, 5 alternating rounds.
+# against this one, 5 interleaved rounds (bench/harness.sh).
 set -euo pipefail
 steps=${1:-60}
 base=${2:-}
@@ -16,6 +16,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+# shellcheck source=bench/harness.sh
+. "$here/../harness.sh"  # interleave
 
 torch_dir=$(python3 -c 'import os, torch; print(os.path.dirname(torch.__file__))')
 abi=$(python3 -c 'import torch; print(int(torch._C._GLIBCXX_USE_CXX11_ABI))')
@@ -42,8 +44,13 @@ status=0
 python3 "$here/loss_scaler_reference.py" compare "$work/in" "$work/out" || status=1
 
 echo "== one unscale()+update(), 200 gradients of 65536 floats, median of 200 calls"
-for round in 1 2 3 4 5; do
-  [ -n "$base" ] && echo "round $round base: $("$work/scaler_base" time 200 65536 200)"
-  echo "round $round this: $("$work/scaler" time 200 65536 200)"
-done
+# shellcheck disable=SC2317  # called by interleave
+time_side() {  # base|this ROUND: one timing of that build
+  local program="$work/scaler"
+  [ "$1" = base ] && program="$work/scaler_base"
+  echo "round $2 $1: $("$program" time 200 65536 200)"
+}
+sides=(this)
+[ -n "$base" ] && sides=(base this)
+ROUNDS=5 interleave "${sides[@]}" -- time_side
 exit $status
