@@ -18,6 +18,9 @@
 # comes before the binary's RUNPATH).
 #   BASE_LIBS=/tmp/oldlib WORKLOADS=mlp bench/compare_builds.sh 20 strategy.type=zero2
 #
+# BASE_BUILD may also be a folder holding a copy of a build's lockstep and
+# liblockstep*.so: the base side runs on the libraries in that folder.
+#
 # Environment: BASE_BUILD or BASE_LIBS (one is required), ROUNDS (default 5),
 # WORKLOADS (default "convnet mlp"), NP (workers, default 2), BACKEND (gloo or
 # mpi; default: lockstep run's own choice), LOCKSTEP_BUILD_DIR (this build,
@@ -49,8 +52,8 @@ build_side() {  # NAME ROUND WORKLOAD [key=value ...]: one run with that build
   local name="$1" round="$2" workload="$3"
   shift 3
   if [ "$name" = base ]; then BIN="$BASE"; else BIN="$NEW"; fi
-  if [ "$name" = base ] && [ -n "${BASE_LIBS:-}" ]; then
-    LD_LIBRARY_PATH="$BASE_LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" timed_run "$workload" "$name" "$round" "$NP" \
+  if [ "$name" = base ]; then  # the base's own libraries, also for a copied build whose RUNPATH is elsewhere
+    LD_LIBRARY_PATH="${BASE_LIBS:-$BASE_BUILD}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" timed_run "$workload" "$name" "$round" "$NP" \
       "${RUN_ARGS[@]}" -- "$@"
   else
     timed_run "$workload" "$name" "$round" "$NP" "${RUN_ARGS[@]}" -- "$@"

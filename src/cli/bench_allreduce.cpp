@@ -106,7 +106,7 @@ int benchAllreduce(const AllreduceBenchOptions& o) {
                           {"threads_per_rank", ctx.numThreads},
                           {"busbw_factor", busFactor},
                           {"results", rows}};
-    std::cout << doc.dump(2) << "\n";
+    std::cout << doc.dump() << "\n";  // one line: the last line of the output is the document
   }
   if (wrongTotal > 0) {
     if (master) std::cerr << "lockstep bench allreduce: " << wrongTotal << " wrong element(s) after reduction\n";

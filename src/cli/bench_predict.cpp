@@ -159,14 +159,11 @@ SoftwareCost measureSoftwareCost(const PredictOptions& o, int threads, const std
       throw Error(fmt::format("the allreduce benchmark failed (exit code {}); the last lines of its output ({}):\n{}",
                               rc, logPath, lastLines(logPath, 20)));
     }
-    // The log holds the launcher's lines too: the document is from the line "{" to the last "}".
+    // The log holds the launcher's lines too: the document is the last line that is a JSON object.
     std::ifstream log(logPath);
     std::string line, text;
-    bool inside = false;
     while (std::getline(log, line)) {
-      if (line == "{") inside = true;
-      if (inside) text += line + "\n";
-      if (line == "}") inside = false;
+      if (!line.empty() && line.front() == '{') text = line + "\n";
     }
     std::ofstream(path + ".partial") << text;
     fs::rename(path + ".partial", path);
@@ -220,7 +217,7 @@ int runPredict(const PredictOptions& o, const std::vector<LinkSpec>& links, cons
     for (int n : counts) report.rows.push_back(predict(in, link, n));
   }
   if (o.json) {
-    std::cout << predictJson(report).dump(2) << "\n";
+    std::cout << predictJson(report).dump() << "\n";  // one line: the last line of the output is the document
   } else {
     printPredictTable(report, std::cout);
   }

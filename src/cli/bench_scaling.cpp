@@ -272,7 +272,7 @@ void printJson(const ScalingOptions& o, const std::vector<Row>& rows, const std:
                         {"overrides", o.overrides},
                         {"rows", list},
                         {"notes", notes}};
-  std::cout << doc.dump(2) << "\n";
+  std::cout << doc.dump() << "\n";  // one line: the last line of the output is the document
 }
 
 /// One `lockstep run -np np ... lockstep train` child, timed; its row, or a

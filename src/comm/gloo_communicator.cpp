@@ -38,8 +38,8 @@ constexpr int64_t kWholeBufferBytes = int64_t(64) << 10;
 constexpr int64_t kChunksInFlight = 4;
 
 /// How lockstep's own reduce-scatter and all-gather put their chunks on the wire. Between ranks of
-/// one host (loopback) everything is posted at once, in 1 MiB chunks: that was 1.3x faster than
-/// c10d's ring for large buffers. Across hosts, chunk c (128 KiB) goes to a peer only once chunk
+/// one host (loopback) everything is posted at once, in 1 MiB chunks, which beats c10d's ring for
+/// large buffers (docs/communicator.md). Across hosts, chunk c (128 KiB) goes to a peer only once chunk
 /// c - 1 has come from every peer: all at once filled a slow link's queue in both directions and
 /// ran at about half its rate (docs/communicator.md, "Pacing").
 struct Pacing {

@@ -60,8 +60,8 @@ void MpiRuntime::ensureInitializedLocked() {
   MPI_Initialized(&already);
   if (!already) {
     // Large allreduces (the blocking path) use the ring algorithm unless the user chose:
-    // between 2 local ranks it moved 32 MiB at 3.0-3.8 GB/s where OpenMPI's default
-    // choice gave 1.7-1.9 GB/s (docs/communicator.md). setenv(..., 0) keeps the user's.
+    // between local ranks it beats OpenMPI's default choice for large buffers
+    // (docs/communicator.md). setenv(..., 0) keeps the user's.
     ::setenv("OMPI_MCA_coll_tuned_use_dynamic_rules", "1", 0);
     ::setenv("OMPI_MCA_coll_tuned_allreduce_algorithm", "4", 0);
     int provided = 0;

@@ -149,8 +149,8 @@ FitResult FitRun::run() {
 void FitRun::announce() {
   if (master_) {
     if (o_.precision == Precision::kBf16) {
-      // Measured, not read from the CPU's flags: an AVX-512 BF16 CPU without AMX ran bf16 1.4x faster on one
-      // machine and 5-8x slower on another.
+      // Measured, not read from the CPU's flags: the flags do not say whether LibTorch's bf16 kernels for
+      // this CPU are the fast ones or the generic fallback (docs/activations-and-precision.md).
       const std::string warning = bf16SpeedWarning(measureBf16MatmulSlowdown());
       if (!warning.empty()) log::warn(warning);
     }
@@ -347,9 +347,6 @@ Trainer::Trainer(std::shared_ptr<Communicator> comm, TrainerOptions options)
   for (size_t i = 0; i < options_.callbacks.size(); ++i) {
     LOCKSTEP_CHECK(options_.callbacks[i] != nullptr, "TrainerOptions::callbacks[", i, "] is null");
   }
-  // The counting allocator: the memory breakdown, and freed blocks reused instead of fresh pages
-  // from the kernel every step (15-20 % more samples/s here; docs/performance.md).
-  trackTensorMemory();
 }
 
 FitResult Trainer::fit(std::shared_ptr<torch::nn::Module> model, const LossFn& loss, const Dataset& train,

@@ -39,5 +39,11 @@ std::string makeTempDir();
 std::string readFile(const std::string& path);
 /// `s` in single quotes, for `sh -c` command lines built by tests (paths without quotes).
 inline std::string quote(const std::string& s) { return "'" + s + "'"; }
+/// The last non-empty line of `text` (a `--json` command's document).
+inline std::string lastLine(std::string text) {
+  while (!text.empty() && text.back() == '\n') text.pop_back();
+  size_t start = text.rfind('\n');
+  return start == std::string::npos ? text : text.substr(start + 1);
+}
 
 }  // namespace lockstep::test

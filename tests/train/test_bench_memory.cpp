@@ -28,20 +28,13 @@ std::string makeRunDir() {
   return dir;
 }
 
-std::string lastLine(const std::string& text) {
-  auto end = text.find_last_not_of('\n');
-  auto start = text.rfind('\n', end);
-  return text.substr(start == std::string::npos ? 0 : start + 1,
-                     end - (start == std::string::npos ? 0 : start + 1) + 1);
-}
-
 TEST(BenchMemory, Zero1RanksHoldLessThanDdpAndTheTheoryIsGiven) {
   std::string dir = makeRunDir();
   auto r =
       lockstep(dir, {"bench", "memory", "tiny.yaml", "--np", "1,2", "--steps", "2", "--json", "optimizer.type=adam"});
   ASSERT_EQ(r.exitCode, 0) << r.err;
   nlohmann::json doc;
-  ASSERT_NO_THROW(doc = nlohmann::json::parse(lastLine(r.out))) << r.out;
+  ASSERT_NO_THROW(doc = nlohmann::json::parse(test::lastLine(r.out))) << r.out;
   EXPECT_EQ(doc.at("benchmark"), "memory");
   const auto& runs = doc.at("runs");
   ASSERT_EQ(runs.size(), 8u) << "np 1 and 2, ddp, zero1, zero2 and zero3 (the default strategies)";

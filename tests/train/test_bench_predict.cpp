@@ -47,7 +47,7 @@ TEST(BenchPredict, ProfilesOneAndTwoWorkersAndPredictsEveryLinkAndSize) {
   ASSERT_EQ(r.exitCode, 0) << r.err;
   EXPECT_NE(r.err.find("run -np 2 --threads 1 --backend gloo"), std::string::npos) << r.err;
   nlohmann::json doc;
-  ASSERT_NO_THROW(doc = nlohmann::json::parse(r.out)) << r.out;
+  ASSERT_NO_THROW(doc = nlohmann::json::parse(test::lastLine(r.out))) << r.out;
   EXPECT_EQ(doc.at("benchmark"), "predict");
   EXPECT_EQ(doc.at("algorithm"), "ring");
   EXPECT_EQ(doc.at("rows").size(), 8u);

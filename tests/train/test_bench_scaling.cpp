@@ -39,7 +39,7 @@ TEST(BenchScaling, OneAndTwoWorkersGiveRowsWithPhasesAndCommunication) {
   ASSERT_EQ(r.exitCode, 0) << r.err;
   EXPECT_NE(r.err.find("run -np 2 --threads"), std::string::npos) << r.err;
   nlohmann::json doc;
-  ASSERT_NO_THROW(doc = nlohmann::json::parse(r.out)) << r.out;
+  ASSERT_NO_THROW(doc = nlohmann::json::parse(test::lastLine(r.out))) << r.out;
   EXPECT_EQ(doc.at("benchmark"), "scaling");
   EXPECT_EQ(doc.at("steps"), 8);
   const auto& rows = doc.at("rows");

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <limits>
 
+#include "lockstep/common/tensor_memory.h"
 #include "lockstep/data/sampler.h"
 #include "lockstep/models/char_lstm.h"
 #include "lockstep/train/trainer.h"
@@ -113,6 +114,14 @@ TEST(Trainer, AccumulationEqualsTheBiggerBatch) {
   Mlp reference = plainLoop(20);
   expectEveryRankSame(reference, trainOn(1, 10, 2), "1 worker x 10 x 2 accumulated");
   expectEveryRankSame(reference, trainOn(2, 5, 2), "2 workers x 5 x 2 accumulated");
+}
+
+TEST(Trainer, LeavesTheProcessCpuAllocatorAlone) {
+  // No test of this binary installs lockstep's allocator, and a Trainer must not either:
+  // it is a process-wide choice of the program (trainer.h).
+  Mlp reference = plainLoop(20);
+  expectEveryRankSame(reference, trainOn(2, 10, 1), "2 workers x 10");
+  EXPECT_FALSE(tensorMemoryTracked()) << "the Trainer replaced the process's CPU allocator";
 }
 
 TEST(Trainer, TooSmallDatasetIsAClearError) {

@@ -58,7 +58,7 @@ enum class DesyncCheckMode {
 struct DesyncCheckOptions {
   DesyncCheckMode mode = DesyncCheckMode::kSampled;
   /// kSampled: check every `every`-th collective (>= 1). The default keeps the
-  /// overhead on a small Gloo allreduce near 1% (docs/communicator.md).
+  /// overhead on a small allreduce negligible (docs/communicator.md).
   int every = 100;
   /// kSampled: also check collectives 1..first, where different configs show.
   int first = 16;

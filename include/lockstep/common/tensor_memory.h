@@ -24,9 +24,9 @@
 // first. A training step allocates the same sizes every step, and without the
 // cache every large one is fresh memory from the kernel, zeroed page by page
 // (glibc maps blocks of 32 MB and more anew each time and returns freed heap
-// at its top): 2.5 million page faults in 40 steps of a 20M-parameter MLP,
-// 175 thousand with the cache. Cached blocks count as resident memory, not as
-// live tensor bytes.
+// at its top), so a large model without the cache takes fresh pages, and their
+// faults, every step (docs/performance.md, "Reusing freed tensor memory"). Cached blocks count as resident memory, not
+// as live tensor bytes.
 #pragma once
 
 #include <cstdint>

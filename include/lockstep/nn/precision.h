@@ -38,9 +38,9 @@ const char* toString(Precision precision);
 Precision parsePrecision(const std::string& text, const std::string& what);
 
 /// How many times longer a bfloat16 matrix product takes than the same float32 one on this
-/// CPU and thread (median of 5 timings each of a [128 x 512] x [512 x 512] product, about
-/// 10-40 ms in all). Where LibTorch has fast bf16 kernels (oneDNN on AVX-512 BF16 or AMX) it
-/// is below 1; where it falls back to its generic ones it was 5-8.
+/// CPU and thread (median of 5 timings each of a [128 x 512] x [512 x 512] product: short
+/// enough to run at every start). Where LibTorch has fast bf16 kernels (oneDNN on AVX-512 BF16
+/// or AMX) it is below 1; where it falls back to its generic ones it is several times above.
 double measureBf16MatmulSlowdown();
 /// The warning for `precision: bf16` given that slowdown: empty below 1.5, else a sentence
 /// naming the measured factor and what it means for training.

@@ -16,8 +16,8 @@
 // read of the gradients (AVX2 where the CPU has it, the same bits as the
 // portable loop: optim/squares.h; 64 K-element blocks over the intra-op
 // threads, added in block order, so the thread count does not change the
-// bits), the scaling a second: about 3.5 ms a step more than LibTorch's on
-// mlp-bench's 20 M parameters (docs/training.md). Gradients must be float32
+// bits), the scaling a second: slightly slower than LibTorch's, the price of
+// bits that do not depend on the thread count (docs/training.md). Gradients must be float32
 // CPU tensors (Error otherwise).
 #pragma once
 

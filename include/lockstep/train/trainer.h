@@ -17,6 +17,13 @@
 // communication wait, optimizer) at the cost of a few clock reads; callbacks
 // in TrainerOptions::callbacks receive every step, log window, validation and
 // the result, and FitResult holds the per-step breakdown.
+//
+// The Trainer leaves the process's CPU allocator alone. lockstep's counting
+// allocator, which also reuses freed blocks instead of taking fresh pages from
+// the kernel every step, is a process-wide choice a program makes once, early:
+// lockstep::trackTensorMemory() (common/tensor_memory.h; `lockstep train`
+// makes it). With it, FitResult::memory has the step peaks (stepPeakBytes,
+// otherwise -1) and large models step faster.
 #pragma once
 
 #include <ATen/core/Tensor.h>
