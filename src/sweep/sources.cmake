@@ -22,5 +22,5 @@ lockstep_target_warnings(lockstep_sweep)
 
 target_sources(lockstep_cli PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src/cli/cmd_sweep.cpp
                                     ${CMAKE_CURRENT_SOURCE_DIR}/src/cli/cmd_submit.cpp
-                                    ${CMAKE_CURRENT_SOURCE_DIR}/src/cli/bench_sampler.cpp)
+                                    ${CMAKE_CURRENT_SOURCE_DIR}/src/cli/bench/sampler.cpp)
 target_link_libraries(lockstep_cli PRIVATE lockstep_sweep)

@@ -1,10 +1,10 @@
-// The model of `lockstep bench predict` (cli/scaling_model.h) on cases worked
+// The model of `lockstep bench predict` (cli/bench/scaling_model.h) on cases worked
 // out by hand: link parsing, the allreduce cost of each algorithm, the fit of
 // the backend's own cost, and the step timeline (buckets released during
 // backward, one allreduce at a time, what is left after backward is exposed).
 #include <gtest/gtest.h>
 
-#include "cli/scaling_model.h"
+#include "cli/bench/scaling_model.h"
 #include "lockstep/common/error.h"
 
 namespace lockstep::cli {

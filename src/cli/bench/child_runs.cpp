@@ -1,5 +1,5 @@
 // The child-process helpers of child_runs.h (bench scaling, bench memory).
-#include "cli/child_runs.h"
+#include "cli/bench/child_runs.h"
 
 #include <fcntl.h>
 #include <spawn.h>

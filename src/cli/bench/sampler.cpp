@@ -1,4 +1,4 @@
-// bench_sampler.cpp — `lockstep bench sampler --objective branin|hartmann6 --algorithm tpe|random
+// bench/sampler.cpp — `lockstep bench sampler --objective branin|hartmann6 --algorithm tpe|random
 // [--trials N] [--seeds S] [--json]`: the sweep's samplers on standard synthetic objectives, in
 // process (no training), so their search quality can be compared with other tools' on equal
 // budgets (bench/sweep_quality.sh runs Optuna on the same functions).

@@ -1,5 +1,5 @@
 // The arithmetic of scaling_model.h.
-#include "cli/scaling_model.h"
+#include "cli/bench/scaling_model.h"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-// bench_allreduce.cpp — `lockstep bench allreduce`, with nccl-tests' definitions:
+// bench/allreduce.cpp — `lockstep bench allreduce`, with nccl-tests' definitions:
 // algbw = bytes / time, busbw = algbw * 2(n-1)/n (what each link carries in a
 // ring allreduce, comparable across world sizes).
 #include <ATen/ATen.h>

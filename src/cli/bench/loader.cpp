@@ -1,4 +1,4 @@
-// bench_loader.cpp — `lockstep bench loader CONFIG [key=value ...] [--batches N]`:
+// bench/loader.cpp — `lockstep bench loader CONFIG [key=value ...] [--batches N]`:
 // is the loader fast enough? Measures the loader alone (num_workers threads
 // decoding and augmenting) and the trainer's consumption rate (forward +
 // backward + optimizer step of the config's model on ready-made batches, no

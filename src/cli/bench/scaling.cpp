@@ -1,4 +1,4 @@
-// bench_scaling.cpp — `lockstep bench scaling CONFIG --np 1,2[,...]`: does
+// bench/scaling.cpp — `lockstep bench scaling CONFIG --np 1,2[,...]`: does
 // adding workers help, and if not, why?
 //
 // For each world size k it runs, one after the other,
@@ -24,7 +24,7 @@
 #include <iostream>
 #include <optional>
 
-#include "cli/child_runs.h"
+#include "cli/bench/child_runs.h"
 #include "cli/commands.h"
 #include "cli/parse_args.h"
 #include "lockstep/common/env.h"

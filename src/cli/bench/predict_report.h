@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "cli/scaling_model.h"
+#include "cli/bench/scaling_model.h"
 
 namespace lockstep::cli {
 

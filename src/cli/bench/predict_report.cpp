@@ -1,5 +1,5 @@
 // The table, JSON and HTML page of predict_report.h.
-#include "cli/predict_report.h"
+#include "cli/bench/predict_report.h"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-// bench_memory.cpp — `lockstep bench memory CONFIG --np 1,2[,...]`: what each
+// bench/memory.cpp — `lockstep bench memory CONFIG --np 1,2[,...]`: what each
 // strategy holds per rank, measured, next to the theory.
 //
 // For each world size k and each strategy s it runs
@@ -23,7 +23,7 @@
 #include <iostream>
 #include <optional>
 
-#include "cli/child_runs.h"
+#include "cli/bench/child_runs.h"
 #include "cli/commands.h"
 #include "cli/parse_args.h"
 #include "lockstep/common/env.h"

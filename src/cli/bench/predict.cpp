@@ -1,4 +1,4 @@
-// bench_predict.cpp — `lockstep bench predict CONFIG --link 10gbit,1gbit
+// bench/predict.cpp — `lockstep bench predict CONFIG --link 10gbit,1gbit
 // --workers 2,8,64,512`: will data parallelism pay on N machines?
 //
 // Profiles the config twice on this machine, like `bench scaling`:
@@ -19,11 +19,11 @@
 #include <iostream>
 #include <optional>
 
-#include "cli/child_runs.h"
+#include "cli/bench/child_runs.h"
+#include "cli/bench/predict_report.h"
+#include "cli/bench/scaling_model.h"
 #include "cli/commands.h"
 #include "cli/parse_args.h"
-#include "cli/predict_report.h"
-#include "cli/scaling_model.h"
 #include "lockstep/common/env.h"
 #include "lockstep/common/error.h"
 #include "lockstep/rendezvous/init.h"
