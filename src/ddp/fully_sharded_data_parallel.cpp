@@ -185,17 +185,9 @@ void FullyShardedDataParallel::Impl::seal(size_t u) {
   unit.gathered = false;
   for (size_t slot = 0; slot < bucket.params.size(); ++slot) {
     const size_t i = bucket.params[slot];
-    at::Tensor slice = unit.whole.narrow(0, bucket.offsets[slot], numels[i]);
-    at::Tensor& grad = params[i].mutable_grad();
-    if (grad.defined()) {
-      slice.copy_(grad.reshape({-1}));
-      grad = at::Tensor();  // free the whole-size gradient
-    } else {
-      slice.zero_();  // unused (findUnusedParameters)
-    }
+    takeGradient(i, unit.whole.narrow(0, bucket.offsets[slot], numels[i]));
   }
-  const int64_t padded = bucket.part * world();
-  if (padded > bucket.elements) unit.whole.narrow(0, bucket.elements, padded - bucket.elements).zero_();
+  zeroPadding(bucket, unit.whole);
   bucket.buffer = unit.whole;
 }
 
@@ -229,15 +221,14 @@ void FullyShardedDataParallel::Impl::land(size_t u, DdpStats& /*stats*/) {
 void FullyShardedDataParallel::Impl::endStep(size_t u) { buckets[u].buffer.reset(); }
 
 void FullyShardedDataParallel::Impl::finish() {
-  if (!reducer->syncEnabled()) return;
+  bool synced = false;
   try {
-    reducer->finish();
+    synced = finishSync();
   } catch (...) {
     freeAll();
     throw;
   }
-  bindPieceGradients();
-  freeAll();
+  if (synced) freeAll();
 }
 
 FullyShardedDataParallel::FullyShardedDataParallel(std::shared_ptr<torch::nn::Module> module,

@@ -146,20 +146,19 @@ void GradientReducer::finish() {
   }
   launchReady(/*duringBackward=*/false);
   LOCKSTEP_ASSERT(nextToLaunch_ == buckets_.size(), "not every bucket was launched");
-  lastTimings_.resize(buckets_.size());
+  const bool timed = comm_.size() > 1;  // a world of one communicated nothing
+  lastTimings_.resize(timed ? buckets_.size() : 0);
   for (size_t k = 0; k < plan_.order.size(); ++k) {
     const size_t b = plan_.order[k];
     Bucket& bucket = buckets_[b];
-    std::chrono::steady_clock::time_point completed{};
-    if (bucket.work) {
-      bucket.work->wait();
-      completed = bucket.work->completedAt();
+    if (bucket.work) bucket.work->wait();
+    if (timed) {
+      auto completed = bucket.work ? bucket.work->completedAt() : std::chrono::steady_clock::time_point{};
+      if (completed == std::chrono::steady_clock::time_point{}) completed = std::chrono::steady_clock::now();
+      lastTimings_[k] = BucketTiming{static_cast<int>(k), collective_.bucketBytes(b), bucket.launched, completed};
     }
-    if (completed == std::chrono::steady_clock::time_point{}) completed = std::chrono::steady_clock::now();
-    lastTimings_[k] = BucketTiming{static_cast<int>(k), collective_.bucketBytes(b), bucket.launched, completed};
     collective_.land(b, stats_);
   }
-  if (comm_.size() == 1) lastTimings_.clear();  // nothing was communicated
   if (plan_.broadcastBuffersOf != nullptr && comm_.size() > 1) {
     std::vector<at::Tensor> buffers;
     for (auto& t : plan_.broadcastBuffersOf->buffers(true)) buffers.push_back(t.detach());

@@ -88,11 +88,8 @@ class GradientReducer {
 
   /// The bucket's collective was launched this step and has completed.
   bool collectiveDone(size_t bucket) const;
-  /// Buckets launched so far this step (a prefix of the launch order).
-  size_t launched() const { return nextToLaunch_; }
   /// (bucket, slot) of parameter `param`.
   std::pair<size_t, size_t> slotOf(size_t param) const { return slotOf_[param]; }
-  size_t numBuckets() const { return buckets_.size(); }
 
   void setSyncEnabled(bool enabled) { syncEnabled_ = enabled; }
   bool syncEnabled() const { return syncEnabled_; }

@@ -21,11 +21,29 @@ void ShardedCore::startReducer(bool reversed, std::function<void(size_t)> onAccu
   reducer->hook(params, std::move(onAccumulated));
 }
 
-void ShardedCore::bindPieceGradients() {
+void ShardedCore::takeGradient(size_t param, const at::Tensor& slice) {
+  at::Tensor& grad = params[param].mutable_grad();
+  if (grad.defined()) {
+    slice.copy_(grad.reshape({-1}));
+    grad = at::Tensor();  // the bucket has it now: free the whole-size gradient
+  } else {
+    slice.zero_();  // unused (findUnusedParameters)
+  }
+}
+
+void ShardedCore::zeroPadding(const ShardedBucket& bucket, const at::Tensor& flat) const {
+  const int64_t padded = bucket.part * world();
+  if (padded > bucket.elements) flat.narrow(0, bucket.elements, padded - bucket.elements).zero_();
+}
+
+bool ShardedCore::finishSync() {
+  if (!reducer->syncEnabled()) return false;
+  reducer->finish();
   for (size_t k = 0; k < pieces.size(); ++k) {
     const ShardedBucket& bucket = buckets[pieces[k].bucket];
     pieceViews[k].mutable_grad() = bucket.output.narrow(0, pieces[k].chunkOffset, pieces[k].length);
   }
+  return true;
 }
 
 void ShardedCore::startStep() {

@@ -40,8 +40,13 @@ struct ShardedCore : PieceOptimizer, BucketCollective {
   void buildBuckets(const std::vector<std::vector<size_t>>& members);
   /// The reducer over the buckets (launched last first when `reversed`), its hooks calling `onAccumulated`.
   void startReducer(bool reversed, std::function<void(size_t)> onAccumulated);
-  /// After a synchronised finish: each of this rank's pieces gets its averaged gradient, a view of its bucket's part.
-  void bindPieceGradients();
+  /// Copies parameter `param`'s .grad into `slice` (zeros when it has none: unused) and frees the .grad.
+  void takeGradient(size_t param, const at::Tensor& slice);
+  /// Zeros the padding of `flat`, a bucket-sized buffer, past the bucket's elements.
+  void zeroPadding(const ShardedBucket& bucket, const at::Tensor& flat) const;
+  /// finishGradientSync() of ZeRO-2 and ZeRO-3: the reducer's finish, then each of this rank's pieces
+  /// gets its averaged gradient, a view of its bucket's part. False (nothing done) while sync is off.
+  bool finishSync();
 
   void startStep() override;
   WorkHandle launch(size_t bucket, DdpStats& stats) override;

@@ -25,16 +25,11 @@ void ShardedDataParallel::Impl::stage(size_t param, size_t b, size_t slot) {
   at::Tensor& grad = params[param].mutable_grad();
   if (grad.defined() && bucket.params.size() == 1 && bucket.part * world() == bucket.elements && grad.is_contiguous()) {
     bucket.buffer = grad.view({-1});  // a parameter alone in its bucket, no padding: its gradient is the buffer
-  } else {
-    ensureBuffer(bucket);
-    at::Tensor slice = bucket.buffer.narrow(0, bucket.offsets[slot], numels[param]);
-    if (grad.defined()) {
-      slice.copy_(grad.reshape({-1}));
-    } else {
-      slice.zero_();  // unused (findUnusedParameters)
-    }
+    grad = at::Tensor();
+    return;
   }
-  grad = at::Tensor();  // the bucket has it now: free the whole-size gradient
+  ensureBuffer(bucket);
+  takeGradient(param, bucket.buffer.narrow(0, bucket.offsets[slot], numels[param]));
 }
 
 void ShardedDataParallel::Impl::ensureBuffer(detail::ShardedBucket& bucket) {
@@ -43,9 +38,8 @@ void ShardedDataParallel::Impl::ensureBuffer(detail::ShardedBucket& bucket) {
   for (size_t k = 0; k < buckets.size(); ++k) {
     if (buckets[k].buffer.defined() && reducer->collectiveDone(k)) buckets[k].buffer.reset();
   }
-  const int64_t padded = bucket.part * world();
-  bucket.buffer = at::empty({padded}, at::kFloat);
-  if (padded > bucket.elements) bucket.buffer.narrow(0, bucket.elements, padded - bucket.elements).zero_();
+  bucket.buffer = at::empty({bucket.part * world()}, at::kFloat);
+  zeroPadding(bucket, bucket.buffer);
 }
 
 void ShardedDataParallel::Impl::land(size_t b, DdpStats& /*stats*/) { buckets[b].buffer.reset(); }
@@ -143,11 +137,7 @@ ShardedDataParallel::ShardedDataParallel(std::shared_ptr<torch::nn::Module> modu
 
 ShardedDataParallel::~ShardedDataParallel() { impl_->reducer->unhook(); }
 
-void ShardedDataParallel::finishGradientSync() {
-  if (!impl_->reducer->syncEnabled()) return;
-  impl_->reducer->finish();
-  impl_->bindPieceGradients();
-}
+void ShardedDataParallel::finishGradientSync() { impl_->finishSync(); }
 
 double ShardedDataParallel::clipGradNorm(double maxNorm) { return impl_->clipGradNorm(maxNorm); }
 
