@@ -8,8 +8,8 @@
 #   ddp:      lockstep run -np W -- lockstep train CONFIG trainer.max_steps=STEPS
 #   async_ps: lockstep run -np W+SERVERS -- lockstep train CONFIG strategy.type=async_ps ps.staleness=S
 #             ps.servers=SERVERS trainer.max_steps=STEPS   (STEPS x W updates of one worker's batch)
-# with worker SLOW_RANK (default 2) slowed by the documented test knob trainer.test_slow_rank /
-# trainer.test_slow_factor (default 2: it computes at half speed). Reads rank 0's --result-json:
+# with worker SLOW_RANK (default 2) slowed by the documented test knob testing.slow_rank /
+# testing.slow_factor (default 2: it computes at half speed). Reads rank 0's --result-json:
 # samples/s and the final validation accuracy. Prints each round, then per side the median / min /
 # max samples/s and accuracy over rounds, and the per-round ratio async_ps / ddp of samples/s.
 #
@@ -46,8 +46,8 @@ run() {  # SIDE ROUND [key=value ...] -> trains, leaves $OUT/r<ROUND - 1>-SIDE.j
     extra=(strategy.type=async_ps "ps.staleness=$S" "ps.servers=$SERVERS")
   fi
   local json="$OUT/r$round-$side.json"
-  if ! "$BIN" run -np "$np" -- "$BIN" train "$CONFIG" "trainer.max_steps=$STEPS" "trainer.test_slow_rank=$SLOW_RANK" \
-    "trainer.test_slow_factor=$SLOW_FACTOR" checkpoint.dir=off checkpoint.resume=none monitor.dir=off "${extra[@]}" "$@" \
+  if ! "$BIN" run -np "$np" -- "$BIN" train "$CONFIG" "trainer.max_steps=$STEPS" "testing.slow_rank=$SLOW_RANK" \
+    "testing.slow_factor=$SLOW_FACTOR" checkpoint.dir=off checkpoint.resume=none monitor.dir=off "${extra[@]}" "$@" \
     --result-json "$json" >"$OUT/r$round-$side.log" 2>&1; then
     echo "ps_straggler.sh: the $side run of round $round failed; its last lines:" >&2
     tail -20 "$OUT/r$round-$side.log" >&2

@@ -99,7 +99,7 @@ int train(const std::string& configFile, const std::vector<std::string>& overrid
   }
   if (!resultJson.empty()) options.callbacks.push_back(makeResultJsonWriter(resultJson, ctx.numThreads));
   if (auto crash = Environment::fromProcess().getInt("LOCKSTEP_FAULT_CRASH_AFTER_STEP", 0)) {
-    options.crashAfterStep = *crash;
+    config.testing.crashAfterStep = *crash;
   }
   if (auto killer = makeFaultKiller(Environment::fromProcess(), ctx.world.rank)) options.callbacks.push_back(killer);
   TaskRegistry tasks;

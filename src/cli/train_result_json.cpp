@@ -67,8 +67,8 @@ nlohmann::json toJson(const FitResult& r, int rank, int threads) {
           {"pipeline_idle_fraction_max",
            b.pipelineIdleFractionMax >= 0 ? nlohmann::json(b.pipelineIdleFractionMax) : nullptr},
           {"memory", {{"ranks", ranks}}},
-          {"ps_staleness", r.staleness.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.staleness)},
-          {"ps_wait_seconds", r.psWaitSeconds.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.psWaitSeconds)}};
+          {"ps_staleness", r.ps.staleness.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.ps.staleness)},
+          {"ps_wait_seconds", r.ps.waitSeconds.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.ps.waitSeconds)}};
 }
 
 class ResultJsonWriter : public TrainerCallback {

@@ -264,6 +264,7 @@ FullyShardedDataParallel::FullyShardedDataParallel(std::shared_ptr<torch::nn::Mo
     if (auto impl = weak.lock()) impl->onAccumulated(i);
   });
   reducer_ = s.reducer.get();
+  core_ = &s;
   log::debug(fmt::format("ZeRO-3: {} parameters in {} unit(s), {} piece(s) on rank {}", s.params.size(), s.units.size(),
                          s.pieces.size(), s.rank()));
 }
@@ -301,11 +302,8 @@ void FullyShardedDataParallel::restoreModule() {
 }
 void FullyShardedDataParallel::finishGradientSync() { impl_->finish(); }
 
-double FullyShardedDataParallel::clipGradNorm(double maxNorm) { return impl_->clipGradNorm(maxNorm); }
-
 void FullyShardedDataParallel::step() { impl_->optimizer->step(); }
 
-torch::optim::Optimizer& FullyShardedDataParallel::optimizer() { return *impl_->optimizer; }
 void FullyShardedDataParallel::saveState(TensorArchive* archive) { impl_->saveModelAndOptimizer(archive); }
 void FullyShardedDataParallel::loadState(const TensorArchive& archive, bool report) {
   impl_->loadModel(archive);
@@ -315,8 +313,6 @@ void FullyShardedDataParallel::loadState(const TensorArchive& archive, bool repo
 int FullyShardedDataParallel::numUnits() const { return static_cast<int>(impl_->units.size()); }
 int64_t FullyShardedDataParallel::gathers() const { return impl_->gathers; }
 
-int64_t FullyShardedDataParallel::ownedElements() const { return impl_->ownedElements(); }
-
 int64_t FullyShardedDataParallel::parameterBytes() const {
   int64_t bytes = 0;
   for (const auto& unit : impl_->units) {
@@ -325,11 +321,5 @@ int64_t FullyShardedDataParallel::parameterBytes() const {
   }
   return bytes;
 }
-
-int64_t FullyShardedDataParallel::gradientBytes() const { return impl_->gradientBytes(); }
-
-int64_t FullyShardedDataParallel::stateBytes() const { return optimizerStateBytes(*impl_->optimizer); }
-
-int64_t FullyShardedDataParallel::bufferBytes() const { return impl_->bufferBytes(); }
 
 }  // namespace lockstep

@@ -131,6 +131,7 @@ ShardedDataParallel::ShardedDataParallel(std::shared_ptr<torch::nn::Module> modu
     if (auto impl = weak.lock()) impl->reducer->onGradient(i);
   });
   reducer_ = s.reducer.get();
+  core_ = &s;
   log::debug(fmt::format("ZeRO-2: {} parameters in {} bucket(s), {} piece(s) on rank {}", s.params.size(),
                          s.buckets.size(), s.pieces.size(), s.rank()));
 }
@@ -139,25 +140,20 @@ ShardedDataParallel::~ShardedDataParallel() { impl_->reducer->unhook(); }
 
 void ShardedDataParallel::finishGradientSync() { impl_->finishSync(); }
 
-double ShardedDataParallel::clipGradNorm(double maxNorm) { return impl_->clipGradNorm(maxNorm); }
-
 void ShardedDataParallel::step() {
   impl_->optimizer->step();
   if (impl_->world() > 1) impl_->gatherParameters();
 }
 
-torch::optim::Optimizer& ShardedDataParallel::optimizer() { return *impl_->optimizer; }
 void ShardedDataParallel::saveState(TensorArchive* archive) { impl_->save(archive); }
 void ShardedDataParallel::loadState(const TensorArchive& archive, bool report) { impl_->load(archive, report); }
 int ShardedDataParallel::numBuckets() const { return static_cast<int>(impl_->buckets.size()); }
 const std::vector<GradientPiece>& ShardedDataParallel::pieces() const { return impl_->pieces; }
 
-int64_t ShardedDataParallel::ownedElements() const { return impl_->ownedElements(); }
-
-int64_t ShardedDataParallel::gradientBytes() const { return impl_->gradientBytes(); }
-
-int64_t ShardedDataParallel::stateBytes() const { return optimizerStateBytes(*impl_->optimizer); }
-
-int64_t ShardedDataParallel::bufferBytes() const { return impl_->bufferBytes(); }
+int64_t ShardedDataParallel::parameterBytes() const {
+  int64_t bytes = 0;
+  for (const auto& p : impl_->module->parameters()) bytes += static_cast<int64_t>(p.nbytes());
+  return bytes;
+}
 
 }  // namespace lockstep

@@ -132,8 +132,8 @@ void MetricsWriter::onValidation(const ValidationRecord& r) {
 void MetricsWriter::onFitEnd(const FitResult& result) {
   ended_ = true;
   memory_ = result.memory;
-  staleness_ = result.staleness;
-  psWaitSeconds_ = result.psWaitSeconds;
+  staleness_ = result.ps.staleness;
+  psWaitSeconds_ = result.ps.waitSeconds;
   writeRunJson("finished");
 }
 

@@ -17,7 +17,6 @@
 #include "lockstep/optim/grad_clip.h"
 #include "lockstep/optim/optimizer.h"
 #include "lockstep/train/checkpoint.h"
-#include "ps/ps_pairs.h"
 #include "train/async_ps_checkpoint.h"
 #include "train/test_slowdown.h"
 #include "train/training_state.h"
@@ -26,9 +25,9 @@
 namespace lockstep::detail {
 
 AsyncPsRun::AsyncPsRun(std::shared_ptr<Communicator> comm, const TrainerOptions& options,
-                       std::shared_ptr<torch::nn::Module> model, const LossFn& loss, const Dataset& train,
-                       const Dataset* validation, const CorrectFn& correct)
-    : comm_(std::move(comm)), o_(options), model_(std::move(model)), lossFn_(loss), train_(train),
+                       std::shared_ptr<torch::nn::Module> model, const FaultInjection& faults, const LossFn& loss,
+                       const Dataset& train, const Dataset* validation, const CorrectFn& correct)
+    : comm_(std::move(comm)), o_(options), faults_(faults), model_(std::move(model)), lossFn_(loss), train_(train),
       validation_(validation), correct_(correct), rank_(comm_->rank()),
       role_(psRole(comm_->rank(), comm_->size(), options.ps)),
       sampler_(SamplerOptions{std::max<int64_t>(train.size(), 1), 0, 1, /*shuffle=*/true, options.seed,
@@ -105,7 +104,9 @@ void AsyncPsRun::resume() {
       [&](const TensorArchive& archive, bool /*report*/) {
         if (role_.server) {
           const auto params = model_->parameters();
-          const auto range = psShardRange(totalElements(params), role_.servers, role_.index);
+          int64_t elements = 0;
+          for (const auto& p : params) elements += p.numel();
+          const auto range = psShardRange(elements, role_.servers, role_.index);
           resumedOptimizer_ = psShardOptimizerEntries(archive, params, range);
         }
         loadModelState(archive, *model_);
@@ -232,7 +233,7 @@ double AsyncPsRun::trainBatch(int64_t ticket) {
   timer_.endPhase(Phase::kForward);
   loss.backward();
   if (o_.clipGradNorm > 0) clipGradNorm(gradientsOf(model_->parameters()), o_.clipGradNorm);
-  applyTestSlowdown(o_, rank_, computeStart);
+  applyTestSlowdown(faults_, rank_, computeStart);
   timer_.endPhase(Phase::kBackward);
   return value;
 }
@@ -312,9 +313,9 @@ void AsyncPsRun::gather() {
   a[seconds + rank_] = result_.seconds;
   std::vector<at::Tensor> t{all};
   comm_->allreduce(t, ReduceOp::kSum)->wait();
-  result_.staleness.assign(a, a + bins);
+  result_.ps.staleness.assign(a, a + bins);
   result_.steps = static_cast<int64_t>(a[bins]);
-  result_.psWaitSeconds.assign(a + wait, a + loss);
+  result_.ps.waitSeconds.assign(a + wait, a + loss);
   result_.lastTrainLoss = std::accumulate(a + loss, a + seconds, 0.0) / static_cast<double>(workers);
   result_.seconds = *std::max_element(a + seconds, a + seconds + world);
 }
@@ -328,12 +329,12 @@ void AsyncPsRun::finish() {
   result_.breakdown = timer_.breakdown(*comm_);
   if (rank_ == 0) {
     std::string histogram;
-    for (size_t g = 0; g < result_.staleness.size(); ++g) {
-      histogram += fmt::format("{}{}: {}", g == 0 ? "" : ", ", g, result_.staleness[g]);
+    for (size_t g = 0; g < result_.ps.staleness.size(); ++g) {
+      histogram += fmt::format("{}{}: {}", g == 0 ? "" : ", ", g, result_.ps.staleness[g]);
     }
     std::string waits;
-    for (size_t w = 0; w < result_.psWaitSeconds.size(); ++w) {
-      waits += fmt::format("{}{:.1f}", w == 0 ? "" : " / ", result_.psWaitSeconds[w]);
+    for (size_t w = 0; w < result_.ps.waitSeconds.size(); ++w) {
+      waits += fmt::format("{}{:.1f}", w == 0 ? "" : " / ", result_.ps.waitSeconds[w]);
     }
     log::info(
         fmt::format("done: {} updates in {:.1f} s, {:.0f} samples/s; staleness of the updates (bound {}): {}; "

@@ -29,8 +29,8 @@ namespace lockstep::detail {
 class AsyncPsRun {
  public:
   AsyncPsRun(std::shared_ptr<Communicator> comm, const TrainerOptions& options,
-             std::shared_ptr<torch::nn::Module> model, const LossFn& loss, const Dataset& train,
-             const Dataset* validation, const CorrectFn& correct);
+             std::shared_ptr<torch::nn::Module> model, const FaultInjection& faults, const LossFn& loss,
+             const Dataset& train, const Dataset* validation, const CorrectFn& correct);
   FitResult run();
 
  private:
@@ -56,6 +56,7 @@ class AsyncPsRun {
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   std::shared_ptr<Communicator> comm_;
   const TrainerOptions& o_;
+  const FaultInjection& faults_;
   std::shared_ptr<torch::nn::Module> model_;
   const LossFn& lossFn_;
   const Dataset& train_;

@@ -87,8 +87,6 @@ std::vector<Field> fieldsOf(TrainConfig& c) {
       {"ps.servers", &c.trainer.ps.servers},
       {"ps.staleness", &c.trainer.ps.staleness},
       {"ps.compensation", &c.trainer.ps.compensation},
-      {"trainer.test_slow_rank", &c.trainer.testSlowRank},
-      {"trainer.test_slow_factor", &c.trainer.testSlowFactor},
       {"ddp.bucket_cap_mb", &c.trainer.ddp.bucketCapMb},
       {"ddp.first_bucket_cap_mb", &c.trainer.ddp.firstBucketCapMb},
       {"ddp.find_unused_parameters", &c.trainer.ddp.findUnusedParameters},
@@ -110,6 +108,8 @@ std::vector<Field> fieldsOf(TrainConfig& c) {
       {"monitor.trace_steps", &c.monitor.traceSteps},
       {"monitor.progress", &c.monitor.progress},
       {"monitor.progress_interval", &c.monitor.progressInterval},
+      {"testing.slow_rank", &c.testing.slowRank},
+      {"testing.slow_factor", &c.testing.slowFactor},
   };
 }
 
@@ -269,8 +269,7 @@ void validate(const TrainConfig& c) {
         fmt::format("ps.compensation must be 0 (off) or a positive lambda0, got {}", c.trainer.ps.compensation));
   check(c.trainer.ps.staleness >= 0,
         fmt::format("ps.staleness must be 0 (synchronous) or more, got {}", c.trainer.ps.staleness));
-  check(c.trainer.testSlowFactor >= 1,
-        fmt::format("trainer.test_slow_factor must be at least 1, got {}", c.trainer.testSlowFactor));
+  check(c.testing.slowFactor >= 1, fmt::format("testing.slow_factor must be at least 1, got {}", c.testing.slowFactor));
   check(c.trainer.clipGradNorm >= 0, "trainer.clip_grad_norm must not be negative");
   check(c.trainer.logEvery > 0, "trainer.log_every must be positive");
   check(c.trainer.optimizer.lr > 0, "optimizer.lr must be positive");

@@ -109,7 +109,7 @@ void FitRun::saveCheckpoint() {
                                : "";
     log::info(fmt::format("checkpoint {} written (step {}){}", result_.lastCheckpoint, at_.step, rss));
   }
-  if (o_.crashAfterStep > 0 && at_.step == o_.crashAfterStep) {
+  if (faults_.crashAfterStep > 0 && at_.step == faults_.crashAfterStep) {
     // Every rank gets here; the barrier keeps the others alive until rank 0
     // wrote the file (a rank killed first would make the launcher stop rank 0 mid-write).
     comm_.barrier()->wait();

@@ -20,8 +20,8 @@ using Clock = std::chrono::steady_clock;
 class FitRun {
  public:
   FitRun(std::shared_ptr<Communicator> comm, const TrainerOptions& options, std::shared_ptr<torch::nn::Module> model,
-         const LossFn& loss, const Dataset& train, const Dataset* validation, const CorrectFn& correct,
-         const LayeredModel* layered = nullptr);
+         const FaultInjection& faults, const LossFn& loss, const Dataset& train, const Dataset* validation,
+         const CorrectFn& correct, const LayeredModel* layered = nullptr);
   FitResult run();
 
  private:
@@ -49,6 +49,7 @@ class FitRun {
   std::shared_ptr<Communicator> commPtr_;
   Communicator& comm_;
   const TrainerOptions& o_;
+  const FaultInjection& faults_;
   std::shared_ptr<torch::nn::Module> model_;
   LossFn lossFn_;  // zero3 replaces it (and correct_) with calls that gather the parameters
   const Dataset& train_;

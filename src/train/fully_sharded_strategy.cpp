@@ -10,58 +10,38 @@
 
 #include "lockstep/common/error.h"
 #include "lockstep/ddp/fully_sharded_data_parallel.h"
+#include "train/sharded_strategy.h"
 #include "train/strategies.h"
-#include "train/synced_strategy.h"
 
 namespace lockstep::detail {
 namespace {
 
-class Zero3Strategy final : public SyncedStrategy {
+class Zero3Strategy final : public ShardedStrategy {
  public:
   Zero3Strategy(std::shared_ptr<FullyShardedDataParallel> zero, std::shared_ptr<torch::nn::Module> model,
                 std::shared_ptr<Communicator> comm)
-      : zero_(std::move(zero)), model_(std::move(model)), comm_(std::move(comm)) {}
+      : ShardedStrategy(zero, std::move(model), std::move(comm)), units_(zero->numUnits()), fsdp_(zero.get()) {}
 
   // Rank 0's model was broadcast at construction and a resume restored the same
   // checkpoint on every rank: the shards already agree.
   void start() override {}
 
-  torch::optim::Optimizer& optimizer() override { return zero_->optimizer(); }
-
-  void step(double clipGradNorm) override {
-    if (clipGradNorm > 0) zero_->clipGradNorm(clipGradNorm);
-    zero_->step();
-  }
-
   std::string describe() const override {
-    int64_t total = 0;
-    for (const auto& p : model_->parameters()) total += p.numel();
-    return fmt::format(
-        "ZeRO-3 {} unit(s) gathered around their forward and backward: parameters, gradients and optimizer state "
-        "sharded over {} rank(s), this one keeps {} of {} elements",
-        zero_->numUnits(), comm_->size(), zero_->ownedElements(), total);
+    return shardSummary(fmt::format("ZeRO-3 {} unit(s) gathered around their forward and backward: parameters, "
+                                    "gradients and optimizer state",
+                                    units_),
+                        "keeps");
   }
 
-  void end() override { zero_->restoreModule(); }
+  void end() override { fsdp_->restoreModule(); }
 
+  // The front writes and restores the model too: only it can assemble the parameters from the shards.
   void saveState(TensorArchive* archive) override { zero_->saveState(archive); }
   void loadState(const TensorArchive& archive, bool report) override { zero_->loadState(archive, report); }
 
-  RankMemory memory() const override {
-    RankMemory m;
-    m.parameterBytes = zero_->parameterBytes();
-    m.gradientBytes = zero_->gradientBytes();
-    m.optimizerBytes = zero_->stateBytes();
-    m.commBufferBytes = zero_->bufferBytes();
-    return m;
-  }
-
  private:
-  std::shared_ptr<FullyShardedDataParallel> zero_;
-  std::shared_ptr<torch::nn::Module> model_;
-  std::shared_ptr<Communicator> comm_;
-
-  GradientSync* gradientSync() const override { return zero_.get(); }
+  const int units_;
+  FullyShardedDataParallel* fsdp_;  // zero_, as itself
 };
 
 }  // namespace

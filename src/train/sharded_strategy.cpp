@@ -1,5 +1,8 @@
 // The ZeRO-2 strategy: ShardedDataParallel reduce-scatters the gradients and
-// each rank updates its pieces of the parameters (ddp/sharded_data_parallel.h).
+// each rank updates its pieces of the parameters (ddp/sharded_data_parallel.h);
+// and what it shares with ZeRO-3 (sharded_strategy.h).
+#include "train/sharded_strategy.h"
+
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
@@ -10,43 +13,59 @@
 #include "lockstep/ddp/sharded_data_parallel.h"
 #include "lockstep/train/checkpoint.h"
 #include "train/strategies.h"
-#include "train/synced_strategy.h"
 
 namespace lockstep::detail {
+
+ShardedStrategy::ShardedStrategy(std::shared_ptr<ShardedGradientSync> zero, std::shared_ptr<torch::nn::Module> model,
+                                 std::shared_ptr<Communicator> comm)
+    : zero_(std::move(zero)), model_(std::move(model)), comm_(std::move(comm)) {}
+
+torch::optim::Optimizer& ShardedStrategy::optimizer() { return zero_->optimizer(); }
+
+void ShardedStrategy::step(double clipGradNorm) {
+  if (clipGradNorm > 0) zero_->clipGradNorm(clipGradNorm);
+  zero_->step();
+}
+
+RankMemory ShardedStrategy::memory() const {
+  RankMemory m;
+  m.parameterBytes = zero_->parameterBytes();
+  m.gradientBytes = zero_->gradientBytes();
+  m.optimizerBytes = zero_->stateBytes();
+  m.commBufferBytes = zero_->bufferBytes();
+  return m;
+}
+
+std::string ShardedStrategy::shardSummary(const std::string& what, const std::string& verb) const {
+  int64_t total = 0;
+  for (const auto& p : model_->parameters()) total += p.numel();
+  return fmt::format("{} sharded over {} rank(s), this one {} {} of {} elements", what, comm_->size(), verb,
+                     zero_->ownedElements(), total);
+}
+
 namespace {
 
-class Zero2Strategy final : public SyncedStrategy {
+class Zero2Strategy final : public ShardedStrategy {
  public:
   // Built when the Trainer builds its strategy, on every rank at the same
   // point: the construction is collective (rank 0's model is broadcast), and
   // a resume then restores the pieces' optimizer state.
   Zero2Strategy(std::shared_ptr<torch::nn::Module> model, std::shared_ptr<Communicator> comm, DdpOptions options,
                 std::unique_ptr<torch::optim::Optimizer> optimizer)
-      : model_(model), comm_(comm),
-        zero_(std::make_unique<ShardedDataParallel>(std::move(model), std::move(comm), std::move(optimizer), options)) {
-  }
+      : ShardedStrategy(std::make_shared<ShardedDataParallel>(model, comm, std::move(optimizer), options), model, comm),
+        buckets_(static_cast<ShardedDataParallel&>(*zero_).numBuckets()) {}
 
   // The model was broadcast at construction; a resume restored the same
   // checkpoint on every rank. Broadcast again so a model changed in between
   // (a callback, a user's own loading) still starts equal everywhere.
   void start() override { broadcastModule(*model_, *comm_); }
 
-  torch::optim::Optimizer& optimizer() override { return zero_->optimizer(); }
-
-  void step(double clipGradNorm) override {
-    if (clipGradNorm > 0) zero_->clipGradNorm(clipGradNorm);
-    zero_->step();
-  }
-
   std::string describe() const override {
-    int64_t total = 0;
-    for (const auto& p : model_->parameters()) total += p.numel();
-    return fmt::format(
-        "ZeRO-2 {} bucket(s) reduce-scattered: gradients and optimizer state sharded over {} rank(s), this one "
-        "updates {} of {} elements",
-        zero_->numBuckets(), comm_->size(), zero_->ownedElements(), total);
+    return shardSummary(fmt::format("ZeRO-2 {} bucket(s) reduce-scattered: gradients and optimizer state", buckets_),
+                        "updates");
   }
 
+  // Every rank holds the model whole: the archive takes it from this one.
   void saveState(TensorArchive* archive) override {
     if (archive) saveModelState(*model_, *archive);
     zero_->saveState(archive);
@@ -57,21 +76,8 @@ class Zero2Strategy final : public SyncedStrategy {
     zero_->loadState(archive, report);
   }
 
-  RankMemory memory() const override {
-    RankMemory m;
-    for (const auto& p : model_->parameters()) m.parameterBytes += static_cast<int64_t>(p.nbytes());
-    m.gradientBytes = zero_->gradientBytes();
-    m.optimizerBytes = zero_->stateBytes();
-    m.commBufferBytes = zero_->bufferBytes();
-    return m;
-  }
-
  private:
-  std::shared_ptr<torch::nn::Module> model_;
-  std::shared_ptr<Communicator> comm_;
-  std::unique_ptr<ShardedDataParallel> zero_;
-
-  GradientSync* gradientSync() const override { return zero_.get(); }
+  const int buckets_;
 };
 
 }  // namespace

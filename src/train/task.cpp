@@ -42,6 +42,7 @@ FitResult trainTask(const TaskRegistry& tasks, const TrainConfig& config, Traine
   auto& extras = options.checkpoint.extras;
   extras.insert(extras.end(), parts.checkpointExtras.begin(), parts.checkpointExtras.end());
   Trainer trainer(std::move(comm), std::move(options));
+  trainer.injectFaults(config.testing);
   FitResult result;
   const bool zero3Units = config.trainer.strategy == StrategyType::kZero3 && !parts.layers.empty() && parts.outputLoss;
   if (config.trainer.pipeline.stages > 1 || zero3Units) {

@@ -49,11 +49,11 @@ int stagesOf(const TrainerOptions& o, const LayeredModel* layered) {
 namespace detail {
 
 FitRun::FitRun(std::shared_ptr<Communicator> comm, const TrainerOptions& options,
-               std::shared_ptr<torch::nn::Module> model, const LossFn& loss, const Dataset& train,
-               const Dataset* validation, const CorrectFn& correct, const LayeredModel* layered)
-    : commPtr_(std::move(comm)), comm_(*commPtr_), o_(options), model_(std::move(model)), lossFn_(loss), train_(train),
-      validation_(validation), correct_(correct), layered_(layered), rank_(comm_.rank()), world_(comm_.size()),
-      master_(rank_ == 0), dataRank_(rank_ / stagesOf(options, layered)),
+               std::shared_ptr<torch::nn::Module> model, const FaultInjection& faults, const LossFn& loss,
+               const Dataset& train, const Dataset* validation, const CorrectFn& correct, const LayeredModel* layered)
+    : commPtr_(std::move(comm)), comm_(*commPtr_), o_(options), faults_(faults), model_(std::move(model)),
+      lossFn_(loss), train_(train), validation_(validation), correct_(correct), layered_(layered), rank_(comm_.rank()),
+      world_(comm_.size()), master_(rank_ == 0), dataRank_(rank_ / stagesOf(options, layered)),
       dataWorld_(world_ / stagesOf(options, layered)), sampler_(makeSampler(train, dataRank_, dataWorld_, options)),
       loader_(train, options.loader), timer_(origin_, !options.callbacks.empty()) {
   microPerEpoch_ = sampler_.numBatches(o_.batchSize, /*dropLastBatch=*/true);
@@ -251,7 +251,7 @@ double FitRun::trainStep() {
     stepLoss += loss.item<double>();
     timer_.endPhase(Phase::kForward);
     strategy_->backward(loss, /*sync=*/m + 1 == o_.accumulation);
-    if (m + 1 == o_.accumulation) applyTestSlowdown(o_, rank_, computeStart);  // a straggler: counted as backward
+    if (m + 1 == o_.accumulation) applyTestSlowdown(faults_, rank_, computeStart);  // a straggler: counted as backward
     timer_.endPhase(Phase::kBackward);
   }
   if (trackPeak) stepPeakBytes_ = std::max(stepPeakBytes_, peakTensorBytes() - liveAtStart);
@@ -359,9 +359,9 @@ FitResult Trainer::fit(std::shared_ptr<torch::nn::Module> model, const LossFn& l
                     options_.pipeline.stages));
   }
   if (options_.strategy == StrategyType::kAsyncPs) {
-    return detail::AsyncPsRun(comm_, options_, std::move(model), loss, train, validation, correct).run();
+    return detail::AsyncPsRun(comm_, options_, std::move(model), faults_, loss, train, validation, correct).run();
   }
-  return detail::FitRun(comm_, options_, std::move(model), loss, train, validation, correct).run();
+  return detail::FitRun(comm_, options_, std::move(model), faults_, loss, train, validation, correct).run();
 }
 
 FitResult Trainer::fit(const LayeredModel& model, const Dataset& train, const Dataset* validation) {
@@ -369,7 +369,7 @@ FitResult Trainer::fit(const LayeredModel& model, const Dataset& train, const Da
   checkPipelineOptions(options_.pipeline, static_cast<int64_t>(model.layers.size()), comm_->size());
   if (options_.strategy == StrategyType::kZero3 && options_.pipeline.stages <= 1) {
     // Each layer a unit, gathered around its use (fit_run.h builds the calls).
-    return detail::FitRun(comm_, options_, model.model, nullptr, train, validation, nullptr, &model).run();
+    return detail::FitRun(comm_, options_, model.model, faults_, nullptr, train, validation, nullptr, &model).run();
   }
   if (options_.pipeline.stages > 1) {
     if (options_.batchSize < options_.pipeline.microbatchesOrDefault()) {
@@ -378,7 +378,7 @@ FitResult Trainer::fit(const LayeredModel& model, const Dataset& train, const Da
                       "parallel.pipeline): raise the batch size or lower parallel.microbatches",
                       options_.batchSize, options_.pipeline.microbatchesOrDefault()));
     }
-    return detail::FitRun(comm_, options_, model.model, nullptr, train, validation, nullptr, &model).run();
+    return detail::FitRun(comm_, options_, model.model, faults_, nullptr, train, validation, nullptr, &model).run();
   }
   auto chain = [layers = model.layers](const at::Tensor& x) {
     at::Tensor y = x;

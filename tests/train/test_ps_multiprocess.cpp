@@ -53,12 +53,11 @@ TEST(PsMultiprocess, ThreeWorkersAndAServerLearnFashionMnistWithAStraggler) {
   const std::string dir = test::makeTempDir();
   test::ProcessOptions o;
   o.timeout = std::chrono::seconds(280);
-  auto r =
-      test::runProcess({"sh", "-c",
-                        "cd " + quote(dir) + " && exec " +
-                            command("ps.staleness=3 trainer.max_steps=40 trainer.log_every=20 trainer.test_slow_rank=2 "
-                                    "trainer.test_slow_factor=2 monitor.dir=run")},
-                       o);
+  auto r = test::runProcess({"sh", "-c",
+                             "cd " + quote(dir) + " && exec " +
+                                 command("ps.staleness=3 trainer.max_steps=40 trainer.log_every=20 testing.slow_rank=2 "
+                                         "testing.slow_factor=2 monitor.dir=run")},
+                            o);
   ASSERT_EQ(r.exitCode, 0) << r.err;
   EXPECT_HAS(r.err, "3 worker(s) and 1 parameter server(s) (ranks 3..3), staleness bound 3");
   EXPECT_HAS(r.err, "done: 120 updates");

@@ -48,13 +48,14 @@ struct Outcome {
   std::vector<at::Tensor> weights;  // rank 0's model after fit
 };
 
-Outcome train(int world, const TrainerOptions& options) {
+Outcome train(int world, const TrainerOptions& options, const FaultInjection& faults = {}) {
   Data data = makeRegressionData();
   std::vector<torch::nn::Sequential> nets;
   for (int r = 0; r < world; ++r) nets.push_back(makeNet());
   Outcome out;
   test::runRanks(world, [&](int rank, Communicator& comm) {
     Trainer trainer(test::borrow(comm), options);
+    trainer.injectFaults(faults);
     auto loss = [](torch::nn::Module& m, const Batch& b) {
       return at::mse_loss(dynamic_cast<torch::nn::SequentialImpl&>(m).forward(b.inputs), b.targets);
     };
@@ -84,9 +85,9 @@ TEST(PsTrainer, ZeroStalenessTrainsLikeDdpOnTheSameSamples) {
     EXPECT_LE(maxRelativeDiff(ps.weights[i], ddp.weights[i]), 1e-6);
   }
   EXPECT_EQ(ps.result.steps, 18);
-  EXPECT_EQ(ps.result.staleness, (std::vector<int64_t>{18}));
+  EXPECT_EQ(ps.result.ps.staleness, (std::vector<int64_t>{18}));
   EXPECT_NEAR(ps.result.lastValidationLoss, ddp.result.lastValidationLoss, 1e-5);
-  EXPECT_EQ(ps.result.psWaitSeconds.size(), 3u);
+  EXPECT_EQ(ps.result.ps.waitSeconds.size(), 3u);
 }
 
 TEST(PsTrainer, StragglerStaysWithinTheBoundAndEveryUpdateIsCounted) {
@@ -94,12 +95,10 @@ TEST(PsTrainer, StragglerStaysWithinTheBoundAndEveryUpdateIsCounted) {
   o.strategy = StrategyType::kAsyncPs;
   o.ps = {2, 2};
   o.maxSteps = 10;
-  o.testSlowRank = 2;
-  o.testSlowFactor = 4;
-  Outcome ps = train(5, o);  // 3 workers, 2 servers
+  Outcome ps = train(5, o, {.slowRank = 2, .slowFactor = 4});  // 3 workers, 2 servers
   EXPECT_EQ(ps.result.steps, 30);
-  ASSERT_EQ(ps.result.staleness.size(), 3u);  // bins 0..2: nothing staler can be counted
-  EXPECT_EQ(std::accumulate(ps.result.staleness.begin(), ps.result.staleness.end(), int64_t(0)), 30);
+  ASSERT_EQ(ps.result.ps.staleness.size(), 3u);  // bins 0..2: nothing staler can be counted
+  EXPECT_EQ(std::accumulate(ps.result.ps.staleness.begin(), ps.result.ps.staleness.end(), int64_t(0)), 30);
   EXPECT_GT(ps.result.lastValidationLoss, 0);
 }
 

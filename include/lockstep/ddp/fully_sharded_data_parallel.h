@@ -54,7 +54,7 @@
 
 #include "lockstep/comm/communicator.h"
 #include "lockstep/ddp/distributed_data_parallel.h"
-#include "lockstep/ddp/gradient_sync.h"
+#include "lockstep/ddp/sharded_gradient_sync.h"
 #include "lockstep/nn/layer.h"
 
 namespace at {
@@ -71,7 +71,7 @@ namespace lockstep {
 
 class TensorArchive;
 
-class FullyShardedDataParallel final : public GradientSync {
+class FullyShardedDataParallel final : public ShardedGradientSync {
  public:
   /// `layers` is the module as a chain (the units, in order) or empty (one
   /// unit); `optimizer` is over the module's parameters (any groups; SGD, Adam
@@ -98,34 +98,17 @@ class FullyShardedDataParallel final : public GradientSync {
   /// Waits for every unit's reduce-scatter; this rank's pieces then hold their
   /// averaged gradients and the parameters' own .grad are undefined.
   void finishGradientSync() override;
-  /// Scales the pieces' gradients so the norm over the whole model is at most
-  /// maxNorm (as torch::nn::utils::clip_grad_norm_); returns the norm before.
-  double clipGradNorm(double maxNorm);
-  /// Steps the optimizer over this rank's pieces (the shards change in place).
-  void step();
-
-  /// The optimizer over this rank's pieces: same type and groups as the one given.
-  torch::optim::Optimizer& optimizer();
-  /// Collective. `archive` is non-null on rank 0 only, which receives the
-  /// model's and the whole optimizer's entries, each assembled from the ranks'
-  /// shards only when rank 0 writes the archive, one tensor at a time; the other
-  /// ranks return once rank 0 has, so rank 0 must write it (once).
-  void saveState(TensorArchive* archive);
-  /// Restores the model and the optimizer from `archive` (a DDP or sharded
-  /// run's), keeping this rank's shards; checks it all first. Every rank passes the same archive.
-  void loadState(const TensorArchive& archive, bool report);
+  /// Steps the optimizer over this rank's pieces (the shards change in place; nothing is gathered).
+  void step() override;
+  /// Writes the model's entries ("model/<name>", every parameter whole, and the buffers) and the
+  /// whole optimizer's, as a DDP run writes them.
+  void saveState(TensorArchive* archive) override;
+  /// Restores the model and the optimizer from `archive` (a DDP or sharded run's), keeping this rank's shards.
+  void loadState(const TensorArchive& archive, bool report) override;
 
   int numUnits() const;
-  /// Parameter elements this rank keeps and updates.
-  int64_t ownedElements() const;
   /// Bytes of parameters this rank holds now: its shards plus the gathered units.
-  int64_t parameterBytes() const;
-  /// Bytes of the gradients this rank holds now (its shards', and .grad accumulated under noSync()).
-  int64_t gradientBytes() const override;
-  /// Bytes of optimizer state this rank holds now.
-  int64_t stateBytes() const;
-  /// Bytes of gradient buffers alive now (0 between steps).
-  int64_t bufferBytes() const override;
+  int64_t parameterBytes() const override;
   /// All-gathers so far (forward, backward, checkpoints).
   int64_t gathers() const;
 

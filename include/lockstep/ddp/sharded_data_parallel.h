@@ -52,7 +52,7 @@
 
 #include "lockstep/comm/communicator.h"
 #include "lockstep/ddp/distributed_data_parallel.h"
-#include "lockstep/ddp/gradient_sync.h"
+#include "lockstep/ddp/sharded_gradient_sync.h"
 #include "lockstep/optim/sharded_optimizer.h"
 
 namespace torch::nn {
@@ -66,7 +66,7 @@ namespace lockstep {
 
 class TensorArchive;
 
-class ShardedDataParallel final : public GradientSync {
+class ShardedDataParallel final : public ShardedGradientSync {
  public:
   /// `optimizer` is over the module's parameters (any groups; SGD, Adam or
   /// AdamW); only its type, groups and options are kept.
@@ -79,34 +79,17 @@ class ShardedDataParallel final : public GradientSync {
   /// Waits for every bucket, launching late ones; this rank's pieces then hold
   /// their averaged gradients and the parameters' own .grad are undefined.
   void finishGradientSync() override;
-  /// Scales the pieces' gradients so the norm over the whole model is at most
-  /// maxNorm (as torch::nn::utils::clip_grad_norm_); returns the norm before.
-  double clipGradNorm(double maxNorm);
   /// Steps the optimizer over this rank's pieces, then all-gathers the parameters.
-  void step();
-
-  /// The optimizer over this rank's pieces: same type and groups as the one given.
-  torch::optim::Optimizer& optimizer();
-  /// Collective. `archive` is non-null on rank 0 only, which receives the
-  /// whole optimizer's entries. Each state tensor is assembled from the ranks'
-  /// pieces only when rank 0 writes the archive (CheckpointDir::save, writeTo,
-  /// serialize), one at a time; the other ranks return once rank 0 has, so rank
-  /// 0 must write it (once).
-  void saveState(TensorArchive* archive);
-  /// Restores the whole optimizer's state from `archive` and keeps this rank's
-  /// pieces of it; checks it all first. Every rank passes the same archive.
-  void loadState(const TensorArchive& archive, bool report);
+  void step() override;
+  /// Writes the whole optimizer's entries (not the model's: every rank holds it whole).
+  void saveState(TensorArchive* archive) override;
+  /// Restores the whole optimizer's state from `archive` and keeps this rank's pieces of it.
+  void loadState(const TensorArchive& archive, bool report) override;
 
   int numBuckets() const;
   const std::vector<GradientPiece>& pieces() const;
-  /// Parameter elements this rank updates.
-  int64_t ownedElements() const;
-  /// Bytes of the gradients this rank holds now (its pieces').
-  int64_t gradientBytes() const override;
-  /// Bytes of optimizer state this rank holds now.
-  int64_t stateBytes() const;
-  /// Bytes of bucket buffers alive now (0 between steps).
-  int64_t bufferBytes() const override;
+  /// Bytes of the module's parameters: every rank holds them whole.
+  int64_t parameterBytes() const override;
 
  private:
   struct Impl;

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "lockstep/train/fault_injection.h"
 #include "lockstep/train/trainer.h"
 
 namespace lockstep {
@@ -55,6 +56,9 @@ struct TrainConfig {
     std::string progress = "auto";  ///< auto, bar, lines, off
     double progressInterval = 10;   ///< seconds between plain progress lines
   } monitor;
+  /// testing.slow_rank, testing.slow_factor (fault_injection.h; crashAfterStep comes from the
+  /// environment, LOCKSTEP_FAULT_CRASH_AFTER_STEP).
+  FaultInjection testing;
 };
 
 /// Defaults, then `file` (may be empty: defaults only), then `overrides` ("a.b=value").

@@ -47,6 +47,7 @@
 #include "lockstep/ps/parameter_server.h"
 #include "lockstep/train/callbacks.h"
 #include "lockstep/train/checkpoint.h"
+#include "lockstep/train/fault_injection.h"
 #include "lockstep/train/strategy.h"
 
 namespace torch::nn {
@@ -133,16 +134,6 @@ struct TrainerOptions {
   PsOptions ps;
   CheckpointOptions checkpoint;
 
-  /// Fault injection for tests: SIGKILL this process right after the
-  /// checkpoint of this optimizer step was written (0: never).
-  int64_t crashAfterStep = 0;
-  /// A straggler for tests and benchmarks: the rank testSlowRank (-1: none) sleeps after each
-  /// step's backward for (testSlowFactor - 1) x the time the step took so far (data, forward,
-  /// backward), so it computes testSlowFactor times slower (config trainer.test_slow_rank,
-  /// trainer.test_slow_factor).
-  int64_t testSlowRank = -1;
-  double testSlowFactor = 2;
-
   /// Called in order, on every rank, from the training thread (callbacks.h).
   std::vector<std::shared_ptr<TrainerCallback>> callbacks;
 };
@@ -188,6 +179,14 @@ struct StepBreakdown {
   double phase(Phase p) const { return phaseSeconds[static_cast<size_t>(p)]; }
 };
 
+/// What a run of strategy async_ps adds to its FitResult (empty for the other strategies).
+struct PsResult {
+  /// The updates applied by staleness (index: staleness; PsStats).
+  std::vector<int64_t> staleness;
+  /// Each worker's seconds waiting for the servers (its pushes and the bound), in worker order.
+  std::vector<double> waitSeconds;
+};
+
 struct FitResult {
   int64_t steps = 0;            ///< optimizer steps taken in total (resumed ones included)
   int64_t resumedFromStep = 0;  ///< 0 when not resumed
@@ -208,10 +207,7 @@ struct FitResult {
   /// Every rank's memory at the end of the run, in rank order (gathered: the
   /// same on every rank). stepPeakBytes needs common/tensor_memory.h tracking.
   std::vector<RankMemory> memory;
-  /// strategy async_ps: the updates applied by staleness (index: staleness; PsStats), and each
-  /// worker's seconds waiting for the servers (its pushes and the bound), in worker order.
-  std::vector<int64_t> staleness;
-  std::vector<double> psWaitSeconds;
+  PsResult ps;  ///< strategy async_ps only
 };
 
 class Trainer {
@@ -224,10 +220,13 @@ class Trainer {
   /// Throws ConfigError (naming parallel.*) when the layers cannot be split as asked.
   FitResult fit(const LayeredModel& model, const Dataset& train, const Dataset* validation = nullptr);
   const TrainerOptions& options() const { return options_; }
+  /// Tests and benchmarks only: the faults the next fit() calls make (fault_injection.h).
+  void injectFaults(const FaultInjection& faults) { faults_ = faults; }
 
  private:
   std::shared_ptr<Communicator> comm_;
   TrainerOptions options_;
+  FaultInjection faults_;
 };
 
 }  // namespace lockstep
