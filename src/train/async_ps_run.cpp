@@ -2,7 +2,6 @@
 #include "train/async_ps_run.h"
 
 #include <ATen/ATen.h>
-#include <c10/core/GradMode.h>
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 
@@ -27,12 +26,12 @@ namespace lockstep::detail {
 AsyncPsRun::AsyncPsRun(std::shared_ptr<Communicator> comm, const TrainerOptions& options,
                        std::shared_ptr<torch::nn::Module> model, const FaultInjection& faults, const LossFn& loss,
                        const Dataset& train, const Dataset* validation, const CorrectFn& correct)
-    : comm_(std::move(comm)), o_(options), faults_(faults), model_(std::move(model)), lossFn_(loss), train_(train),
-      validation_(validation), correct_(correct), rank_(comm_->rank()),
+    : comm_(std::move(comm)), o_(options), faults_(faults), events_(options.callbacks), model_(std::move(model)),
+      lossFn_(loss), train_(train), validation_(validation), correct_(correct), rank_(comm_->rank()),
       role_(psRole(comm_->rank(), comm_->size(), options.ps)),
       sampler_(SamplerOptions{std::max<int64_t>(train.size(), 1), 0, 1, /*shuffle=*/true, options.seed,
                               /*dropLast=*/false}),
-      timer_(origin_, !options.callbacks.empty()) {
+      timer_(events_.origin(), events_.listening()) {
   checkOptions();
   batchesPerEpoch_ = sampler_.numBatches(o_.batchSize, /*dropLastBatch=*/true);
   if (batchesPerEpoch_ == 0) {
@@ -144,9 +143,7 @@ void AsyncPsRun::announce() {
   info.stepsPerEpoch = batchesPerEpoch_;
   info.epochs = (totalBatches_ + batchesPerEpoch_ - 1) / batchesPerEpoch_;
   info.globalBatch = o_.batchSize;
-  info.origin = origin_;
-  info.unixTimeAtOrigin = unixTimeAtOrigin_;
-  notify([&](TrainerCallback& c) { c.onFitStart(info); });
+  events_.fitStart(info);
 }
 
 void AsyncPsRun::serve() {
@@ -186,14 +183,7 @@ void AsyncPsRun::work() {
     timer_.endPhase(Phase::kCommWait);
     timer_.endPhase(Phase::kOptimizer);
     timer_.endStep({});
-    if (!o_.callbacks.empty()) {
-      StepRecord& record = timer_.record();
-      record.step = ticket + 1;
-      record.epoch = ticket / batchesPerEpoch_;
-      record.loss = loss;
-      record.lr = lr_;
-      notify([&](TrainerCallback& c) { c.onStepEnd(record); });
-    }
+    events_.stepEnd(timer_.record(), ticket + 1, ticket / batchesPerEpoch_, loss, lr_);
     windowLoss_ += loss;
     ++windowSteps_;
     if (worker.pushes() % o_.logEvery == 0) logWindow(ticket, lr_);
@@ -257,7 +247,7 @@ void AsyncPsRun::logWindow(int64_t ticket, double lr) {
                    samplesPerSecond,
                    seconds / static_cast<double>(windowSteps_),
                    timer_.sinceOrigin(now)};
-  notify([&](TrainerCallback& c) { c.onLog(record); });
+  events_.log(record);
   windowLoss_ = 0;
   windowSteps_ = 0;
   windowStart_ = Clock::now();
@@ -266,28 +256,15 @@ void AsyncPsRun::logWindow(int64_t ticket, double lr) {
 /// The final weights' loss (and accuracy) over the validation set, shared by the workers (collective;
 /// the servers take no part of it).
 void AsyncPsRun::validate() {
-  double sum = 0, count = 0, right = 0;
+  ValidationSums sums;
   if (!role_.server) {
-    c10::NoGradGuard noGrad;
-    model_->eval();
-    auto plan = validationPlan(validation_->size(), role_.index, role_.workers, o_.batchSize);
-    DataLoader loader(*validation_, o_.loader);
-    const size_t batches = plan.size();
-    loader.start(std::move(plan), 0);
-    AutocastGuard amp(o_.precision);
-    for (size_t k = 0; k < batches; ++k) {
-      Batch batch = loader.next();
-      const auto rows = static_cast<double>(batch.inputs.size(0));
-      sum += lossFn_(*model_, batch).item<double>() * rows;
-      if (correct_) right += static_cast<double>(correct_(*model_, batch));
-      count += rows;
-    }
-    model_->train();
+    sums = sumValidation(
+        *model_, *validation_, role_.index, role_.workers, o_,
+        [this](const Batch& batch, ValidationSums& s) { addValidationBatch(lossFn_, correct_, *model_, batch, s); });
   }
-  reduceValidation(*comm_, sum, count, right, correct_ != nullptr, result_);
-  ValidationRecord record{totalBatches_, (totalBatches_ - 1) / batchesPerEpoch_, result_.lastValidationLoss,
-                          result_.lastValidationAccuracy, timer_.sinceOrigin(Clock::now())};
-  notify([&](TrainerCallback& c) { c.onValidation(record); });
+  reduceValidation(*comm_, sums, correct_ != nullptr, result_);
+  events_.validation(totalBatches_, (totalBatches_ - 1) / batchesPerEpoch_, result_.lastValidationLoss,
+                     result_.lastValidationAccuracy);
   if (rank_ == 0) log::info(validationLine("final", result_));
 }
 
@@ -341,7 +318,7 @@ void AsyncPsRun::finish() {
                     "seconds each worker waited for the servers: {}",
                     result_.steps, result_.seconds, result_.samplesPerSecond, o_.ps.staleness, histogram, waits));
   }
-  notify([&](TrainerCallback& c) { c.onFitEnd(result_); });
+  events_.fitEnd(result_);
 }
 
 }  // namespace lockstep::detail

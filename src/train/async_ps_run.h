@@ -22,6 +22,7 @@
 #include "lockstep/data/sampler.h"
 #include "lockstep/train/checkpoint.h"
 #include "lockstep/train/trainer.h"
+#include "train/fit_events.h"
 #include "train/step_timer.h"
 
 namespace lockstep::detail {
@@ -46,17 +47,11 @@ class AsyncPsRun {
   void validate();
   void gather();
   void finish();
-  template <typename Fn>
-  void notify(Fn&& fn) {
-    for (const auto& c : o_.callbacks) fn(*c);
-  }
 
-  const Clock::time_point origin_ = Clock::now();
-  const double unixTimeAtOrigin_ =
-      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   std::shared_ptr<Communicator> comm_;
   const TrainerOptions& o_;
   const FaultInjection& faults_;
+  const FitEvents events_;  // before timer_, which takes its origin
   std::shared_ptr<torch::nn::Module> model_;
   const LossFn& lossFn_;
   const Dataset& train_;

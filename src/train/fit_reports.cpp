@@ -27,9 +27,31 @@ std::vector<std::vector<int64_t>> validationPlan(int64_t size, int rank, int wor
   return plan;
 }
 
-void reduceValidation(Communicator& comm, double sum, double count, double right, bool withAccuracy,
-                      FitResult& result) {
-  std::vector<at::Tensor> totals{at::tensor({sum, count, right}, at::kDouble)};
+ValidationSums sumValidation(torch::nn::Module& model, const Dataset& data, int rank, int world,
+                             const TrainerOptions& o, const std::function<void(const Batch&, ValidationSums&)>& add) {
+  c10::NoGradGuard noGrad;
+  model.eval();
+  auto plan = validationPlan(data.size(), rank, world, o.batchSize);
+  DataLoader loader(data, o.loader);
+  const size_t batches = plan.size();
+  loader.start(std::move(plan), 0);
+  ValidationSums sums;
+  AutocastGuard amp(o.precision);  // one scope: the weights' bf16 copies are cast once for every batch
+  for (size_t k = 0; k < batches; ++k) add(loader.next(), sums);
+  model.train();
+  return sums;
+}
+
+void addValidationBatch(const LossFn& loss, const CorrectFn& correct, torch::nn::Module& model, const Batch& batch,
+                        ValidationSums& sums) {
+  const auto rows = static_cast<double>(batch.inputs.size(0));
+  sums.loss += loss(model, batch).item<double>() * rows;
+  if (correct) sums.right += static_cast<double>(correct(model, batch));
+  sums.rows += rows;
+}
+
+void reduceValidation(Communicator& comm, const ValidationSums& sums, bool withAccuracy, FitResult& result) {
+  std::vector<at::Tensor> totals{at::tensor({sums.loss, sums.rows, sums.right}, at::kDouble)};
   comm.allreduce(totals, ReduceOp::kSum)->wait();
   const double total = totals[0][1].item<double>();
   result.lastValidationLoss = total > 0 ? totals[0][0].item<double>() / total : -1;
@@ -43,40 +65,24 @@ std::string validationLine(const std::string& when, const FitResult& result) {
 }
 
 void FitRun::validate(const std::string& when, int64_t ofEpoch) {
-  {
-    c10::NoGradGuard noGrad;
-    model_->eval();
-    auto plan = validationPlan(validation_->size(), dataRank_, dataWorld_, o_.batchSize);
-    DataLoader loader(*validation_, o_.loader);
-    const size_t batches = plan.size();
-    loader.start(std::move(plan), 0);
-    double sum = 0, count = 0, right = 0;
-    AutocastGuard amp(o_.precision);  // one scope: the weights' bf16 copies are cast once for every batch
-    for (size_t k = 0; k < batches; ++k) validateBatch(loader.next(), sum, count, right);
-    model_->train();
-    reduceValidation(comm_, sum, count, right,
-                     strategy_->runsTheModel() ? layered_->correct != nullptr : correct_ != nullptr, result_);
-  }
+  const ValidationSums sums = sumValidation(*model_, *validation_, dataRank_, dataWorld_, o_,
+                                            [this](const Batch& batch, ValidationSums& s) { validateBatch(batch, s); });
+  reduceValidation(comm_, sums, strategy_->runsTheModel() ? layered_->correct != nullptr : correct_ != nullptr,
+                   result_);
   validatedStep_ = at_.step;
-  ValidationRecord record{at_.step, ofEpoch, result_.lastValidationLoss, result_.lastValidationAccuracy,
-                          timer_.sinceOrigin(Clock::now())};
-  notify([&](TrainerCallback& c) { c.onValidation(record); });
+  events_.validation(at_.step, ofEpoch, result_.lastValidationLoss, result_.lastValidationAccuracy);
   if (master_) log::info(validationLine(when, result_));
 }
 
 /// Adds one batch's loss sum, rows and right answers (pipeline stages: on the last stage only).
-void FitRun::validateBatch(const Batch& batch, double& sum, double& count, double& right) {
+void FitRun::validateBatch(const Batch& batch, ValidationSums& sums) {
+  if (!strategy_->runsTheModel()) return addValidationBatch(lossFn_, correct_, *model_, batch, sums);
+  at::Tensor out = strategy_->evaluate(batch);
+  if (!out.defined()) return;
   const auto rows = static_cast<double>(batch.inputs.size(0));
-  if (strategy_->runsTheModel()) {
-    at::Tensor out = strategy_->evaluate(batch);
-    if (!out.defined()) return;
-    sum += layered_->loss(out, batch).item<double>() * rows;
-    if (layered_->correct) right += static_cast<double>(layered_->correct(out, batch));
-  } else {
-    sum += lossFn_(*model_, batch).item<double>() * rows;
-    if (correct_) right += static_cast<double>(correct_(*model_, batch));
-  }
-  count += rows;
+  sums.loss += layered_->loss(out, batch).item<double>() * rows;
+  if (layered_->correct) sums.right += static_cast<double>(layered_->correct(out, batch));
+  sums.rows += rows;
 }
 
 void FitRun::saveCheckpoint() {
@@ -86,12 +92,7 @@ void FitRun::saveCheckpoint() {
   if (at_.step == totalSteps_) {
     metrics.final = {result_.lastTrainLoss, result_.lastValidationLoss, result_.lastValidationAccuracy};
   }
-  // The peak resident set while saving, apart from training's (which it must not raise much):
-  // VmHWM is reset before and after each save, so it measures training and saving separately.
-  trainingPeakRss_ = std::max(trainingPeakRss_, peakResidentBytes());
-  peakRss_ = std::max(peakRss_, trainingPeakRss_);
-  const bool separate = resetPeakResidentBytes();
-  {
+  const std::string rss = memory_.whileSaving([&] {
     std::optional<TensorArchive> archive;
     if (master_) archive.emplace();
     strategy_->saveState(archive ? &*archive : nullptr);
@@ -99,16 +100,8 @@ void FitRun::saveCheckpoint() {
       detail::putTrainingMeta(*archive, at_, dataWorld_, o_, metrics);
       result_.lastCheckpoint = checkpoints_->save(at_.step, *archive);
     }
-  }
-  const int64_t peakSaving = peakResidentBytes();
-  peakRss_ = std::max(peakRss_, peakSaving);
-  if (separate) resetPeakResidentBytes();
-  if (master_) {
-    std::string rss = separate ? fmt::format("; peak RSS while saving {:.0f} MB, training's {:.0f} MB",
-                                             peakSaving / 1e6, trainingPeakRss_ / 1e6)
-                               : "";
-    log::info(fmt::format("checkpoint {} written (step {}){}", result_.lastCheckpoint, at_.step, rss));
-  }
+  });
+  if (master_) log::info(fmt::format("checkpoint {} written (step {}){}", result_.lastCheckpoint, at_.step, rss));
   if (faults_.crashAfterStep > 0 && at_.step == faults_.crashAfterStep) {
     // Every rank gets here; the barrier keeps the others alive until rank 0
     // wrote the file (a rank killed first would make the launcher stop rank 0 mid-write).
@@ -130,39 +123,6 @@ std::vector<double> FitRun::gatherLogWindow() {
   return std::vector<double>(all.data_ptr<double>(), all.data_ptr<double>() + world_);
 }
 
-/// Every rank's RankMemory into result_.memory (collective).
-void FitRun::gatherMemory() {
-  static constexpr int64_t RankMemory::*kFields[] = {&RankMemory::parameterBytes,     &RankMemory::gradientBytes,
-                                                     &RankMemory::optimizerBytes,     &RankMemory::commBufferBytes,
-                                                     &RankMemory::stepPeakBytes,      &RankMemory::peakRssBytes,
-                                                     &RankMemory::activationPeakBytes};
-  constexpr int64_t n = std::size(kFields);
-  RankMemory mine = strategy_->memory();
-  mine.stepPeakBytes = stepPeakBytes_;
-  mine.peakRssBytes = std::max(peakRss_, peakResidentBytes());
-  at::Tensor local = at::empty({n}, at::kLong);
-  at::Tensor all = at::empty({world_ * n}, at::kLong);
-  for (int64_t f = 0; f < n; ++f) local[f] = mine.*kFields[f];
-  comm_.allgather(local, all)->wait();
-  auto a = all.accessor<int64_t, 1>();
-  result_.memory.assign(static_cast<size_t>(world_), RankMemory{});
-  for (int r = 0; r < world_; ++r) {
-    RankMemory& m = result_.memory[static_cast<size_t>(r)];
-    m.rank = r;
-    for (int64_t f = 0; f < n; ++f) m.*kFields[f] = a[r * n + f];
-  }
-  if (master_) {
-    const RankMemory& m = result_.memory[0];
-    log::info(
-        fmt::format("memory (rank 0): model state {:.1f} MB = parameters {:.1f} + gradients {:.1f} + optimizer "
-                    "{:.1f}; communication buffers {:.1f} MB{}; peak RSS {:.0f} MB",
-                    m.modelStateBytes() / 1e6, m.parameterBytes / 1e6, m.gradientBytes / 1e6, m.optimizerBytes / 1e6,
-                    m.commBufferBytes / 1e6,
-                    m.stepPeakBytes >= 0 ? fmt::format("; forward+backward peak {:.1f} MB", m.stepPeakBytes / 1e6) : "",
-                    m.peakRssBytes / 1e6));
-  }
-}
-
 void FitRun::finish() {
   result_.steps = at_.step;
   result_.worldSize = world_;
@@ -174,7 +134,7 @@ void FitRun::finish() {
     result_.samplesPerSecond = static_cast<double>(timer_.timedSteps() * globalBatch_) / timer_.timedSeconds();
   }
   result_.breakdown = timer_.breakdown(comm_);
-  gatherMemory();
+  result_.memory = memory_.gather(comm_, strategy_->memory(), master_);
   strategy_->end();
   const StepBreakdown& b = result_.breakdown;
   if (master_) {
@@ -204,7 +164,7 @@ void FitRun::finish() {
                       100 * b.pipelineIdleFractionMax));
     }
   }
-  notify([&](TrainerCallback& c) { c.onFitEnd(result_); });
+  events_.fitEnd(result_);
 }
 
 }  // namespace lockstep::detail

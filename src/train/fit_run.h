@@ -1,4 +1,4 @@
-// fit_run.h — one Trainer::fit() call at work: the loop (trainer.cpp) and what it reports
+// fit_run.h — one Trainer::fit() call at work: the loop (fit_run.cpp) and what it reports
 // (fit_reports.cpp: validation, log windows, checkpoints, memory, the end). Private to train/.
 #pragma once
 
@@ -10,8 +10,11 @@
 #include "lockstep/data/sampler.h"
 #include "lockstep/train/strategy.h"
 #include "lockstep/train/trainer.h"
+#include "train/fit_events.h"
+#include "train/run_memory.h"
 #include "train/step_timer.h"
 #include "train/training_state.h"
+#include "train/validation.h"
 
 namespace lockstep::detail {
 
@@ -31,25 +34,18 @@ class FitRun {
   bool agreeLossIsFinite(double stepLoss);
   void logWindow();
   void validate(const std::string& when, int64_t ofEpoch);
-  void validateBatch(const Batch& batch, double& sum, double& count, double& right);
+  void validateBatch(const Batch& batch, ValidationSums& sums);
   std::unique_ptr<Strategy> buildStrategy();
   void saveCheckpoint();
   std::vector<double> gatherLogWindow();
   void finish();
   double applyLearningRate();
-  void gatherMemory();
-  template <typename Fn>
-  void notify(Fn&& fn) {
-    for (const auto& c : o_.callbacks) fn(*c);
-  }
 
-  const Clock::time_point origin_ = Clock::now();  // every time the callbacks see is relative to it
-  const double unixTimeAtOrigin_ =
-      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   std::shared_ptr<Communicator> commPtr_;
   Communicator& comm_;
   const TrainerOptions& o_;
   const FaultInjection& faults_;
+  const FitEvents events_;  // before timer_, which takes its origin
   std::shared_ptr<torch::nn::Module> model_;
   LossFn lossFn_;  // zero3 replaces it (and correct_) with calls that gather the parameters
   const Dataset& train_;
@@ -78,9 +74,7 @@ class FitRun {
   FitResult result_;
   int64_t savedStep_ = -1;
   int64_t validatedStep_ = -1;
-  int64_t peakRss_ = 0;                   // the largest VmHWM before each reset (checkpoints measure their own peak)
-  int64_t trainingPeakRss_ = 0;           // the same, outside checkpoint saving
-  int64_t stepPeakBytes_ = -1;            // max over steps of forward+backward tensor bytes, when tracked
+  RunMemory memory_;
   detail::RunMetrics::Reported regular_;  // what a checkpoint keeps of the reports (training_state.h)
   double windowLoss_ = 0;
   int64_t windowSteps_ = 0;

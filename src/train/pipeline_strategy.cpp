@@ -70,12 +70,7 @@ class PipelineStrategy final : public detail::SyncedStrategy {
 
   double trainBatch(const Batch& batch, double scale, bool sync) override {
     double loss = 0;
-    if (ddp_ && !sync) {
-      auto guard = ddp_->noSync();
-      loss = stage_->trainBatch(batch, loss_, scale);
-    } else {
-      loss = stage_->trainBatch(batch, loss_, scale);
-    }
+    runSynced(sync, [&] { loss = stage_->trainBatch(batch, loss_, scale); });
     activationPeak_ = std::max(activationPeak_, stage_->lastTimings().peakStoredBytes);
     return loss;
   }

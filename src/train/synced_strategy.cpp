@@ -8,14 +8,15 @@
 namespace lockstep::detail {
 
 void SyncedStrategy::backward(const at::Tensor& loss, bool sync) {
+  LOCKSTEP_ASSERT(gradientSync() != nullptr, "backward() before start()");
+  runSynced(sync, [&] { loss.backward(); });
+}
+
+void SyncedStrategy::runSynced(bool sync, const std::function<void()>& backward) {
   GradientSync* front = gradientSync();
-  LOCKSTEP_ASSERT(front != nullptr, "backward() before start()");
-  if (sync) {
-    loss.backward();
-  } else {
-    auto guard = front->noSync();
-    loss.backward();
-  }
+  if (sync || front == nullptr) return backward();
+  auto guard = front->noSync();
+  backward();
 }
 
 void SyncedStrategy::finishGradientSync() {

@@ -4,6 +4,7 @@
 // its per-bucket timings.
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include "lockstep/ddp/gradient_sync.h"
@@ -20,6 +21,9 @@ class SyncedStrategy : public Strategy {
  protected:
   /// The front; null while there is none (DDP before start(), a pipeline without replicas).
   virtual GradientSync* gradientSync() const = 0;
+  /// Runs `backward` (a loss's, or a pipeline stage's forward and backward) under the front's
+  /// noSync() unless `sync`: only a step's last micro-batch communicates.
+  void runSynced(bool sync, const std::function<void()>& backward);
 };
 
 }  // namespace lockstep::detail

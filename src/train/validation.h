@@ -1,8 +1,9 @@
-// validation.h — the pieces of a validation pass every fit() loop shares (fit_reports.cpp):
-// which samples a rank evaluates, the sums over ranks, the log line. Private to train/.
+// validation.h — the validation pass every fit() loop shares (fit_reports.cpp): which
+// samples a rank evaluates, the pass over them, the sums over ranks, the log line. Private to train/.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -12,9 +13,23 @@ namespace lockstep::detail {
 
 /// Shard `rank` of `world` of a set of `size` samples (rank, rank + world, ...) in batches of `batchSize`.
 std::vector<std::vector<int64_t>> validationPlan(int64_t size, int rank, int world, int64_t batchSize);
-/// Collective: sums every rank's loss x rows, rows and right answers, and sets the result's
-/// validation loss (and accuracy, when `withAccuracy`; -1 loss when no rows at all).
-void reduceValidation(Communicator& comm, double sum, double count, double right, bool withAccuracy, FitResult& result);
+/// One validation pass's sums over a rank's part: loss x rows, rows, right answers.
+struct ValidationSums {
+  double loss = 0;
+  double rows = 0;
+  double right = 0;
+};
+/// Calls `add` for each batch of shard `rank` of `world` of `data` (batches of o.batchSize) and
+/// returns the sums: without autograd, the model in eval mode (in train mode again after), under
+/// o.precision's autocast in one scope, so bf16 copies of the weights are cast once for every batch.
+ValidationSums sumValidation(torch::nn::Module& model, const Dataset& data, int rank, int world,
+                             const TrainerOptions& o, const std::function<void(const Batch&, ValidationSums&)>& add);
+/// Adds the batch's loss x rows, rows and (with `correct`) right answers of `model`.
+void addValidationBatch(const LossFn& loss, const CorrectFn& correct, torch::nn::Module& model, const Batch& batch,
+                        ValidationSums& sums);
+/// Collective: sums every rank's sums and sets the result's validation loss (and accuracy, when
+/// `withAccuracy`; -1 loss when no rows at all).
+void reduceValidation(Communicator& comm, const ValidationSums& sums, bool withAccuracy, FitResult& result);
 /// "<when> validation loss 0.1234, accuracy 85.00%" (the accuracy when measured).
 std::string validationLine(const std::string& when, const FitResult& result);
 

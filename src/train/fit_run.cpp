@@ -1,0 +1,301 @@
+// The Trainer's loop. FitRun holds one fit() call's state; each of its
+// methods is one part of the loop (a step, a log window, an epoch), and how
+// ranks stay in step is the Strategy's business (fit_run.h).
+#include "train/fit_run.h"
+
+#include <ATen/ATen.h>
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "lockstep/common/error.h"
+#include "lockstep/common/logging.h"
+#include "lockstep/data/sampler.h"
+#include "lockstep/train/strategy.h"
+#include "train/strategies.h"
+#include "train/test_slowdown.h"
+
+namespace lockstep::detail {
+
+namespace {
+
+/// Data is sharded over the pipelines: every stage of one gets the same batches.
+DistributedSampler makeSampler(const Dataset& train, int dataRank, int dataWorld, const TrainerOptions& o) {
+  LOCKSTEP_CHECK(train.size() > 0, "the training set is empty");
+  return DistributedSampler(
+      SamplerOptions{train.size(), dataRank, dataWorld, /*shuffle=*/true, o.seed, /*dropLast=*/false});
+}
+
+int stagesOf(const TrainerOptions& o, const LayeredModel* layered) {
+  return layered != nullptr ? static_cast<int>(o.pipeline.stages) : 1;
+}
+
+}  // namespace
+
+FitRun::FitRun(std::shared_ptr<Communicator> comm, const TrainerOptions& options,
+               std::shared_ptr<torch::nn::Module> model, const FaultInjection& faults, const LossFn& loss,
+               const Dataset& train, const Dataset* validation, const CorrectFn& correct, const LayeredModel* layered)
+    : commPtr_(std::move(comm)), comm_(*commPtr_), o_(options), faults_(faults), events_(options.callbacks),
+      model_(std::move(model)), lossFn_(loss), train_(train), validation_(validation), correct_(correct),
+      layered_(layered), rank_(comm_.rank()), world_(comm_.size()), master_(rank_ == 0),
+      dataRank_(rank_ / stagesOf(options, layered)), dataWorld_(world_ / stagesOf(options, layered)),
+      sampler_(makeSampler(train, dataRank_, dataWorld_, options)), loader_(train, options.loader),
+      timer_(events_.origin(), events_.listening()) {
+  microPerEpoch_ = sampler_.numBatches(o_.batchSize, /*dropLastBatch=*/true);
+  stepsPerEpoch_ = microPerEpoch_ / o_.accumulation;
+  if (stepsPerEpoch_ == 0) {
+    throw ConfigError(
+        fmt::format("the training set has {} samples: too few for one step of {} workers x batch {} x "
+                    "accumulation {}; lower trainer.batch_size",
+                    train.size(), dataWorld_, o_.batchSize, o_.accumulation));
+  }
+  totalSteps_ = o_.maxSteps > 0 ? o_.maxSteps : o_.epochs * stepsPerEpoch_;
+  globalBatch_ = o_.batchSize * dataWorld_ * o_.accumulation;
+  scaling_ = o_.lrScaling;
+  if (scaling_.baseBatch == 0) scaling_.baseBatch = o_.batchSize * o_.accumulation;
+
+  strategy_ = buildStrategy();
+  if (!o_.checkpoint.dir.empty())
+    checkpoints_ = std::make_unique<CheckpointDir>(o_.checkpoint.dir, o_.checkpoint.keepLast);
+}
+
+std::unique_ptr<Strategy> FitRun::buildStrategy() {
+  auto optimizer = o_.optimizerFactory ? o_.optimizerFactory(model_->parameters())
+                                       : makeOptimizer(o_.optimizer, model_->parameters());
+  LOCKSTEP_CHECK(optimizer != nullptr, "TrainerOptions::optimizerFactory returned no optimizer");
+  for (auto& group : optimizer->param_groups()) baseLrs_.push_back(group.options().get_lr());
+  LOCKSTEP_CHECK(!baseLrs_.empty(), "the optimizer has no parameter groups");
+  if (o_.strategy == StrategyType::kZero3 && o_.pipeline.stages <= 1) {
+    auto parts = makeZero3Strategy(model_, layered_, lossFn_, correct_, commPtr_, o_.ddp, std::move(optimizer));
+    lossFn_ = std::move(parts.loss);
+    correct_ = std::move(parts.correct);
+    return std::move(parts.strategy);
+  }
+  if (layered_ == nullptr) return makeStrategy(o_.strategy, model_, commPtr_, o_.ddp, std::move(optimizer));
+  if (o_.strategy != StrategyType::kDdp) {
+    throw ConfigError(
+        fmt::format("strategy.type {} cannot be combined with parallel.pipeline {}: the pipelines "
+                    "average each stage's gradients with ddp",
+                    toString(o_.strategy), o_.pipeline.stages));
+  }
+  PipelineOptions pipeline = o_.pipeline;
+  pipeline.precision = o_.precision;
+  return makePipelineStrategy(model_, layered_->layers, commPtr_, pipeline, layered_->loss, o_.ddp,
+                              std::move(optimizer));
+}
+
+FitResult FitRun::run() {
+  detail::RunMetrics metrics;
+  at_ = detail::resumeTraining(
+      o_, checkpoints_.get(), comm_,
+      [this](const TensorArchive& archive, bool report) { strategy_->loadState(archive, report); }, metrics,
+      dataWorld_);
+  result_.resumedFromStep = at_.step;
+  // A resumed run reports what its checkpoint reported until it has news, and continues the checkpoint's
+  // log window when every rank has its part of it. One with nothing left to do reports how it ended.
+  regular_ = metrics.regular;
+  const auto& reported = at_.step >= totalSteps_ && metrics.final ? *metrics.final : metrics.regular;
+  result_.lastTrainLoss = reported.trainLoss;
+  result_.lastValidationLoss = reported.validationLoss;
+  result_.lastValidationAccuracy = reported.validationAccuracy;
+  if (static_cast<int64_t>(metrics.windowLoss.size()) == world_) {
+    windowLoss_ = metrics.windowLoss[rank_];
+    windowSteps_ = metrics.windowSteps;
+  }
+  strategy_->start();
+  announce();
+  model_->train();
+  windowStart_ = Clock::now();
+  const auto runStart = Clock::now();
+  while (at_.step < totalSteps_) {
+    runEpoch();
+    if (at_.batchInEpoch + o_.accumulation > microPerEpoch_) {  // the epoch is complete
+      at_.epoch += 1;
+      at_.batchInEpoch = 0;
+      if (o_.validate && validation_) {
+        validate(fmt::format("epoch {}", at_.epoch), at_.epoch - 1);
+        regular_.validationLoss = result_.lastValidationLoss;
+        regular_.validationAccuracy = result_.lastValidationAccuracy;
+      }
+      // After the validation, so the checkpoint holds it (runEpoch leaves this step's checkpoint to here).
+      if (o_.checkpoint.every == 0 || at_.step % o_.checkpoint.every == 0) saveCheckpoint();
+    }
+  }
+  // A run that stops inside an epoch is still measured at its end.
+  if (o_.validate && validation_ && validatedStep_ != at_.step && at_.step > result_.resumedFromStep) {
+    validate(fmt::format("step {}", at_.step), at_.epoch);
+  }
+  if (checkpoints_ && savedStep_ != at_.step) saveCheckpoint();
+  result_.seconds = std::chrono::duration<double>(Clock::now() - runStart).count();
+  finish();
+  return result_;
+}
+
+void FitRun::announce() {
+  if (master_) {
+    if (o_.precision == Precision::kBf16) {
+      // Measured, not read from the CPU's flags: the flags do not say whether LibTorch's bf16 kernels for
+      // this CPU are the fast ones or the generic fallback (docs/activations-and-precision.md).
+      const std::string warning = bf16SpeedWarning(measureBf16MatmulSlowdown());
+      if (!warning.empty()) log::warn(warning);
+    }
+    log::info(fmt::format(
+        "training on {} worker(s): {} samples, per-worker batch {}{}, global batch {}; lr {} scaled to {} ({} rule, "
+        "base batch {}){}; {} optimizer steps ({} per epoch); {}{}",
+        world_, train_.size(), o_.batchSize,
+        o_.accumulation > 1 ? fmt::format(" x {} accumulated", o_.accumulation) : "", globalBatch_, baseLrs_[0],
+        scaledLearningRate(baseLrs_[0], globalBatch_, scaling_), toString(scaling_.rule), scaling_.baseBatch,
+        scaling_.warmupSteps > 0 ? fmt::format(", warmup {} steps", scaling_.warmupSteps) : "", totalSteps_,
+        stepsPerEpoch_, strategy_->describe(),
+        o_.precision == Precision::kFp32 ? "" : fmt::format("; {} autocast, float32 weights", toString(o_.precision))));
+  }
+  FitInfo info;
+  info.rank = rank_;
+  info.worldSize = world_;
+  info.totalSteps = totalSteps_;
+  info.startStep = at_.step;
+  info.stepsPerEpoch = stepsPerEpoch_;
+  info.epochs = o_.maxSteps > 0 ? (totalSteps_ + stepsPerEpoch_ - 1) / stepsPerEpoch_ : o_.epochs;
+  info.globalBatch = globalBatch_;
+  events_.fitStart(info);
+}
+
+/// The rest of the current epoch, up to the last step of the run.
+void FitRun::runEpoch() {
+  sampler_.setEpoch(at_.epoch);
+  const int64_t stepsLeft = totalSteps_ - at_.step;
+  const int64_t last = std::min(microPerEpoch_ - (microPerEpoch_ - at_.batchInEpoch) % o_.accumulation,
+                                at_.batchInEpoch + stepsLeft * o_.accumulation);
+  std::vector<std::vector<int64_t>> plan;
+  for (int64_t b = at_.batchInEpoch; b < last; ++b) plan.push_back(sampler_.batch(b, o_.batchSize));
+  loader_.start(std::move(plan), at_.epoch);
+  while (at_.batchInEpoch + o_.accumulation <= microPerEpoch_ && at_.step < totalSteps_) {
+    const double lr = applyLearningRate();
+    const double loss = trainStep();
+    at_.batchInEpoch += o_.accumulation;
+    ++at_.step;
+    timer_.endStep(strategy_->lastSyncTimings());
+    events_.stepEnd(timer_.record(), at_.step, at_.epoch, loss, lr);
+    windowLoss_ += loss;
+    ++windowSteps_;
+    ++stepsSinceLog_;
+    if (at_.step % o_.logEvery == 0 || at_.step == totalSteps_) logWindow();
+    // A step that ends the epoch or the run is checkpointed by run(), after its validation.
+    const bool epochEnds = at_.batchInEpoch + o_.accumulation > microPerEpoch_;
+    if (o_.checkpoint.every > 0 && at_.step % o_.checkpoint.every == 0 && !epochEnds && at_.step < totalSteps_) {
+      saveCheckpoint();
+    }
+  }
+}
+
+/// Sets this step's learning rate on every parameter group; returns the first group's.
+double FitRun::applyLearningRate() {
+  auto& groups = strategy_->optimizer().param_groups();
+  for (size_t g = 0; g < groups.size(); ++g) {
+    groups[g].options().set_lr(learningRateAt(at_.step, baseLrs_[g], globalBatch_, scaling_));
+  }
+  return groups[0].options().get_lr();
+}
+
+/// One optimizer step over `accumulation` micro-batches; returns this rank's loss.
+double FitRun::trainStep() {
+  // Undefined rather than zeroed (zero_grad(false) fills zeros): autograd then
+  // hands its gradient over without a copy, and DDP has no zeros to add into its
+  // buckets (80 MB of them per step on a 20M-parameter model).
+  for (auto& p : model_->parameters()) p.mutable_grad() = at::Tensor();
+  double stepLoss = 0;
+  memory_.beginCompute();
+  timer_.beginStep();
+  const auto computeStart = Clock::now();
+  for (int64_t m = 0; m < o_.accumulation; ++m) {
+    Batch batch = loader_.next();
+    timer_.endPhase(Phase::kDataWait);
+    if (strategy_->runsTheModel()) {
+      const double scale = 1.0 / static_cast<double>(o_.accumulation);
+      stepLoss += strategy_->trainBatch(batch, scale, /*sync=*/m + 1 == o_.accumulation) * scale;
+      timer_.endPipelineBatch(*strategy_->pipelineTimings());
+      continue;
+    }
+    at::Tensor loss;
+    {
+      AutocastGuard amp(o_.precision);
+      loss = lossFn_(*model_, batch);
+    }
+    loss = loss.to(at::kFloat) / static_cast<double>(o_.accumulation);
+    stepLoss += loss.item<double>();
+    timer_.endPhase(Phase::kForward);
+    strategy_->backward(loss, /*sync=*/m + 1 == o_.accumulation);
+    if (m + 1 == o_.accumulation) applyTestSlowdown(faults_, rank_, computeStart);  // a straggler: counted as backward
+    timer_.endPhase(Phase::kBackward);
+  }
+  memory_.endCompute();
+  strategy_->finishGradientSync();
+  timer_.endPhase(Phase::kCommWait);
+  if (agreeLossIsFinite(stepLoss)) strategy_->step(o_.clipGradNorm);
+  timer_.endPhase(Phase::kOptimizer);
+  return stepLoss;
+}
+
+/// Collective: whether every rank's loss of this step is finite; if not, stops
+/// (throws) or skips the update per trainer.nan_policy, naming the rank.
+bool FitRun::agreeLossIsFinite(double stepLoss) {
+  const bool finite = std::isfinite(stepLoss);
+  int culprit = finite ? -1 : rank_;
+  if (world_ > 1) {
+    std::vector<at::Tensor> flag{at::tensor({static_cast<double>(culprit)}, at::kDouble)};
+    comm_.allreduce(flag, ReduceOp::kMax)->wait();
+    culprit = static_cast<int>(flag[0].item<double>());
+  }
+  if (culprit < 0) return true;
+  const std::string what = fmt::format("the loss of step {} is not finite on rank {}{}", at_.step + 1, culprit,
+                                       finite ? std::string() : fmt::format(" ({})", stepLoss));
+  if (o_.nanPolicy == NanPolicy::kStop) {
+    throw Error(
+        fmt::format("{}: stopping (trainer.nan_policy: stop); the step was not applied and no checkpoint "
+                    "of it was written{}",
+                    what, result_.lastCheckpoint.empty() ? "" : "; the last one is " + result_.lastCheckpoint));
+  }
+  ++result_.skippedSteps;
+  if (master_) log::warn(what + ": step skipped, parameters unchanged (trainer.nan_policy: skip)");
+  return false;
+}
+
+/// The loss of the window averaged over ranks (collective), a progress line, onLog.
+void FitRun::logWindow() {
+  std::vector<at::Tensor> l{at::tensor({windowLoss_ / static_cast<double>(windowSteps_)}, at::kDouble)};
+  comm_.allreduce(l, ReduceOp::kAvg)->wait();
+  result_.lastTrainLoss = l[0].item<double>();
+  // A line cut short by the end of the run is not regular: the window goes on in the checkpoint.
+  const bool regular = at_.step % o_.logEvery == 0;
+  if (regular) regular_.trainLoss = result_.lastTrainLoss;
+  const auto now = Clock::now();
+  const double seconds = std::chrono::duration<double>(now - windowStart_).count();
+  const double samplesPerSecond = static_cast<double>(stepsSinceLog_ * globalBatch_) / seconds;
+  const double lr = strategy_->optimizer().param_groups()[0].options().get_lr();
+  if (master_) {
+    log::info(fmt::format("step {}/{} epoch {} loss {:.4f} lr {:.3g} {:.0f} samples/s", at_.step, totalSteps_,
+                          at_.epoch + 1, result_.lastTrainLoss, lr, samplesPerSecond));
+  }
+  LogRecord record{at_.step,
+                   totalSteps_,
+                   at_.epoch,
+                   result_.lastTrainLoss,
+                   lr,
+                   samplesPerSecond,
+                   seconds / static_cast<double>(stepsSinceLog_),
+                   timer_.sinceOrigin(now)};
+  events_.log(record);
+  if (regular) {
+    windowLoss_ = 0;
+    windowSteps_ = 0;
+  }
+  stepsSinceLog_ = 0;
+  windowStart_ = Clock::now();
+}
+
+}  // namespace lockstep::detail
