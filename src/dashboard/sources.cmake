@@ -25,6 +25,7 @@ add_custom_command(
   VERBATIM)
 
 add_library(lockstep_dashboard STATIC
+  ${CMAKE_CURRENT_LIST_DIR}/jsonl_file.cpp
   ${CMAKE_CURRENT_LIST_DIR}/run_reader.cpp
   ${CMAKE_CURRENT_LIST_DIR}/server.cpp
   ${CMAKE_CURRENT_LIST_DIR}/report.cpp

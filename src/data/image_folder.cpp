@@ -130,29 +130,19 @@ std::string badImageError(const std::string& path, const std::string& reason) {
       path, reason);
 }
 
-}  // namespace
-
-std::shared_ptr<ImageFolderDataset> ImageFolderDataset::open(const std::string& root,
-                                                             const ImageFolderOptions& options) {
-  LOCKSTEP_CHECK(options.channels == 1 || options.channels == 3, "ImageFolderOptions.channels = ", options.channels,
-                 ", expected 1 (grey) or 3 (RGB)");
-  LOCKSTEP_CHECK(options.resizeHeight >= 0 && options.resizeWidth >= 0 &&
-                     (options.resizeHeight == 0) == (options.resizeWidth == 0),
-                 "ImageFolderOptions.resizeHeight = ", options.resizeHeight, ", resizeWidth = ", options.resizeWidth,
-                 ", expected both 0 (no resize) or both > 0");
-  const bool resize = options.resizeHeight > 0;
-
+/// The checks on `root` itself: it must exist and be a directory.
+void checkRootFolder(const std::string& root) {
   std::error_code ec;
   const auto rootStatus = fs::status(root, ec);
   if (!fs::exists(rootStatus)) throw Error(fmt::format("image folder {} does not exist", root));
   if (!fs::is_directory(rootStatus)) {
     throw Error(fmt::format("image folder {} is not a directory (expected {}/<class>/<image>.png)", root, root));
   }
+}
 
-  std::shared_ptr<ImageFolderDataset> ds(new ImageFolderDataset());
-  ds->root_ = root;
-  ds->options_ = options;
-
+/// The class subdirectories of `root`, sorted by name: their index is the label.
+std::vector<fs::path> listClassDirs(const std::string& root) {
+  std::error_code ec;
   std::vector<fs::path> classDirs;
   int64_t loose = 0;
   for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
@@ -172,9 +162,14 @@ std::shared_ptr<ImageFolderDataset> ImageFolderDataset::open(const std::string& 
   }
   std::sort(classDirs.begin(), classDirs.end(),
             [](const fs::path& a, const fs::path& b) { return a.filename().string() < b.filename().string(); });
+  return classDirs;
+}
 
-  std::vector<std::string> files;
-  std::vector<int64_t> labels;
+/// Appends every image of every class to `files` (sorted within a class) with its label to `labels`,
+/// and each class's name to `classNames`. A class without images throws.
+void listImages(const std::string& root, const std::vector<fs::path>& classDirs, std::vector<std::string>& files,
+                std::vector<int64_t>& labels, std::vector<std::string>& classNames) {
+  std::error_code ec;
   for (size_t label = 0; label < classDirs.size(); ++label) {
     std::vector<std::string> classFiles;
     for (fs::directory_iterator it(classDirs[label], ec), end; !ec && it != end; it.increment(ec)) {
@@ -192,16 +187,21 @@ std::shared_ptr<ImageFolderDataset> ImageFolderDataset::open(const std::string& 
       files.push_back(std::move(f));
       labels.push_back(static_cast<int64_t>(label));
     }
-    ds->classNames_.push_back(classDirs[label].filename().string());
+    classNames.push_back(classDirs[label].filename().string());
   }
+}
 
-  // Every file's size (and with kSkip or the cache, its pixels) at once, in parallel.
-  struct Probe {
-    int width = 0;
-    int height = 0;
-    std::string error;
-    std::vector<uint8_t> planar;  // only when caching
-  };
+/// What open() learns of one file: its size, stb_image's reason when it cannot be read, its pixels when caching.
+struct Probe {
+  int width = 0;
+  int height = 0;
+  std::string error;
+  std::vector<uint8_t> planar;  // only when caching
+};
+
+/// Every file's size (and with kSkip or the cache, its pixels) at once, in parallel.
+std::vector<Probe> probeImages(const std::vector<std::string>& files, const ImageFolderOptions& options) {
+  const bool resize = options.resizeHeight > 0;
   const bool fullDecode = options.onBadImage == BadImagePolicy::kSkip || options.cacheDecoded;
   std::vector<Probe> probes(files.size());
   parallelFor(files.size(), [&](size_t i) {
@@ -218,7 +218,14 @@ std::shared_ptr<ImageFolderDataset> ImageFolderDataset::open(const std::string& 
     probe.planar.resize(static_cast<size_t>(options.channels * outH * outW));
     resizeBilinearToPlanar(pixels.get(), probe.height, probe.width, options.channels, outH, outW, probe.planar.data());
   });
+  return probes;
+}
 
+/// The indices of the files that could be read. An unreadable file throws under kAbort and is
+/// appended to `skipped` under kSkip; a class left without images throws.
+std::vector<size_t> keepDecodable(const std::vector<std::string>& files, const std::vector<int64_t>& labels,
+                                  const std::vector<Probe>& probes, const std::vector<fs::path>& classDirs,
+                                  const ImageFolderOptions& options, std::vector<std::string>& skipped) {
   std::vector<size_t> kept;
   std::vector<int64_t> perClass(classDirs.size(), 0);
   for (size_t i = 0; i < files.size(); ++i) {
@@ -228,7 +235,7 @@ std::shared_ptr<ImageFolderDataset> ImageFolderDataset::open(const std::string& 
     } else if (options.onBadImage == BadImagePolicy::kAbort) {
       throw Error(badImageError(files[i], probes[i].error));
     } else {
-      ds->skippedFiles_.push_back(files[i]);
+      skipped.push_back(files[i]);
     }
   }
   for (size_t label = 0; label < classDirs.size(); ++label) {
@@ -239,32 +246,64 @@ std::shared_ptr<ImageFolderDataset> ImageFolderDataset::open(const std::string& 
                       classDirs[label].string()));
     }
   }
+  return kept;
+}
 
-  ds->shape_.channels = options.channels;
-  if (resize) {
-    ds->shape_.height = options.resizeHeight;
-    ds->shape_.width = options.resizeWidth;
-  } else {
-    // The most common size is the reference (the first one seen on a tie); the first file off it is named.
-    std::map<std::pair<int, int>, size_t> counts;
-    for (size_t i : kept) ++counts[{probes[i].height, probes[i].width}];
-    size_t ref = kept.front();
-    for (size_t i : kept) {
-      if (counts[{probes[i].height, probes[i].width}] > counts[{probes[ref].height, probes[ref].width}]) ref = i;
-    }
-    const int refH = probes[ref].height, refW = probes[ref].width;
-    for (size_t i : kept) {
-      if (probes[i].height != refH || probes[i].width != refW) {
-        throw Error(fmt::format(
-            "{}: image is {}x{} (height x width) but {} of the {} images are {}x{} (e.g. {}); "
-            "without resizing all images must have one size: set ImageFolderOptions "
-            "resizeHeight and resizeWidth",
-            files[i], probes[i].height, probes[i].width, counts[{refH, refW}], kept.size(), refH, refW, files[ref]));
-      }
-    }
-    ds->shape_.height = refH;
-    ds->shape_.width = refW;
+/// The shape of every sample: the resize target, or else the one size all `kept` files must share.
+ImageShape sampleShape(const std::vector<std::string>& files, const std::vector<Probe>& probes,
+                       const std::vector<size_t>& kept, const ImageFolderOptions& options) {
+  ImageShape shape;
+  shape.channels = options.channels;
+  if (options.resizeHeight > 0) {
+    shape.height = options.resizeHeight;
+    shape.width = options.resizeWidth;
+    return shape;
   }
+  // The most common size is the reference (the first one seen on a tie); the first file off it is named.
+  std::map<std::pair<int, int>, size_t> counts;
+  for (size_t i : kept) ++counts[{probes[i].height, probes[i].width}];
+  size_t ref = kept.front();
+  for (size_t i : kept) {
+    if (counts[{probes[i].height, probes[i].width}] > counts[{probes[ref].height, probes[ref].width}]) ref = i;
+  }
+  const int refH = probes[ref].height, refW = probes[ref].width;
+  for (size_t i : kept) {
+    if (probes[i].height != refH || probes[i].width != refW) {
+      throw Error(fmt::format(
+          "{}: image is {}x{} (height x width) but {} of the {} images are {}x{} (e.g. {}); "
+          "without resizing all images must have one size: set ImageFolderOptions "
+          "resizeHeight and resizeWidth",
+          files[i], probes[i].height, probes[i].width, counts[{refH, refW}], kept.size(), refH, refW, files[ref]));
+    }
+  }
+  shape.height = refH;
+  shape.width = refW;
+  return shape;
+}
+
+}  // namespace
+
+std::shared_ptr<ImageFolderDataset> ImageFolderDataset::open(const std::string& root,
+                                                             const ImageFolderOptions& options) {
+  LOCKSTEP_CHECK(options.channels == 1 || options.channels == 3, "ImageFolderOptions.channels = ", options.channels,
+                 ", expected 1 (grey) or 3 (RGB)");
+  LOCKSTEP_CHECK(options.resizeHeight >= 0 && options.resizeWidth >= 0 &&
+                     (options.resizeHeight == 0) == (options.resizeWidth == 0),
+                 "ImageFolderOptions.resizeHeight = ", options.resizeHeight, ", resizeWidth = ", options.resizeWidth,
+                 ", expected both 0 (no resize) or both > 0");
+  checkRootFolder(root);
+
+  std::shared_ptr<ImageFolderDataset> ds(new ImageFolderDataset());
+  ds->root_ = root;
+  ds->options_ = options;
+
+  const std::vector<fs::path> classDirs = listClassDirs(root);
+  std::vector<std::string> files;
+  std::vector<int64_t> labels;
+  listImages(root, classDirs, files, labels, ds->classNames_);
+  std::vector<Probe> probes = probeImages(files, options);
+  const std::vector<size_t> kept = keepDecodable(files, labels, probes, classDirs, options, ds->skippedFiles_);
+  ds->shape_ = sampleShape(files, probes, kept, options);
 
   for (size_t i : kept) {
     ds->files_.push_back(std::move(files[i]));

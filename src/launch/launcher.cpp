@@ -1,6 +1,5 @@
 #include "lockstep/launch/launcher.h"
 
-#include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -23,6 +22,7 @@
 #include "launch/child_process.h"
 #include "launch/launch_commands.h"
 #include "launch/output_relay.h"
+#include "launch/signal_pipe.h"
 #include "lockstep/common/env.h"
 #include "lockstep/common/error.h"
 #include "lockstep/common/token.h"
@@ -44,59 +44,9 @@ using detail::portIsFree;
 using detail::remoteLaunchCommand;
 using detail::resolveProgram;
 using detail::shellQuote;
+using detail::SignalGuard;
+using detail::signalName;
 using detail::writeAll;  // errors writing our own stdout/stderr are ignored: nothing better to do
-
-// ---- signals: a self-pipe, so the poll loop sees them ----------------------
-int gSignalPipe[2] = {-1, -1};
-
-extern "C" void onSignal(int sig) {
-  int saved = errno;
-  unsigned char byte = static_cast<unsigned char>(sig);
-  ssize_t ignored = ::write(gSignalPipe[1], &byte, 1);
-  (void)ignored;
-  errno = saved;
-}
-
-/// Installs the handlers for the launcher's lifetime and restores the old ones.
-class SignalGuard {
- public:
-  SignalGuard() {
-    if (::pipe2(gSignalPipe, O_CLOEXEC | O_NONBLOCK) != 0) {
-      throw Error(std::string("pipe: ") + std::strerror(errno));
-    }
-    struct sigaction sa {};
-    sa.sa_handler = onSignal;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;
-    for (int s : kSignals) ::sigaction(s, &sa, &old_[index(s)]);
-    struct sigaction ignore {};
-    ignore.sa_handler = SIG_IGN;
-    ::sigaction(SIGPIPE, &ignore, &oldPipe_);
-  }
-  ~SignalGuard() {
-    for (int s : kSignals) ::sigaction(s, &old_[index(s)], nullptr);
-    ::sigaction(SIGPIPE, &oldPipe_, nullptr);
-    ::close(gSignalPipe[0]);
-    ::close(gSignalPipe[1]);
-    gSignalPipe[0] = gSignalPipe[1] = -1;
-  }
-  int readFd() const { return gSignalPipe[0]; }
-
- private:
-  static constexpr int kSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGCHLD};
-  static int index(int s) {
-    for (int i = 0; i < 4; ++i)
-      if (kSignals[i] == s) return i;
-    return 0;
-  }
-  struct sigaction old_[4]{};
-  struct sigaction oldPipe_ {};
-};
-
-std::string signalName(int sig) {
-  const char* abbrev = ::sigabbrev_np(sig);
-  return abbrev ? fmt::format("SIG{}", abbrev) : fmt::format("signal {}", sig);
-}
 
 std::string selfPath() {
   std::error_code ec;
