@@ -42,7 +42,7 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-/// Prints the medians over `rounds` of each side's mean time, the sides alternating in order.
+/// Prints the median (and min-max) over `rounds` of each side's mean time, the sides alternating in order.
 void compare(const std::string& what, const std::vector<std::pair<std::string, std::function<void()>>>& sides,
              int rounds, int reps) {
   std::vector<std::vector<double>> times(sides.size());
@@ -53,7 +53,10 @@ void compare(const std::string& what, const std::vector<std::pair<std::string, s
     }
   }
   std::printf("%-44s", what.c_str());
-  for (size_t s = 0; s < sides.size(); ++s) std::printf("  %s %7.2f ms", sides[s].first.c_str(), median(times[s]));
+  for (size_t s = 0; s < sides.size(); ++s) {
+    const auto [low, high] = std::minmax_element(times[s].begin(), times[s].end());
+    std::printf("  %s %7.2f ms (%.2f-%.2f)", sides[s].first.c_str(), median(times[s]), *low, *high);
+  }
   std::printf("\n");
 }
 

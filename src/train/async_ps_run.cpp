@@ -239,15 +239,9 @@ void AsyncPsRun::logWindow(int64_t ticket, double lr) {
                           ticket + 1, totalBatches_, ticket / batchesPerEpoch_ + 1, result_.lastTrainLoss, lr,
                           samplesPerSecond));
   }
-  LogRecord record{ticket + 1,
-                   totalBatches_,
-                   ticket / batchesPerEpoch_,
-                   result_.lastTrainLoss,
-                   lr,
-                   samplesPerSecond,
-                   seconds / static_cast<double>(windowSteps_),
-                   timer_.sinceOrigin(now)};
-  events_.log(record);
+  const double stepSeconds = seconds / static_cast<double>(windowSteps_);
+  const int64_t epoch = ticket / batchesPerEpoch_;
+  events_.log({ticket + 1, totalBatches_, epoch, result_.lastTrainLoss, lr, samplesPerSecond, stepSeconds}, now);
   windowLoss_ = 0;
   windowSteps_ = 0;
   windowStart_ = Clock::now();

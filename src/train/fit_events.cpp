@@ -20,7 +20,8 @@ void FitEvents::stepEnd(StepRecord& record, int64_t step, int64_t epoch, double 
   for (const auto& c : callbacks_) c->onStepEnd(record);
 }
 
-void FitEvents::log(const LogRecord& record) const {
+void FitEvents::log(LogRecord record, Clock::time_point at) const {
+  record.timeUs = sinceOrigin(at);
   for (const auto& c : callbacks_) c->onLog(record);
 }
 

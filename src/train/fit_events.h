@@ -29,7 +29,8 @@ class FitEvents {
   void fitStart(FitInfo info) const;
   /// onStepEnd with `record` (the step timer's) completed by the loop's fields.
   void stepEnd(StepRecord& record, int64_t step, int64_t epoch, double loss, double lr) const;
-  void log(const LogRecord& record) const;
+  /// onLog with `record` timed at `at`.
+  void log(LogRecord record, Clock::time_point at) const;
   /// onValidation at `step` of `epoch` with the result's validation figures, timed now.
   void validation(int64_t step, int64_t epoch, double loss, double accuracy) const;
   void fitEnd(const FitResult& result) const;

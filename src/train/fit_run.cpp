@@ -281,15 +281,8 @@ void FitRun::logWindow() {
     log::info(fmt::format("step {}/{} epoch {} loss {:.4f} lr {:.3g} {:.0f} samples/s", at_.step, totalSteps_,
                           at_.epoch + 1, result_.lastTrainLoss, lr, samplesPerSecond));
   }
-  LogRecord record{at_.step,
-                   totalSteps_,
-                   at_.epoch,
-                   result_.lastTrainLoss,
-                   lr,
-                   samplesPerSecond,
-                   seconds / static_cast<double>(stepsSinceLog_),
-                   timer_.sinceOrigin(now)};
-  events_.log(record);
+  const double stepSeconds = seconds / static_cast<double>(stepsSinceLog_);
+  events_.log({at_.step, totalSteps_, at_.epoch, result_.lastTrainLoss, lr, samplesPerSecond, stepSeconds}, now);
   if (regular) {
     windowLoss_ = 0;
     windowSteps_ = 0;
