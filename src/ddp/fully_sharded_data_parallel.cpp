@@ -237,17 +237,9 @@ FullyShardedDataParallel::FullyShardedDataParallel(std::shared_ptr<torch::nn::Mo
                                                    std::unique_ptr<torch::optim::Optimizer> optimizer,
                                                    DdpOptions options)
     : impl_(std::make_shared<Impl>()) {
-  LOCKSTEP_CHECK(module != nullptr && comm != nullptr && optimizer != nullptr,
-                 "FullyShardedDataParallel needs a module, a communicator and an optimizer");
-  LOCKSTEP_CHECK(options.compression == GradCompression::kNone && options.hook == nullptr,
-                 "ZeRO-3 reduce-scatters float32 gradients; gradient compression and comm hooks are DDP's only "
-                 "(set ddp.compression: none, or use strategy.type: ddp)");
   Impl& s = *impl_;
-  s.module = std::move(module);
+  s.setUp(std::move(module), std::move(comm), optimizer.get(), options, "FullyShardedDataParallel", "ZeRO-3");
   s.layers = std::move(layers);
-  s.comm = std::move(comm);
-  s.options = options;
-  s.collectParameters(*s.module, "ZeRO-3");
   LOCKSTEP_CHECK(!s.params.empty(), "ZeRO-3: the module has no trainable parameters");
   auto members = planUnits(s.params, s.names, s.layers);
   if (options.checkConsistency) checkModuleConsistency(*s.module, *s.comm);

@@ -1,7 +1,23 @@
 // sharded_core.cpp — src/ddp/sharded_core.h.
 #include "ddp/sharded_core.h"
 
+#include "lockstep/common/error.h"
+
 namespace lockstep::detail {
+
+void ShardedCore::setUp(std::shared_ptr<torch::nn::Module> m, std::shared_ptr<Communicator> c,
+                        const torch::optim::Optimizer* optimizer, const DdpOptions& o, const char* front,
+                        const char* stage) {
+  LOCKSTEP_CHECK(m != nullptr && c != nullptr && optimizer != nullptr, front,
+                 " needs a module, a communicator and an optimizer");
+  LOCKSTEP_CHECK(o.compression == GradCompression::kNone && o.hook == nullptr, stage,
+                 " reduce-scatters float32 gradients; gradient compression and comm hooks are DDP's only "
+                 "(set ddp.compression: none, or use strategy.type: ddp)");
+  module = std::move(m);
+  comm = std::move(c);
+  options = o;
+  collectParameters(*module, stage);
+}
 
 void ShardedCore::buildBuckets(const std::vector<std::vector<size_t>>& members) {
   for (const auto& group : members) {

@@ -36,6 +36,10 @@ struct ShardedCore : PieceOptimizer, BucketCollective {
   std::vector<ShardedBucket> buckets;
   std::unique_ptr<GradientReducer> reducer;
 
+  /// What both fronts' constructors do first: check the arguments (Error naming `front`, and
+  /// `stage` for options ZeRO does not take), keep them and collect the module's parameters.
+  void setUp(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Communicator> comm,
+             const torch::optim::Optimizer* optimizer, const DdpOptions& options, const char* front, const char* stage);
   /// One bucket per group of `members` (parameter indices), in order; also PieceOptimizer::plan.
   void buildBuckets(const std::vector<std::vector<size_t>>& members);
   /// The reducer over the buckets (launched last first when `reversed`), its hooks calling `onAccumulated`.

@@ -109,16 +109,8 @@ void ShardedDataParallel::Impl::gatherParameters() {
 ShardedDataParallel::ShardedDataParallel(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Communicator> comm,
                                          std::unique_ptr<torch::optim::Optimizer> optimizer, DdpOptions options)
     : impl_(std::make_shared<Impl>()) {
-  LOCKSTEP_CHECK(module != nullptr && comm != nullptr && optimizer != nullptr,
-                 "ShardedDataParallel needs a module, a communicator and an optimizer");
-  LOCKSTEP_CHECK(options.compression == GradCompression::kNone && options.hook == nullptr,
-                 "ZeRO-2 reduce-scatters float32 gradients; gradient compression and comm hooks are DDP's only "
-                 "(set ddp.compression: none, or use strategy.type: ddp)");
   Impl& s = *impl_;
-  s.module = std::move(module);
-  s.comm = std::move(comm);
-  s.options = options;
-  s.collectParameters(*s.module, "ZeRO-2");
+  s.setUp(std::move(module), std::move(comm), optimizer.get(), options, "ShardedDataParallel", "ZeRO-2");
   if (options.checkConsistency) checkModuleConsistency(*s.module, *s.comm);
   broadcastModule(*s.module, *s.comm);
 

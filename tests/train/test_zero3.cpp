@@ -14,6 +14,7 @@
 #include <cstdlib>
 
 #include "lockstep/ddp/fully_sharded_data_parallel.h"
+#include "lockstep/ddp/sharded_data_parallel.h"
 #include "lockstep/models/char_lstm.h"
 #include "lockstep/optim/optimizer.h"
 #include "lockstep/train/strategy.h"
@@ -248,6 +249,15 @@ TEST(Zero3, BadInputNamesTheParameterOrTheStrategy) {
     EXPECT_HAS(message, "CPU");
     EXPECT_HAS(test::errorOf([&] { makeStrategy(StrategyType::kZero3, local.ptr(), borrow(comm), {}, adam()); }),
                "FullyShardedDataParallel");
+    // What ZeRO does not take, named with the front and the stage.
+    EXPECT_HAS(test::errorOf([&] { FullyShardedDataParallel(local.ptr(), layers, borrow(comm), nullptr); }),
+               "FullyShardedDataParallel needs a module, a communicator and an optimizer");
+    DdpOptions compressed;
+    compressed.compression = GradCompression::kFp16;
+    EXPECT_HAS(test::errorOf([&] { ShardedDataParallel(local.ptr(), borrow(comm), adam(), compressed); }),
+               "ZeRO-2 reduce-scatters float32 gradients");
+    EXPECT_HAS(test::errorOf([&] { FullyShardedDataParallel(local.ptr(), layers, borrow(comm), adam(), compressed); }),
+               "ZeRO-3 reduce-scatters float32 gradients");
   });
 }
 
