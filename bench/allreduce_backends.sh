@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Allreduce latency and bandwidth of the Gloo and MPI backends, 2 workers on
 # this machine, in interleaved rounds (gloo mpi, mpi gloo, ...: bench/harness.sh)
-# so machine noise hits both; prints the median per size and the ratio.
+# so machine noise hits both; prints the median per size and the ratio, then
+# each side's median / min / max time per size.
 #   bench/allreduce_backends.sh [ROUNDS] [SIZES]
 # ROUNDS defaults to 5, SIZES to 4K,64K,1M,32M.
 # With BASE_LIBS=FOLDER (a copy of an earlier build's liblockstep*.so) it
@@ -35,4 +36,11 @@ for size in $(awk '{ print $2 }' "$OUT/all" | sort -n | uniq); do
   gt=$(median "$A" 3); mt=$(median "$B" 3); gb=$(median "$A" 4); mb=$(median "$B" 4)
   awk -v s="$size" -v gt="$gt" -v mt="$mt" -v gb="$gb" -v mb="$mb" \
       'BEGIN { printf "%12d %14.1f %14.1f %9.3f GB/s %7.3f GB/s %9.2fx\n", s, gt, mt, gb, mb, gt / mt }'
+done
+echo "time per allreduce, us: median / min / max over the rounds"
+for size in $(awk '{ print $2 }' "$OUT/all" | sort -n | uniq); do
+  for side in "$A" "$B"; do
+    printf '%12d %6s  %s\n' "$size" "$side" \
+      "$(awk -v b="$side" -v s="$size" '$1 == b && $2 == s { print $3 }' "$OUT/all" | spread_of)"
+  done
 done
