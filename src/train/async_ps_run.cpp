@@ -17,6 +17,7 @@
 #include "lockstep/optim/optimizer.h"
 #include "lockstep/train/checkpoint.h"
 #include "train/async_ps_checkpoint.h"
+#include "train/elements.h"
 #include "train/test_slowdown.h"
 #include "train/training_state.h"
 #include "train/validation.h"
@@ -103,9 +104,7 @@ void AsyncPsRun::resume() {
       [&](const TensorArchive& archive, bool /*report*/) {
         if (role_.server) {
           const auto params = model_->parameters();
-          int64_t elements = 0;
-          for (const auto& p : params) elements += p.numel();
-          const auto range = psShardRange(elements, role_.servers, role_.index);
+          const auto range = psShardRange(elementsOf(params), role_.servers, role_.index);
           resumedOptimizer_ = psShardOptimizerEntries(archive, params, range);
         }
         loadModelState(archive, *model_);

@@ -15,6 +15,7 @@
 #include "lockstep/optim/sharded_optimizer.h"
 #include "lockstep/train/checkpoint.h"
 #include "lockstep/train/strategy.h"
+#include "train/elements.h"
 #include "train/strategies.h"
 #include "train/synced_strategy.h"
 
@@ -61,10 +62,8 @@ class DdpStrategy final : public detail::SyncedStrategy {
       text += fmt::format(" (rank {} from synchronised step {})", options_.powerSgd.rank, options_.powerSgd.startStep);
     }
     if (sharded_) {
-      int64_t total = 0;
-      for (const auto& p : model_->parameters()) total += p.numel();
       text += fmt::format(", ZeRO-1: optimizer state sharded over {} rank(s), this one updates {} of {} elements",
-                          comm_->size(), sharded_->ownedElements(), total);
+                          comm_->size(), sharded_->ownedElements(), detail::elementsOf(model_->parameters()));
     }
     return text;
   }

@@ -44,10 +44,8 @@ ValidationSums sumValidation(torch::nn::Module& model, const Dataset& data, int 
 
 void addValidationBatch(const LossFn& loss, const CorrectFn& correct, torch::nn::Module& model, const Batch& batch,
                         ValidationSums& sums) {
-  const auto rows = static_cast<double>(batch.inputs.size(0));
-  sums.loss += loss(model, batch).item<double>() * rows;
-  if (correct) sums.right += static_cast<double>(correct(model, batch));
-  sums.rows += rows;
+  const at::Tensor mean = loss(model, batch);  // before `correct`: the model runs in a fixed order
+  sums.add(mean, correct ? correct(model, batch) : 0, batch);
 }
 
 void reduceValidation(Communicator& comm, const ValidationSums& sums, bool withAccuracy, FitResult& result) {
@@ -79,10 +77,8 @@ void FitRun::validateBatch(const Batch& batch, ValidationSums& sums) {
   if (!strategy_->runsTheModel()) return addValidationBatch(lossFn_, correct_, *model_, batch, sums);
   at::Tensor out = strategy_->evaluate(batch);
   if (!out.defined()) return;
-  const auto rows = static_cast<double>(batch.inputs.size(0));
-  sums.loss += layered_->loss(out, batch).item<double>() * rows;
-  if (layered_->correct) sums.right += static_cast<double>(layered_->correct(out, batch));
-  sums.rows += rows;
+  const at::Tensor mean = layered_->loss(out, batch);
+  sums.add(mean, layered_->correct ? layered_->correct(out, batch) : 0, batch);
 }
 
 void FitRun::saveCheckpoint() {

@@ -20,7 +20,7 @@ class Zero3Strategy final : public ShardedStrategy {
  public:
   Zero3Strategy(std::shared_ptr<FullyShardedDataParallel> zero, std::shared_ptr<torch::nn::Module> model,
                 std::shared_ptr<Communicator> comm)
-      : ShardedStrategy(zero, std::move(model), std::move(comm)), units_(zero->numUnits()), fsdp_(zero.get()) {}
+      : ShardedStrategy(std::move(zero), std::move(model), std::move(comm)) {}
 
   // Rank 0's model was broadcast at construction and a resume restored the same
   // checkpoint on every rank: the shards already agree.
@@ -29,19 +29,18 @@ class Zero3Strategy final : public ShardedStrategy {
   std::string describe() const override {
     return shardSummary(fmt::format("ZeRO-3 {} unit(s) gathered around their forward and backward: parameters, "
                                     "gradients and optimizer state",
-                                    units_),
+                                    fsdp().numUnits()),
                         "keeps");
   }
 
-  void end() override { fsdp_->restoreModule(); }
+  void end() override { fsdp().restoreModule(); }
 
   // The front writes and restores the model too: only it can assemble the parameters from the shards.
   void saveState(TensorArchive* archive) override { zero_->saveState(archive); }
   void loadState(const TensorArchive& archive, bool report) override { zero_->loadState(archive, report); }
 
  private:
-  const int units_;
-  FullyShardedDataParallel* fsdp_;  // zero_, as itself
+  FullyShardedDataParallel& fsdp() const { return static_cast<FullyShardedDataParallel&>(*zero_); }
 };
 
 }  // namespace

@@ -20,6 +20,7 @@
 #include "lockstep/optim/optimizer.h"
 #include "lockstep/train/checkpoint.h"
 #include "lockstep/train/strategy.h"
+#include "train/elements.h"
 #include "train/synced_strategy.h"
 
 namespace lockstep {
@@ -86,8 +87,7 @@ class PipelineStrategy final : public detail::SyncedStrategy {
   }
 
   std::string describe() const override {
-    int64_t elements = 0;
-    for (const auto& p : stage_->parameters()) elements += p.numel();
+    const int64_t elements = detail::elementsOf(stage_->parameters());
     std::string text = fmt::format(
         "pipeline of {} stages x {} micro-batches ({}), balance [{}]; this rank: stage {} of pipeline {}, layers "
         "{}..{}, {} parameters",

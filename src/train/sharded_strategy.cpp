@@ -12,6 +12,7 @@
 #include "lockstep/common/error.h"
 #include "lockstep/ddp/sharded_data_parallel.h"
 #include "lockstep/train/checkpoint.h"
+#include "train/elements.h"
 #include "train/strategies.h"
 
 namespace lockstep::detail {
@@ -37,10 +38,8 @@ RankMemory ShardedStrategy::memory() const {
 }
 
 std::string ShardedStrategy::shardSummary(const std::string& what, const std::string& verb) const {
-  int64_t total = 0;
-  for (const auto& p : model_->parameters()) total += p.numel();
   return fmt::format("{} sharded over {} rank(s), this one {} {} of {} elements", what, comm_->size(), verb,
-                     zero_->ownedElements(), total);
+                     zero_->ownedElements(), elementsOf(model_->parameters()));
 }
 
 namespace {
@@ -52,8 +51,8 @@ class Zero2Strategy final : public ShardedStrategy {
   // a resume then restores the pieces' optimizer state.
   Zero2Strategy(std::shared_ptr<torch::nn::Module> model, std::shared_ptr<Communicator> comm, DdpOptions options,
                 std::unique_ptr<torch::optim::Optimizer> optimizer)
-      : ShardedStrategy(std::make_shared<ShardedDataParallel>(model, comm, std::move(optimizer), options), model, comm),
-        buckets_(static_cast<ShardedDataParallel&>(*zero_).numBuckets()) {}
+      : ShardedStrategy(std::make_shared<ShardedDataParallel>(model, comm, std::move(optimizer), options), model,
+                        comm) {}
 
   // The model was broadcast at construction; a resume restored the same
   // checkpoint on every rank. Broadcast again so a model changed in between
@@ -61,7 +60,8 @@ class Zero2Strategy final : public ShardedStrategy {
   void start() override { broadcastModule(*model_, *comm_); }
 
   std::string describe() const override {
-    return shardSummary(fmt::format("ZeRO-2 {} bucket(s) reduce-scattered: gradients and optimizer state", buckets_),
+    const int buckets = static_cast<const ShardedDataParallel&>(*zero_).numBuckets();
+    return shardSummary(fmt::format("ZeRO-2 {} bucket(s) reduce-scattered: gradients and optimizer state", buckets),
                         "updates");
   }
 
@@ -75,9 +75,6 @@ class Zero2Strategy final : public ShardedStrategy {
     loadModelState(archive, *model_);
     zero_->loadState(archive, report);
   }
-
- private:
-  const int buckets_;
 };
 
 }  // namespace

@@ -18,6 +18,13 @@ struct ValidationSums {
   double loss = 0;
   double rows = 0;
   double right = 0;
+  /// One batch: `meanLoss` over its rows, and `correct` right answers.
+  void add(const at::Tensor& meanLoss, int64_t correct, const Batch& batch) {
+    const auto n = static_cast<double>(batch.inputs.size(0));
+    loss += meanLoss.item<double>() * n;
+    right += static_cast<double>(correct);
+    rows += n;
+  }
 };
 /// Calls `add` for each batch of shard `rank` of `world` of `data` (batches of o.batchSize) and
 /// returns the sums: without autograd, the model in eval mode (in train mode again after), under
