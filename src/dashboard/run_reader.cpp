@@ -44,8 +44,9 @@ std::vector<FieldSpec> valFields() {
 }
 
 std::vector<FieldSpec> systemFields() {
-  return {{"time", true, false}, {"cpu_percent", true}, {"rss_bytes", true},
-          {"threads"},           {"gpu_util"},          {"gpu_mem_bytes"}};
+  return {{"time", true, false}, {"cpu_percent", true}, {"rss_bytes", true}, {"threads"},
+          {"gpu_index"},         {"gpu_util"},          {"gpu_mem_bytes"},   {"gpu_mem_total_bytes"},
+          {"gpu_power_watts"},   {"gpu_sm_clock_mhz"},  {"gpu_temp_c"}};
 }
 
 std::vector<FieldSpec> phaseFields() {

@@ -93,9 +93,7 @@ void SystemMonitor::sample() {
   std::string line =
       fmt::format("{{\"time\":{:.6f},\"rank\":{},\"pid\":{},\"cpu_percent\":{:.2f},\"rss_bytes\":{},\"threads\":{}",
                   wall, rank_, ::getpid(), cpuPercent, stats.rssBytes, stats.threads);
-  if (auto gpu = gpu_->sample()) {
-    line += fmt::format(",\"gpu_util\":{:.1f},\"gpu_mem_bytes\":{}", gpu->utilPercent, gpu->memBytes);
-  }
+  if (auto gpu = gpu_->sample()) line += detail::gpuFields(*gpu);
   line += "}\n";
   file_->writeLine(line);
 }

@@ -107,9 +107,14 @@ inline void writeRunFixture(const std::string& dir, const RunFixture& f = {}) {
                             {"cpu_percent", 95.0 + r},
                             {"rss_bytes", 200000000 + i * 1000},
                             {"threads", 4}};
-      if (f.gpu) {
+      if (f.gpu) {  // as NVML reports an 80 GiB GPU per worker
+        sample["gpu_index"] = r;
         sample["gpu_util"] = 50.0 + r;
-        sample["gpu_mem_bytes"] = 1000000000;
+        sample["gpu_mem_bytes"] = 1000000000 + int64_t{100000000} * i;
+        sample["gpu_mem_total_bytes"] = int64_t{80} << 30;
+        sample["gpu_power_watts"] = 300.0 + r;
+        sample["gpu_sm_clock_mhz"] = 1980;
+        sample["gpu_temp_c"] = 40 + i % 3;
       }
       system += sample.dump() + "\n";
       phases += nlohmann::json{{"step", i + 1},       {"time", t0 + 10.0 * i},

@@ -130,6 +130,27 @@ void expectChartsDrawn(const std::string& dom, const std::string& where) {
   EXPECT_GT(intAttribute(state, "data-model-state"), 0) << "model state of the first row";
 }
 
+/// The page drew a GPU panel per worker of the GPU fixture: utilisation and memory over time,
+/// the last memory, power, clock and temperature in the caption.
+void expectGpuPanels(const std::string& dom, const std::string& where) {
+  SCOPED_TRACE(where);
+  auto gpus = tagAttributes(dom, "class=\"gpus");
+  EXPECT_EQ(intAttribute(gpus, "data-panels"), 2) << dom.substr(0, 4000);
+  EXPECT_EQ(gpus.count("hidden"), 0u);
+  for (const char* chart : {"data-chart=\"gpu-0\"", "data-chart=\"gpu-1\""}) {
+    auto attributes = tagAttributes(dom, chart);
+    EXPECT_EQ(intAttribute(attributes, "data-series-count"), 2) << chart;
+    DrawnLine line = drawnLine(dom, chart);
+    EXPECT_GE(line.distinctX, 2) << chart << " drew no line over time";
+  }
+  const test::RunFixture f;
+  const double lastMemGiB = (1e9 + 1e8 * (f.steps - 1)) / (1024.0 * 1024 * 1024);
+  EXPECT_NE(dom.find(fmt::format("rank 1 · GPU 1: utilisation and memory used, % (last: {:.1f} / 80.0 GiB, 301 W, "
+                                 "1980 MHz SM, {} °C)",
+                                 lastMemGiB, 40 + (f.steps - 1) % 3)),
+            std::string::npos);
+}
+
 const std::string kTinyConfig =
     test::tinyNamesConfig("  max_steps: 120\n  log_every: 2\n", "checkpoint:\n  dir: ckpt\n");
 
@@ -174,11 +195,18 @@ TEST(DashboardEndToEnd, ChromiumRendersTheDashboardAndTheReport) {
   async.ps = true;
   test::writeRunFixture(logdir + "/async", async);
 
+  // A run on GPUs (the gpu_* fields NVML gives each worker): one GPU panel per worker.
+  test::RunFixture gpu;
+  gpu.gpu = true;
+  test::writeRunFixture(logdir + "/gpu", gpu);
+
   {
     test::DashboardProcess dashboard(logdir);
+    expectGpuPanels(dumpDom(dashboard.url() + "#runs=gpu"), "dashboard");
     const std::string tinyDom = dumpDom(dashboard.url() + "#runs=tiny");
     expectChartsDrawn(tinyDom, "dashboard");
     EXPECT_EQ(tagAttributes(tinyDom, "class=\"staleness-table").count("hidden"), 1u) << "no histogram for DDP";
+    EXPECT_EQ(tagAttributes(tinyDom, "class=\"gpus").count("hidden"), 1u) << "no GPU panels for a CPU run";
     const std::string asyncDom = dumpDom(dashboard.url() + "#runs=async");
     auto staleness = tagAttributes(asyncDom, "class=\"staleness-table");
     EXPECT_EQ(staleness.count("hidden"), 0u) << asyncDom.substr(0, 4000);
@@ -201,6 +229,9 @@ TEST(DashboardEndToEnd, ChromiumRendersTheDashboardAndTheReport) {
   std::string dom = dumpDom("file://" + report);
   expectChartsDrawn(dom, "report");
   EXPECT_NE(dom.find("static report"), std::string::npos);
+  const std::string gpuReport = tmp + "/gpu-report.html";
+  ASSERT_EQ(test::runProcess({test::lockstepBin(), "report", logdir + "/gpu", "-o", gpuReport}).exitCode, 0);
+  expectGpuPanels(dumpDom("file://" + gpuReport), "report");
 }
 
 /// A sweep directory as `lockstep sweep` writes it: four trials of a 2-parameter space, ASHA rungs on

@@ -68,5 +68,36 @@ TEST(SystemStats, SamplerLinesShowABusyThread) {
   EXPECT_GT(busyMax, 50) << "one spinning thread should read near 100%";
 }
 
+TEST(GpuProbe, SampleFieldsLeaveOutWhatTheDeviceDoesNotReport) {
+  detail::GpuSample s;
+  EXPECT_EQ(detail::gpuFields(s), "");
+  s.index = 1;
+  s.utilPercent = 87;
+  s.memBytes = 3 << 20;
+  s.memTotalBytes = int64_t{80} << 30;
+  s.powerWatts = 312.25;
+  s.smClockMhz = 1980;
+  EXPECT_EQ(detail::gpuFields(s),
+            ",\"gpu_index\":1,\"gpu_util\":87.0,\"gpu_mem_bytes\":3145728,\"gpu_mem_total_bytes\":85899345920,"
+            "\"gpu_power_watts\":312.2,\"gpu_sm_clock_mhz\":1980");
+  s.temperatureC = 41;
+  auto line = nlohmann::json::parse("{\"time\":1" + detail::gpuFields(s) + "}");
+  EXPECT_EQ(line["gpu_temp_c"], 41);
+}
+
+TEST(GpuProbe, EachWorkerWatchesTheGpuCudaGivesIt) {
+  using detail::gpuFor;
+  EXPECT_EQ(gpuFor(3, nullptr, 4)->index, 3);
+  EXPECT_EQ(gpuFor(5, nullptr, 4)->index, 1);  // more workers than GPUs share them, as pickDevice does
+  EXPECT_FALSE(gpuFor(0, nullptr, 0).has_value());
+  EXPECT_EQ(gpuFor(1, "6,2", 8)->index, 2);
+  EXPECT_EQ(gpuFor(2, "6,2", 8)->index, 6);
+  EXPECT_EQ(gpuFor(0, "GPU-8d3f2c1a-0000,3", 8)->uuid, "GPU-8d3f2c1a-0000");
+  EXPECT_EQ(gpuFor(1, "5,-1,7", 8)->index, 5);  // CUDA stops at the first invalid entry
+  EXPECT_FALSE(gpuFor(0, "", 8).has_value());
+  EXPECT_FALSE(gpuFor(0, "-1", 8).has_value());
+  EXPECT_FALSE(gpuFor(0, "x", 8).has_value());
+}
+
 }  // namespace
 }  // namespace lockstep

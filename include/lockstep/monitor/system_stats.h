@@ -1,10 +1,12 @@
 // lockstep/monitor/system_stats.h — per-worker CPU, memory and thread samples.
 //
 // A background thread appends one line per interval to system/rank<R>.jsonl:
-// {"time","rank","pid","cpu_percent","rss_bytes","threads"}, plus "gpu_util"
-// and "gpu_mem_bytes" in builds where CMake found NVML (nvml.h) and the
-// driver's libnvidia-ml loads at run time. cpu_percent is process CPU time
-// over wall time, so two busy threads read 200.
+// {"time","rank","pid","cpu_percent","rss_bytes","threads"}, plus the
+// worker's GPU — "gpu_index", "gpu_util" (%), "gpu_mem_bytes",
+// "gpu_mem_total_bytes", "gpu_power_watts", "gpu_sm_clock_mhz", "gpu_temp_c",
+// each where the device reports it — in builds where CMake found NVML
+// (nvml.h) and the driver's libnvidia-ml loads at run time. cpu_percent is
+// process CPU time over wall time, so two busy threads read 200.
 #pragma once
 
 #include <condition_variable>

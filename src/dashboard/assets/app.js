@@ -125,6 +125,8 @@
       summary: el('div', { class: 'summary' }),
       error: el('div', { class: 'error', hidden: '' }),
       workers: el('div', { class: 'workers grid', 'data-run': name }),
+      gpusTitle: el('h3', { text: 'GPUs (one panel per worker; time since the run started)', hidden: '' }),
+      gpus: el('div', { class: 'gpus grid', 'data-panels': '0', hidden: '' }),
       memoryTitle: el('h3', { text: 'Memory per worker (end of run; MB = 10^6 bytes)', hidden: '' }),
       memory: el('table', { class: 'memory-table', 'data-ranks': '0', hidden: '' }),
       stalenessTitle: el('h3', { hidden: '' }),
@@ -142,6 +144,7 @@
     const root = el('section', { class: 'run-panel', 'data-run': name }, [
       parts.title, parts.summary, parts.error,
       el('h3', { text: 'Workers (one line per rank; time since the run started)' }), parts.workers,
+      parts.gpusTitle, parts.gpus,
       parts.memoryTitle, parts.memory,
       parts.stalenessTitle, parts.staleness,
       el('h3', { text: 'Step phases per rank' }),
@@ -160,6 +163,35 @@
     const chart = el('div', { class: 'chart', 'data-chart': opts.key });
     const fig = el('figure', {}, [el('figcaption', { text: title }), chart]);
     return { fig, chart, series, opts };
+  }
+
+  // One panel per worker's GPU (the gpu_* fields of system/rank<R>.jsonl): utilisation and memory
+  // used (% of the device's total) over time; the caption holds the last memory, power, SM clock
+  // and temperature readings.
+  function gpuPanels(system, t0) {
+    const GiB = 1024 * 1024 * 1024;
+    return system.filter((s) => column(s, 'gpu_util').some(isNum)).map((s) => {
+      const lastOf = (key) => { const v = column(s, key); for (let i = v.length - 1; i >= 0; i--) if (isNum(v[i])) return v[i]; return NaN; };
+      const xs = column(s, 'time').map((t) => t - t0);
+      const total = column(s, 'gpu_mem_total_bytes');
+      const memPct = column(s, 'gpu_mem_bytes').map((v, i) => (isNum(v) && isNum(total[i]) && total[i] > 0 ? 100 * v / total[i] : NaN));
+      const used = lastOf('gpu_mem_bytes'), all = lastOf('gpu_mem_total_bytes');
+      const facts = [
+        isNum(used) ? (used / GiB).toFixed(1) + (isNum(all) ? ' / ' + (all / GiB).toFixed(1) : '') + ' GiB' : null,
+        isNum(lastOf('gpu_power_watts')) ? lastOf('gpu_power_watts').toFixed(0) + ' W' : null,
+        isNum(lastOf('gpu_sm_clock_mhz')) ? lastOf('gpu_sm_clock_mhz').toFixed(0) + ' MHz SM' : null,
+        isNum(lastOf('gpu_temp_c')) ? lastOf('gpu_temp_c').toFixed(0) + ' °C' : null,
+      ].filter(Boolean);
+      const index = lastOf('gpu_index');
+      const title = 'rank ' + s.rank + (isNum(index) ? ' · GPU ' + index : '') + ': utilisation and memory used, % (last: ' +
+        (facts.join(', ') || '–') + ')';
+      const c = workerChart(title, [
+        { name: 'utilisation %', color: COLORS[0], mode: 'line', xs, ys: column(s, 'gpu_util') },
+        { name: 'memory used %', color: COLORS[1], mode: 'line', xs, ys: memPct },
+      ], { key: 'gpu-' + s.rank, xLabel: 'seconds', yZero: true });
+      c.fig.dataset.gpuPanel = String(s.rank);
+      return c;
+    });
   }
 
   // run.json "memory" (the Trainer's per-rank figures, written when the run finished).
@@ -247,6 +279,11 @@
     parts.workers.dataset.ranks = String(system.length);
     parts.workers.dataset.gpu = hasGpu ? 'yes' : 'no';
     for (const c of charts) lineChart(c.chart, c.series, Object.assign({ empty: 'no samples yet (system/rank<R>.jsonl)' }, c.opts));
+    const gpus = gpuPanels(system, t0);
+    parts.gpusTitle.hidden = parts.gpus.hidden = gpus.length === 0;
+    parts.gpus.replaceChildren(...gpus.map((c) => c.fig));
+    parts.gpus.dataset.panels = String(gpus.length);
+    for (const c of gpus) lineChart(c.chart, c.series, c.opts);
 
     renderMemory(parts, run.memory);
     renderStaleness(parts, run.ps);
