@@ -8,6 +8,7 @@
 #include "lockstep/comm/communicator.h"
 
 #include "launch/launch_commands.h"
+#include "lockstep/common/device.h"
 #include "lockstep/common/env.h"
 #include "lockstep/common/error.h"
 #include "lockstep/common/token.h"
@@ -17,7 +18,7 @@ namespace lockstep::cli {
 
 namespace {
 constexpr const char* kRunUsage =
-    "usage: lockstep run -np N [--nnodes M --node-rank K] [--master-addr A] [--master-port P]\n"
+    "usage: lockstep run -np N|gpu [--nnodes M --node-rank K] [--master-addr A] [--master-port P]\n"
     "                    [-H host1:slots,host2:slots [--rsh CMD]] [--iface IF] [--token-file F]\n"
     "                    [--max-restarts R] [--threads T] [--comm-timeout S] [--stop-grace S] [--no-prefix]\n"
     "                    [--bind none|core]\n"
@@ -39,6 +40,7 @@ std::vector<std::string> splitWords(const std::string& text) {
 struct RunArgs {
   LaunchOptions launch;
   CLI::Option* np = nullptr;
+  std::string npText;  ///< -np: a number, or gpu
   double stopGraceSeconds = 5.0;
   int threads = 0;
   std::string bind = "none";
@@ -53,8 +55,9 @@ struct RunArgs {
 
 void addRunOptions(CLI::App& app, RunArgs& r) {
   LaunchOptions& o = r.launch;
-  r.np = app.add_option("-n,--np,--nproc-per-node", o.nprocPerNode,
-                        "workers on this node (-np N); with -H the total, or left out");
+  r.np =
+      app.add_option("-n,--np,--nproc-per-node", r.npText,
+                     "workers on this node (-np N, or -np gpu: one per visible GPU); with -H the total, or left out");
   app.add_option("-H,--hosts", r.hosts, "start workers on these hosts over ssh: host1:slots,host2:slots");
   app.add_option("--rsh", r.rsh, "remote shell for -H (default \"ssh -o BatchMode=yes\"; env LOCKSTEP_RSH)");
   app.add_option("--iface", o.iface, "network interface Gloo uses (default: the one that reaches the master)");
@@ -85,6 +88,8 @@ void addRunOptions(CLI::App& app, RunArgs& r) {
 LaunchOptions launchOptionsFrom(const RunArgs& r, const std::vector<std::string>& positional,
                                 std::vector<std::string> command) {
   LaunchOptions o = r.launch;
+  if (r.np->count() > 0)
+    o.nprocPerNode = detail::parseWorkerCount(r.npText, r.npText == "gpu" ? visibleCudaDevices() : 0);
   if (!r.hosts.empty()) {
     o.hosts = parseHosts(r.hosts);
     int total = 0;

@@ -16,6 +16,7 @@
 
 #include "cli/commands.h"
 #include "cli/parse_args.h"
+#include "lockstep/common/device.h"
 #include "lockstep/common/error.h"
 #include "lockstep/common/logging.h"
 #include "lockstep/common/tensor_memory.h"
@@ -88,11 +89,13 @@ int train(const std::string& configFile, const std::vector<std::string>& overrid
   // Count tensor bytes from the start: the result's forward+backward peak (bench memory).
   trackTensorMemory();
   Context ctx = init();
+  pickDevice(config.trainer.device, ctx.world.localRank);  // no GPU for `device: cuda`: an error before any file
   if (config.monitor.dir.empty()) config.monitor.dir = defaultRunDir(configFile);
   std::string& checkpointDir = config.trainer.checkpoint.dir;
   if (checkpointDir.empty()) checkpointDir = defaultRunDir(configFile) + "/checkpoints";
   if (monitorDisabled(checkpointDir)) checkpointDir.clear();
   TrainerOptions options = config.trainer;
+  options.localRank = ctx.world.localRank;
   if (!monitorDisabled(config.monitor.dir)) {
     auto monitors = makeMonitorCallbacks(monitorOptions(config, ctx.world));
     options.callbacks.insert(options.callbacks.end(), monitors.begin(), monitors.end());

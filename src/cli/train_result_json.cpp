@@ -4,7 +4,8 @@
 // Schema (seconds are per optimizer step, means over the timed steps — the
 // first step of the run is excluded — on rank 0; *_max is the max over ranks):
 //   {"rank":0, "world_size":2, "threads_per_worker":1, "steps":100, "timed_steps":99,
-//    "resumed_from_step":0, "global_batch":256, "seconds":..., "samples_per_second":...,
+//    "resumed_from_step":0, "skipped_steps":0, "overflow_steps":0, "loss_scale":null (fp16: the scale),
+//    "global_batch":256, "seconds":..., "samples_per_second":...,
 //    "data_wait_seconds":..., "last_train_loss":..., "last_validation_loss":...,
 //    "last_validation_accuracy":..., "step_seconds":..., "step_seconds_max":...,
 //    "phases_seconds":{"data_wait":..., "forward":..., "backward":..., "comm_wait":..., "optimizer":...},
@@ -51,6 +52,9 @@ nlohmann::json toJson(const FitResult& r, int rank, int threads) {
           {"steps", r.steps},
           {"timed_steps", b.steps},
           {"resumed_from_step", r.resumedFromStep},
+          {"skipped_steps", r.skippedSteps},
+          {"overflow_steps", r.overflowSteps},
+          {"loss_scale", r.lossScale > 0 ? nlohmann::json(r.lossScale) : nullptr},
           {"global_batch", r.globalBatch},
           {"seconds", r.seconds},
           {"samples_per_second", r.samplesPerSecond},

@@ -29,6 +29,19 @@ Batch TensorDataset::batch(const std::vector<int64_t>& indices, int64_t) const {
   return {inputs_.index_select(0, index), targets_.index_select(0, index)};
 }
 
+namespace {
+
+/// `batch` on `device`: pinned, then copied without blocking (a CPU batch as it is).
+Batch deliver(Batch batch, c10::Device device) {
+  if (device.is_cpu()) return batch;
+  for (at::Tensor* t : {&batch.inputs, &batch.targets}) {
+    if (t->defined() && t->device() != device) *t = t->pin_memory().to(device, /*non_blocking=*/true);
+  }
+  return batch;
+}
+
+}  // namespace
+
 struct DataLoader::State {
   const Dataset* dataset = nullptr;
   LoaderOptions options;
@@ -62,7 +75,7 @@ struct DataLoader::State {
       Batch batch;
       std::exception_ptr error;
       try {
-        batch = dataset->batch(indices, e);
+        batch = deliver(dataset->batch(indices, e), options.device);
       } catch (...) { error = std::current_exception(); }
       lock.lock();
       if (gen != generation) continue;  // a new plan replaced this one
@@ -119,7 +132,7 @@ Batch DataLoader::next() {
     ++s.nextToServe;
     ++s.served;
     lock.unlock();
-    return s.dataset->batch(indices, epoch);
+    return deliver(s.dataset->batch(indices, epoch), s.options.device);
   }
   auto start = std::chrono::steady_clock::now();
   s.cv.wait(lock, [&] { return s.ready.count(want) || s.failed.count(want); });

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -200,6 +201,26 @@ bool isLockstepProgram(const std::string& path) {
     carry = window.substr(window.size() > needle.size() ? window.size() - needle.size() : 0);
   }
   return false;
+}
+
+int parseWorkerCount(const std::string& text, int visibleGpus) {
+  if (text == "gpu") {
+    if (visibleGpus > 0) return visibleGpus;
+    const char* mask = std::getenv("CUDA_VISIBLE_DEVICES");
+    throw ConfigError(
+        fmt::format("-np gpu: no CUDA device is visible (CUDA_VISIBLE_DEVICES {}); give the number of "
+                    "workers, e.g. -np 2",
+                    mask ? fmt::format("is '{}'", mask) : std::string("is unset")));
+  }
+  size_t used = 0;
+  int count = 0;
+  try {
+    count = std::stoi(text, &used);
+  } catch (const std::exception&) { used = 0; }
+  if (used == 0 || used != text.size()) {
+    throw ConfigError(fmt::format("-np '{}': expected a number of workers or gpu (one worker per visible GPU)", text));
+  }
+  return count;
 }
 
 void validateLaunchOptions(const LaunchOptions& o) {

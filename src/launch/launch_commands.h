@@ -15,6 +15,11 @@ namespace lockstep::detail {
 /// Throws ConfigError naming the flag when `options` cannot be launched.
 void validateLaunchOptions(const LaunchOptions& options);
 
+/// `-np TEXT`: a number of workers, or "gpu": one worker per visible GPU (`visibleGpus`, the
+/// CUDA runtime's count with CUDA_VISIBLE_DEVICES applied). ConfigError naming -np otherwise,
+/// and for gpu when no GPU is visible.
+int parseWorkerCount(const std::string& text, int visibleGpus);
+
 /// The shell command a -H launcher runs on host `nodeRank` through rsh (for logs and tests).
 std::string remoteLaunchCommand(const LaunchOptions& options, int nodeRank, const std::string& selfPath,
                                 const std::string& workingDir, const std::map<std::string, std::string>& forwardEnv);

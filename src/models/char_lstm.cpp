@@ -60,9 +60,11 @@ std::vector<int64_t> sampleSequence(CharLstmImpl& model, int64_t window, int64_t
   std::vector<int64_t> context(static_cast<size_t>(window), padIndex);
   std::vector<int64_t> out;
   c10::NoGradGuard noGrad;
+  const c10::Device device = model.parameters().front().device();
   while (static_cast<int64_t>(out.size()) < maxLength) {
-    at::Tensor input = at::tensor(context, at::kLong).view({1, window});
-    at::Tensor logits = model.forward(input).select(1, window - 1).squeeze(0);
+    at::Tensor input = at::tensor(context, at::kLong).view({1, window}).to(device);
+    // Drawn on the CPU with the CPU generator: the same names on every device.
+    at::Tensor logits = model.forward(input).select(1, window - 1).squeeze(0).to(at::kCPU, at::kFloat);
     logits[padIndex] = -std::numeric_limits<float>::infinity();  // padding is never a prediction
     at::Tensor probs = at::softmax(logits / temperature, 0);
     int64_t next = at::multinomial(probs, 1, false, generator).item<int64_t>();

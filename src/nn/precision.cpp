@@ -16,10 +16,9 @@
 namespace lockstep {
 
 namespace {
-constexpr EnumName<Precision> kPrecisionNames[] = {{Precision::kFp32, "fp32"},
-                                                   {Precision::kBf16, "bf16"},
-                                                   {Precision::kFp32, "float32"},
-                                                   {Precision::kBf16, "bfloat16"}};
+constexpr EnumName<Precision> kPrecisionNames[] = {{Precision::kFp32, "fp32"},     {Precision::kBf16, "bf16"},
+                                                   {Precision::kFp16, "fp16"},     {Precision::kFp32, "float32"},
+                                                   {Precision::kBf16, "bfloat16"}, {Precision::kFp16, "float16"}};
 }  // namespace
 
 const char* toString(Precision precision) { return enumName(kPrecisionNames, precision); }
@@ -58,10 +57,10 @@ std::string bf16SpeedWarning(double slowdown) {
       slowdown);
 }
 
-AutocastGuard::AutocastGuard(Precision precision) {
-  if (precision == Precision::kBf16) {
-    scope_ = std::make_unique<detail::AutocastScope>(c10::DeviceType::CPU, detail::AutocastState{true, at::kBFloat16});
-  }
+AutocastGuard::AutocastGuard(Precision precision, c10::DeviceType device) {
+  if (precision == Precision::kFp32) return;
+  const c10::ScalarType dtype = precision == Precision::kBf16 ? at::kBFloat16 : at::kHalf;
+  scope_ = std::make_unique<detail::AutocastScope>(device, detail::AutocastState{true, dtype});
 }
 
 AutocastGuard::~AutocastGuard() = default;

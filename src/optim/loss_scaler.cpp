@@ -71,10 +71,7 @@ void LossScaler::unscale(torch::optim::Optimizer& optimizer) {
 
 bool LossScaler::step(torch::optim::Optimizer& optimizer) {
   if (!unscaled_) unscale(optimizer);
-  if (foundInf_) {
-    ++skippedSteps_;
-    return false;
-  }
+  if (foundInf_) return false;
   optimizer.step();
   return true;
 }
@@ -82,6 +79,7 @@ bool LossScaler::step(torch::optim::Optimizer& optimizer) {
 void LossScaler::update() {
   LOCKSTEP_CHECK(unscaled_, "LossScaler::update called without a step (call step() or unscale() first)");
   if (foundInf_) {
+    ++skippedSteps_;
     scale_ *= options_.backoffFactor;
     growthTracker_ = 0;
   } else if (++growthTracker_ >= options_.growthInterval) {

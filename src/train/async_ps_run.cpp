@@ -73,6 +73,9 @@ void AsyncPsRun::checkOptions() const {
         fmt::format("lr_scaling.warmup_steps {}: {} keeps one learning rate on the servers (no warmup yet)",
                     o_.lrScaling.warmupSteps, why));
   }
+  if (o_.precision == Precision::kFp16) {
+    throw ConfigError(why + " does not scale the loss: precision fp16 needs strategy ddp (bf16 works here)");
+  }
   if (o_.optimizerFactory) {
     throw ConfigError(why +
                       " builds the servers' optimizers from optimizer.* (TrainerOptions::optimizerFactory is set)");

@@ -80,6 +80,7 @@ std::vector<Field> fieldsOf(TrainConfig& c) {
       {"lr_scaling.warmup_steps", &c.trainer.lrScaling.warmupSteps},
       {"strategy.type", choice(&c.trainer.strategy, parseStrategyType)},
       {"precision", choice(&c.trainer.precision, parsePrecision)},
+      {"device", choice(&c.trainer.device, parseDeviceChoice)},
       {"parallel.pipeline", &c.trainer.pipeline.stages},
       {"parallel.microbatches", &c.trainer.pipeline.microbatches},
       {"parallel.schedule", choice(&c.trainer.pipeline.schedule, parsePipelineSchedule)},
@@ -110,6 +111,8 @@ std::vector<Field> fieldsOf(TrainConfig& c) {
       {"monitor.progress_interval", &c.monitor.progressInterval},
       {"testing.slow_rank", &c.testing.slowRank},
       {"testing.slow_factor", &c.testing.slowFactor},
+      {"testing.inf_gradient_step", &c.testing.infGradientStep},
+      {"testing.inf_gradient_rank", &c.testing.infGradientRank},
   };
 }
 

@@ -36,7 +36,8 @@ ValidationSums sumValidation(torch::nn::Module& model, const Dataset& data, int 
   const size_t batches = plan.size();
   loader.start(std::move(plan), 0);
   ValidationSums sums;
-  AutocastGuard amp(o.precision);  // one scope: the weights' bf16 copies are cast once for every batch
+  AutocastGuard amp(o.precision,
+                    o.loader.device.type());  // one scope: the weights' bf16 copies are cast once for every batch
   for (size_t k = 0; k < batches; ++k) add(loader.next(), sums);
   model.train();
   return sums;
@@ -94,6 +95,10 @@ void FitRun::saveCheckpoint() {
     strategy_->saveState(archive ? &*archive : nullptr);
     if (master_) {
       detail::putTrainingMeta(*archive, at_, dataWorld_, o_, metrics);
+      if (scaler_) {
+        archive->putDouble(kLossScaleKey, scaler_->scale());
+        archive->putInt(kLossScaleGrowthKey, scaler_->growthTracker());
+      }
       result_.lastCheckpoint = checkpoints_->save(at_.step, *archive);
     }
   });

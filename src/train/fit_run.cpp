@@ -44,8 +44,8 @@ FitRun::FitRun(std::shared_ptr<Communicator> comm, const TrainerOptions& options
       model_(std::move(model)), lossFn_(loss), train_(train), validation_(validation), correct_(correct),
       layered_(layered), rank_(comm_.rank()), world_(comm_.size()), master_(rank_ == 0),
       dataRank_(rank_ / stagesOf(options, layered)), dataWorld_(world_ / stagesOf(options, layered)),
-      sampler_(makeSampler(train, dataRank_, dataWorld_, options)), loader_(train, options.loader),
-      timer_(events_.origin(), events_.listening()) {
+      deviceType_(options.loader.device.type()), sampler_(makeSampler(train, dataRank_, dataWorld_, options)),
+      loader_(train, options.loader), timer_(events_.origin(), events_.listening()) {
   microPerEpoch_ = sampler_.numBatches(o_.batchSize, /*dropLastBatch=*/true);
   stepsPerEpoch_ = microPerEpoch_ / o_.accumulation;
   if (stepsPerEpoch_ == 0) {
@@ -60,6 +60,15 @@ FitRun::FitRun(std::shared_ptr<Communicator> comm, const TrainerOptions& options
   if (scaling_.baseBatch == 0) scaling_.baseBatch = o_.batchSize * o_.accumulation;
 
   strategy_ = buildStrategy();
+  if (o_.precision == Precision::kFp16) {
+    if (o_.strategy != StrategyType::kDdp || layered != nullptr) {
+      throw ConfigError(
+          fmt::format("precision fp16 scales the loss with strategy ddp only, not with {}; use "
+                      "precision bf16 there",
+                      o_.strategy != StrategyType::kDdp ? toString(o_.strategy) : "parallel.pipeline"));
+    }
+    scaler_ = std::make_unique<LossScaler>(commPtr_, o_.lossScaler);
+  }
   if (!o_.checkpoint.dir.empty())
     checkpoints_ = std::make_unique<CheckpointDir>(o_.checkpoint.dir, o_.checkpoint.keepLast);
 }
@@ -93,8 +102,13 @@ FitResult FitRun::run() {
   detail::RunMetrics metrics;
   at_ = detail::resumeTraining(
       o_, checkpoints_.get(), comm_,
-      [this](const TensorArchive& archive, bool report) { strategy_->loadState(archive, report); }, metrics,
-      dataWorld_);
+      [this](const TensorArchive& archive, bool report) {
+        strategy_->loadState(archive, report);
+        if (scaler_ && archive.contains(kLossScaleKey)) {
+          scaler_->setState(archive.getDouble(kLossScaleKey), archive.getInt(kLossScaleGrowthKey));
+        }
+      },
+      metrics, dataWorld_);
   result_.resumedFromStep = at_.step;
   // A resumed run reports what its checkpoint reported until it has news, and continues the checkpoint's
   // log window when every rank has its part of it. One with nothing left to do reports how it ended.
@@ -223,20 +237,21 @@ double FitRun::trainStep() {
     }
     at::Tensor loss;
     {
-      AutocastGuard amp(o_.precision);
+      AutocastGuard amp(o_.precision, deviceType_);
       loss = lossFn_(*model_, batch);
     }
     loss = loss.to(at::kFloat) / static_cast<double>(o_.accumulation);
     stepLoss += loss.item<double>();
     timer_.endPhase(Phase::kForward);
-    strategy_->backward(loss, /*sync=*/m + 1 == o_.accumulation);
+    strategy_->backward(scaler_ ? scaler_->scale(loss) : loss, /*sync=*/m + 1 == o_.accumulation);
     if (m + 1 == o_.accumulation) applyTestSlowdown(faults_, rank_, computeStart);  // a straggler: counted as backward
     timer_.endPhase(Phase::kBackward);
   }
   memory_.endCompute();
   strategy_->finishGradientSync();
   timer_.endPhase(Phase::kCommWait);
-  if (agreeLossIsFinite(stepLoss)) strategy_->step(o_.clipGradNorm);
+  injectInfGradient();
+  if (agreeLossIsFinite(stepLoss) && unscaleGradients()) strategy_->step(o_.clipGradNorm);
   timer_.endPhase(Phase::kOptimizer);
   return stepLoss;
 }
@@ -263,6 +278,36 @@ bool FitRun::agreeLossIsFinite(double stepLoss) {
   ++result_.skippedSteps;
   if (master_) log::warn(what + ": step skipped, parameters unchanged (trainer.nan_policy: skip)");
   return false;
+}
+
+/// Precision fp16 (collective): divides the gradients by the loss scale and returns whether every
+/// rank's are finite; if not, the step is skipped and the scale backs off. Without a scaler: true.
+bool FitRun::unscaleGradients() {
+  if (!scaler_) return true;
+  scaler_->unscale(strategy_->optimizer());
+  const bool finite = !scaler_->foundInf();
+  const double scale = scaler_->scale();
+  scaler_->update();
+  result_.lossScale = scaler_->scale();
+  if (finite) return true;
+  ++result_.overflowSteps;
+  if (master_) {
+    log::warn(fmt::format("step {}: a gradient is not finite at loss scale {:g}: step skipped, scale now {:g}",
+                          at_.step + 1, scale, scaler_->scale()));
+  }
+  return false;
+}
+
+/// FaultInjection::infGradientStep: an inf in this rank's first gradient, once.
+void FitRun::injectInfGradient() {
+  if (faults_.infGradientStep != at_.step + 1 || faults_.infGradientRank != rank_) return;
+  for (auto& p : model_->parameters()) {
+    if (!p.grad().defined()) continue;
+    c10::NoGradGuard noGrad;
+    p.mutable_grad().view(-1)[0] = std::numeric_limits<float>::infinity();
+    log::warn(fmt::format("fault injection: an inf in a gradient of step {}", at_.step + 1));
+    return;
+  }
 }
 
 /// The loss of the window averaged over ranks (collective), a progress line, onLog.

@@ -32,6 +32,8 @@ class FitRun {
   void runEpoch();
   double trainStep();
   bool agreeLossIsFinite(double stepLoss);
+  bool unscaleGradients();
+  void injectInfGradient();
   void logWindow();
   void validate(const std::string& when, int64_t ofEpoch);
   void validateBatch(const Batch& batch, ValidationSums& sums);
@@ -55,8 +57,9 @@ class FitRun {
   const int rank_;
   const int world_;
   const bool master_;
-  const int dataRank_;   // this rank's pipeline (rank / stages); the rank without pipeline stages
-  const int dataWorld_;  // pipelines (world / stages)
+  const int dataRank_;                // this rank's pipeline (rank / stages); the rank without pipeline stages
+  const int dataWorld_;               // pipelines (world / stages)
+  const c10::DeviceType deviceType_;  // where autocast runs: the loader's device
 
   DistributedSampler sampler_;
   int64_t microPerEpoch_ = 0;
@@ -67,6 +70,7 @@ class FitRun {
   std::vector<double> baseLrs_;  // per parameter group, as the optimizer was built
 
   std::unique_ptr<Strategy> strategy_;
+  std::unique_ptr<LossScaler> scaler_;  // precision fp16
   std::unique_ptr<CheckpointDir> checkpoints_;
   DataLoader loader_;
   detail::StepTimer timer_;

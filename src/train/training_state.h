@@ -50,6 +50,11 @@ struct RunMetrics {
   std::vector<double> windowLoss;  ///< per rank; empty when the checkpoint has none (an older file)
 };
 
+/// Precision fp16: the loss scaler's scale and growth tracker, so that a resumed run scales as the
+/// uninterrupted one would.
+inline constexpr const char* kLossScaleKey = "meta/loss_scale";
+inline constexpr const char* kLossScaleGrowthKey = "meta/loss_scale_growth";
+
 /// The meta/ and extra/ entries; throws CheckpointError for missing or negative counts.
 CheckpointInfo readCheckpointMeta(const TensorArchive& archive);
 

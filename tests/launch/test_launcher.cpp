@@ -15,6 +15,7 @@
 
 #include "launch/launch_commands.h"
 #include "lockstep/comm/communicator.h"
+#include "lockstep/common/error.h"
 #include "lockstep/launch/launcher.h"
 #include "support/subprocess.h"
 
@@ -228,7 +229,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadArgs{{"-H", "a:2,b c:2", "--", "true"}, "-H entry 'b c:2': a host name cannot contain blanks"},
         BadArgs{{"-np", "2", "--bogus", "--", "true"}, "unknown option '--bogus'"},
         BadArgs{{"-np", "2", "--bogus", "true"}, "unknown option '--bogus'"},
-        BadArgs{{"-np", "two", "--", "true"}, "Could not convert: --np = two"},
+        BadArgs{{"-np", "two", "--", "true"},
+                "-np 'two': expected a number of workers or gpu (one worker per visible GPU)"},
         BadArgs{{"--", "true"}, "-np N is required"}, BadArgs{{"-np", "2"}, "missing the program to run"},
         BadArgs{{"-np", "2", "--", "/no/such/program"}, "program '/no/such/program' not found"},
         BadArgs{{"-np", "2", "--", "no-such-program-xyz"}, "program 'no-such-program-xyz' not found"},
@@ -265,6 +267,20 @@ TEST(Launcher, RestartsAreBoundedByMaxRestarts) {
       << r.err;
   EXPECT_TRUE(contains(r.err, "giving up: the group failed 3 time(s) and --max-restarts is 2")) << r.err;
   EXPECT_LT(r.seconds, 25) << "the surviving rank was not stopped after each failure";
+}
+
+TEST(Launcher, WorkerCountsAreNumbersOrOnePerGpu) {
+  EXPECT_EQ(detail::parseWorkerCount("3", 0), 3);
+  EXPECT_EQ(detail::parseWorkerCount("gpu", 8), 8);
+  EXPECT_THROW(detail::parseWorkerCount("3x", 8), ConfigError);
+  EXPECT_THROW(detail::parseWorkerCount("", 8), ConfigError);
+  // Through the command line, with every GPU hidden from the CUDA runtime.
+  ProcessOptions hidden;
+  hidden.setEnv = {{"CUDA_VISIBLE_DEVICES", ""}};
+  auto none = run({"-np", "gpu", "--", "true"}, hidden);
+  EXPECT_EQ(none.exitCode, 2) << none.err;
+  EXPECT_TRUE(contains(none.err, "-np gpu: no CUDA device is visible (CUDA_VISIBLE_DEVICES is ''); give the number"))
+      << none.err;
 }
 
 TEST(Launcher, HostListsParse) {

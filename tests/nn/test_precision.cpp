@@ -20,24 +20,25 @@ namespace lockstep {
 namespace {
 
 TEST(Precision, GuardSetsAndRestoresTheThreadsAutocastState) {
-  ASSERT_FALSE(at::autocast::is_cpu_enabled());
-  const auto dtypeBefore = at::autocast::get_autocast_cpu_dtype();
+  ASSERT_FALSE(at::autocast::is_autocast_enabled(at::kCPU));
+  const auto dtypeBefore = at::autocast::get_autocast_dtype(at::kCPU);
   {
     AutocastGuard fp32(Precision::kFp32);
-    EXPECT_FALSE(at::autocast::is_cpu_enabled());
+    EXPECT_FALSE(at::autocast::is_autocast_enabled(at::kCPU));
   }
   {
     AutocastGuard outer(Precision::kBf16);
-    EXPECT_TRUE(at::autocast::is_cpu_enabled());
-    EXPECT_EQ(at::autocast::get_autocast_cpu_dtype(), at::kBFloat16);
+    EXPECT_TRUE(at::autocast::is_autocast_enabled(at::kCPU));
+    EXPECT_EQ(at::autocast::get_autocast_dtype(at::kCPU), at::kBFloat16);
     {
       AutocastGuard inner(Precision::kBf16);
-      EXPECT_TRUE(at::autocast::is_cpu_enabled());
+      EXPECT_TRUE(at::autocast::is_autocast_enabled(at::kCPU));
     }
-    EXPECT_TRUE(at::autocast::is_cpu_enabled()) << "the inner guard switched autocast off for the outer one";
+    EXPECT_TRUE(at::autocast::is_autocast_enabled(at::kCPU))
+        << "the inner guard switched autocast off for the outer one";
   }
-  EXPECT_FALSE(at::autocast::is_cpu_enabled());
-  EXPECT_EQ(at::autocast::get_autocast_cpu_dtype(), dtypeBefore);
+  EXPECT_FALSE(at::autocast::is_autocast_enabled(at::kCPU));
+  EXPECT_EQ(at::autocast::get_autocast_dtype(at::kCPU), dtypeBefore);
 }
 
 TEST(Precision, Bf16ComputesInBf16AndKeepsWeightsAndGradientsFloat32) {
@@ -103,14 +104,34 @@ TEST(Precision, TheBuiltInModelsRunUnderBf16) {
 TEST(Precision, ParsesNamesAndRefusesOthers) {
   EXPECT_EQ(parsePrecision("bf16", "precision"), Precision::kBf16);
   EXPECT_EQ(parsePrecision("FP32", "precision"), Precision::kFp32);
+  EXPECT_EQ(parsePrecision("float16", "precision"), Precision::kFp16);
   EXPECT_STREQ(toString(Precision::kBf16), "bf16");
+  EXPECT_STREQ(toString(Precision::kFp16), "fp16");
   try {
-    parsePrecision("fp16", "precision");
+    parsePrecision("fp8", "precision");
     FAIL() << "no error";
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("precision 'fp16' is unknown; expected fp32 or bf16"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("precision 'fp8' is unknown; expected fp32, bf16 or fp16"), std::string::npos)
         << e.what();
   }
+}
+
+// The guard turns on the autocast of the run's device type (no GPU needed to set CUDA's state).
+TEST(Precision, TheGuardSetsTheAutocastOfItsDeviceType) {
+  {
+    AutocastGuard fp16(Precision::kFp16);
+    EXPECT_TRUE(at::autocast::is_autocast_enabled(at::kCPU));
+    EXPECT_EQ(at::autocast::get_autocast_dtype(at::kCPU), at::kHalf);
+    EXPECT_FALSE(at::autocast::is_autocast_enabled(at::kCUDA));
+  }
+  {
+    AutocastGuard cuda(Precision::kBf16, c10::DeviceType::CUDA);
+    EXPECT_TRUE(at::autocast::is_autocast_enabled(at::kCUDA));
+    EXPECT_EQ(at::autocast::get_autocast_dtype(at::kCUDA), at::kBFloat16);
+    EXPECT_FALSE(at::autocast::is_autocast_enabled(at::kCPU));
+  }
+  EXPECT_FALSE(at::autocast::is_autocast_enabled(at::kCUDA));
+  EXPECT_FALSE(at::autocast::is_autocast_enabled(at::kCPU));
 }
 
 TEST(Precision, WarnsOnlyWhereBf16MatrixProductsAreMeasuredSlow) {

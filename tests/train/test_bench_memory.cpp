@@ -102,9 +102,9 @@ TEST(BenchMemory, BadArgumentsAreUsageErrors) {
   r = lockstep(dir, {"bench", "memory", "tiny.yaml"});
   EXPECT_EQ(r.exitCode, 2);
   EXPECT_NE(r.err.find("missing --np"), std::string::npos) << r.err;
-  r = lockstep(dir, {"bench", "memory", "tiny.yaml", "--np", "2", "precision=fp16"});
+  r = lockstep(dir, {"bench", "memory", "tiny.yaml", "--np", "2", "precision=fp8"});
   EXPECT_EQ(r.exitCode, 2);
-  EXPECT_NE(r.err.find("precision 'fp16' is unknown; expected fp32 or bf16"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("precision 'fp8' is unknown; expected fp32, bf16 or fp16"), std::string::npos) << r.err;
 }
 
 }  // namespace

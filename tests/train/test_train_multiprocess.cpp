@@ -389,5 +389,24 @@ TEST(TrainMultiprocess, ConfigErrorsExitWithCode2) {
   EXPECT_NE(missing.err.find("/no/such.csv"), std::string::npos) << missing.err;
 }
 
+// With every GPU hidden, device cuda is a configuration error naming the key, nothing is
+// trained; auto trains on the CPU (common/device.h).
+TEST(TrainMultiprocess, DeviceCudaWithoutAVisibleGpuExitsWithCode2) {
+  std::string dir = makeRunDir();
+  test::ProcessOptions hidden;
+  hidden.setEnv = {{"CUDA_VISIBLE_DEVICES", ""}};
+  auto cuda = train(dir, 1, "device=cuda", hidden);
+  EXPECT_EQ(cuda.exitCode, 2) << cuda.err;
+  EXPECT_NE(cuda.err.find("device: cuda, but no CUDA device is visible to this process (CUDA_VISIBLE_DEVICES is '')"),
+            std::string::npos)
+      << cuda.err;
+  auto bogus = train(dir, 1, "device=gpu", hidden);
+  EXPECT_EQ(bogus.exitCode, 2) << bogus.err;
+  EXPECT_NE(bogus.err.find("device 'gpu' is unknown; expected auto, cpu or cuda"), std::string::npos) << bogus.err;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/ckpt")) << "a failed start wrote checkpoints";
+  auto cpu = train(dir, 1, "device=auto trainer.max_steps=4", hidden);
+  EXPECT_EQ(cpu.exitCode, 0) << cpu.err;
+}
+
 }  // namespace
 }  // namespace lockstep

@@ -12,6 +12,8 @@
 // next() and start() are called from one thread (the trainer's).
 #pragma once
 
+#include <c10/core/Device.h>
+
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -23,6 +25,10 @@ namespace lockstep {
 struct LoaderOptions {
   int numWorkers = 2;
   int prefetch = 4;  ///< batches ready or in progress ahead of the consumer
+  /// Where next() delivers batches. Off the CPU, the thread that makes a batch pins it
+  /// (page-locked host memory) and starts its copy without waiting for it, on the device's
+  /// default stream, where the consumer's work on the batch runs after it.
+  c10::Device device = c10::kCPU;
 };
 
 class DataLoader {

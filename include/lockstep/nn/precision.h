@@ -1,4 +1,4 @@
-// lockstep/nn/precision.h — mixed precision: bf16 compute, float32 weights.
+// lockstep/nn/precision.h — mixed precision: bf16 or fp16 compute, float32 weights.
 //
 //   {
 //     lockstep::AutocastGuard amp(lockstep::Precision::kBf16);
@@ -12,8 +12,11 @@
 // the ops on its float32 list (losses, softmax, norms) stay in float32; the
 // parameters, their gradients and the optimizer state stay float32, so DDP
 // averages float32 gradients as before (ddp.compression is a separate knob).
-// bfloat16 has float32's exponent range: no loss scaling is needed
-// (optim/loss_scaler.h is for float16).
+// bfloat16 has float32's exponent range: no loss scaling is needed.
+// Precision::kFp16 does the same in float16, whose range is narrow: small
+// gradients underflow unless the loss is scaled (optim/loss_scaler.h; the
+// Trainer does it). CPU autocast has no float16 LSTM kernel; CUDA has all.
+// The guard's device type picks CPU or CUDA autocast (the run's device).
 //
 // The autocast state is thread-local and LibTorch's C++ API gives it no RAII
 // guard: this one saves the enabled flag and the dtype, counts its nesting
@@ -21,6 +24,8 @@
 // Python context manager does. Guards nest; each restores what it found.
 // Precision::kFp32 makes a guard that changes nothing.
 #pragma once
+
+#include <c10/core/DeviceType.h>
 
 #include <memory>
 #include <string>
@@ -31,8 +36,8 @@ namespace detail {
 class AutocastScope;
 }
 
-/// Config key `precision` (fp32, bf16).
-enum class Precision { kFp32, kBf16 };
+/// Config key `precision` (fp32, bf16, fp16).
+enum class Precision { kFp32, kBf16, kFp16 };
 const char* toString(Precision precision);
 /// Any case; ConfigError naming `what` and the allowed values otherwise.
 Precision parsePrecision(const std::string& text, const std::string& what);
@@ -48,7 +53,8 @@ std::string bf16SpeedWarning(double slowdown);
 
 class AutocastGuard {
  public:
-  explicit AutocastGuard(Precision precision);
+  /// Autocast for `device` (CPU or CUDA) in the precision's dtype.
+  explicit AutocastGuard(Precision precision, c10::DeviceType device = c10::DeviceType::CPU);
   ~AutocastGuard();
   AutocastGuard(const AutocastGuard&) = delete;
   AutocastGuard& operator=(const AutocastGuard&) = delete;

@@ -63,7 +63,9 @@ class LossScaler {
 
   double scale() const { return scale_; }
   int64_t growthTracker() const { return growthTracker_; }  ///< clean steps since the last change
-  int64_t skippedSteps() const { return skippedSteps_; }
+  int64_t skippedSteps() const { return skippedSteps_; }    ///< counted by update()
+  /// After unscale(): whether a gradient of this step, on any rank, was not finite.
+  bool foundInf() const { return foundInf_; }
   /// Restores a saved scale and tracker (checkpoints); lockstep::Error when not positive/negative.
   void setState(double scale, int64_t growthTracker);
 

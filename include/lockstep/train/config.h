@@ -56,7 +56,8 @@ struct TrainConfig {
     std::string progress = "auto";  ///< auto, bar, lines, off
     double progressInterval = 10;   ///< seconds between plain progress lines
   } monitor;
-  /// testing.slow_rank, testing.slow_factor (fault_injection.h; crashAfterStep comes from the
+  /// testing.slow_rank, testing.slow_factor, testing.inf_gradient_step, testing.inf_gradient_rank
+  /// (fault_injection.h; crashAfterStep comes from the
   /// environment, LOCKSTEP_FAULT_CRASH_AFTER_STEP).
   FaultInjection testing;
 };

@@ -37,10 +37,12 @@
 #include <vector>
 
 #include "lockstep/comm/communicator.h"
+#include "lockstep/common/device.h"
 #include "lockstep/data/dataset.h"
 #include "lockstep/data/loader.h"
 #include "lockstep/ddp/distributed_data_parallel.h"
 #include "lockstep/nn/precision.h"
+#include "lockstep/optim/loss_scaler.h"
 #include "lockstep/optim/lr_scaling.h"
 #include "lockstep/optim/optimizer.h"
 #include "lockstep/pipeline/pipeline.h"
@@ -109,7 +111,13 @@ struct TrainerOptions {
   uint64_t seed = 0;
   int64_t logEvery = 50;  ///< optimizer steps between progress lines
   bool validate = true;   ///< validation at the end of every epoch (and of the run)
-  LoaderOptions loader;   ///< worker threads preparing batches ahead of the step
+  LoaderOptions loader;   ///< worker threads preparing batches ahead of the step (its device: set from `device`)
+  /// Where the model, batches and loss live (common/device.h): auto (CUDA when this process
+  /// sees a GPU, else the CPU), cpu or cuda. fit() moves the model there.
+  DeviceChoice device = DeviceChoice::kAuto;
+  /// Picks cuda:(localRank mod visible GPUs); -1: this worker's local rank from the
+  /// environment (the launcher's, torchrun's, mpirun's or Slurm's variables).
+  int localRank = -1;
 
   OptimizerOptions optimizer;
   /// When set, builds the optimizer instead of `optimizer` (whose fields are
@@ -121,10 +129,12 @@ struct TrainerOptions {
   /// How the ranks keep in step: ddp (whole optimizer per rank) or zero1
   /// (optimizer state sharded; strategy.h). Both average gradients with `ddp`.
   StrategyType strategy = StrategyType::kDdp;
-  /// fp32, or bf16: the loss function (forward and loss) runs under an
-  /// AutocastGuard, in training and validation; weights, gradients and
-  /// optimizer state stay float32 (nn/precision.h).
+  /// fp32, bf16 or fp16: the loss function (forward and loss) runs under an
+  /// AutocastGuard for the run's device, in training and validation; weights, gradients and
+  /// optimizer state stay float32 (nn/precision.h). fp16 scales the loss (optim/loss_scaler.h;
+  /// strategy ddp).
   Precision precision = Precision::kFp32;
+  LossScalerOptions lossScaler;  ///< precision fp16 only
   DdpOptions ddp;
   /// parallel.*: stages > 1 splits a LayeredModel into pipeline stages on consecutive ranks
   /// (the world is pipelines x stages; pipeline/pipeline.h); trainer.batch_size is then per
@@ -191,6 +201,10 @@ struct FitResult {
   int64_t steps = 0;            ///< optimizer steps taken in total (resumed ones included)
   int64_t resumedFromStep = 0;  ///< 0 when not resumed
   int64_t skippedSteps = 0;     ///< steps not applied for a non-finite loss (NanPolicy::kSkip), this run
+  /// Precision fp16: steps the loss scaler skipped (a gradient not finite on some rank), this
+  /// run, and the loss scale at the end; 0 otherwise.
+  int64_t overflowSteps = 0;
+  double lossScale = 0;
   /// Averaged over ranks, last logging window. A resumed run reports its
   /// checkpoint's last figures until it has newer ones, so a run resumed
   /// after it finished reports what it ended with (-1: never measured).

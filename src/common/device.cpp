@@ -1,0 +1,45 @@
+// The device choice of common/device.h.
+#include "lockstep/common/device.h"
+
+#include <torch/cuda.h>
+
+#include <fmt/format.h>
+
+#include <cstdlib>
+
+#include "lockstep/common/enum_names.h"
+#include "lockstep/common/error.h"
+
+namespace lockstep {
+
+namespace {
+constexpr EnumName<DeviceChoice> kDeviceNames[] = {
+    {DeviceChoice::kAuto, "auto"}, {DeviceChoice::kCpu, "cpu"}, {DeviceChoice::kCuda, "cuda"}};
+}  // namespace
+
+const char* toString(DeviceChoice choice) { return enumName(kDeviceNames, choice); }
+
+DeviceChoice parseDeviceChoice(const std::string& text, const std::string& what) {
+  return parseEnum(kDeviceNames, text, what);
+}
+
+int visibleCudaDevices() { return static_cast<int>(torch::cuda::device_count()); }
+
+c10::Device pickDevice(DeviceChoice choice, int localRank, int visibleDevices, const std::string& what) {
+  LOCKSTEP_CHECK(localRank >= 0, "pickDevice: local rank ", localRank, " is negative");
+  if (choice == DeviceChoice::kCpu || (choice == DeviceChoice::kAuto && visibleDevices == 0)) return c10::kCPU;
+  if (visibleDevices == 0) {
+    const char* mask = std::getenv("CUDA_VISIBLE_DEVICES");
+    throw ConfigError(fmt::format(
+        "{}: cuda, but no CUDA device is visible to this process (CUDA_VISIBLE_DEVICES {}); use {}: auto or cpu",
+        what, mask ? fmt::format("is '{}'", mask) : std::string("is unset"), what));
+  }
+  return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(localRank % visibleDevices));
+}
+
+c10::Device pickDevice(DeviceChoice choice, int localRank, const std::string& what) {
+  // The CPU needs no question to the CUDA runtime.
+  return pickDevice(choice, localRank, choice == DeviceChoice::kCpu ? 0 : visibleCudaDevices(), what);
+}
+
+}  // namespace lockstep
