@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# The GPU checks of docs/gpus.md, one PASS/FAIL line each with its figures, on a machine with one
+# NVIDIA GPU and PyTorch 2.11.0+cu130 (no network, no build: it runs the lockstep that
+# bench/gpu/bundle.sh packed into .gpu-bundle/ against that machine's LibTorch). Under 8 minutes.
+#
+#   here:      scripts/build.sh && bench/gpu/bundle.sh
+#   device:    run(command="bench/gpu/check_all.sh", carry=[".gpu-bundle"], timeout_s=540)
+#   dry run:   CHECK_DEVICE=cpu PYTHON=/opt/lockstep/venv/bin/python3 bench/gpu/check_all.sh
+#              (the same steps on the CPU: the script's own test; the GPU checks then fail)
+#
+# Logs and run directories go under $OUT (the device tool brings it back) or /tmp/lockstep-check.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+bundle=$root/.gpu-bundle
+out=${OUT:-/tmp/lockstep-check}
+work=$(mktemp -d)
+device=${CHECK_DEVICE:-cuda}
+python=${PYTHON:-python3}
+mkdir -p "$out"
+passed=0 failed=0 unbuilt=0
+pass() { echo "PASS $1: $2"; passed=$((passed + 1)); }
+fail() { echo "FAIL $1: $2"; failed=$((failed + 1)); }
+unbuilt() { echo "NOT-BUILT $1: $2"; unbuilt=$((unbuilt + 1)); }
+
+[ -x "$bundle/bin/lockstep" ] || { echo "FAIL bundle: $bundle/bin/lockstep is missing (run bench/gpu/bundle.sh here and carry .gpu-bundle)"; exit 1; }
+torch_dir=$("$python" -c 'import os, torch; print(os.path.dirname(torch.__file__))') || { echo "FAIL torch: $python cannot import torch"; exit 1; }
+site=$(dirname "$torch_dir")
+export LD_LIBRARY_PATH="$bundle/lib:$torch_dir/lib:$(ls -d "$site"/nvidia/*/lib 2>/dev/null | paste -sd:)"
+bin=$bundle/bin/lockstep
+echo "check_all: $(date -u +%Y-%m-%dT%H:%MZ) device $device; $("$python" -c 'import torch
+print("torch", torch.__version__, "|", torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU")')"
+version=$("$bin" version 2>&1) || { echo "FAIL start: lockstep does not start here: $version"; exit 1; }
+pass start "$version, LibTorch from $torch_dir"
+
+names="[$bundle/data/names.txt]"
+# train NAME CONFIG KEY=VALUE...: one worker; its log, run directory and result JSON under $out/NAME*.
+train() {
+  local name=$1 config=$2
+  shift 2
+  "$bin" train "$root/configs/$config" "data.sources=$names" "device=$device" "monitor.dir=$work/$name" \
+    "checkpoint.dir=$work/$name/ckpt" monitor.progress=lines "$@" --result-json "$out/$name.json" >"$out/$name.log" 2>&1
+}
+# figures NAME: "first-loss last-loss samples/s overflow-steps loss-scale max-gpu-util max-gpu-mem gpu-mem-total"
+figures() {
+  "$python" - "$work/$1" "$out/$1.json" <<'EOF'
+import json, sys
+run, result = sys.argv[1], json.load(open(sys.argv[2]))
+losses = [json.loads(l)['loss'] for l in open(run + '/metrics.jsonl') if '"kind":"train"' in l]
+system = [json.loads(l) for l in open(run + '/system/rank0.jsonl')]
+top = lambda key: max([s.get(key, -1) for s in system] or [-1])
+print(f"{losses[0]:.4f} {losses[-1]:.4f} {result['samples_per_second']:.0f} {result['overflow_steps']}",
+      result['loss_scale'] or 0, top('gpu_util'), top('gpu_mem_bytes'), top('gpu_mem_total_bytes'))
+EOF
+}
+falls() { "$python" -c "import sys; sys.exit(0 if $2 < 0.95 * $1 else 1)"; }  # the last logged loss below the first
+
+# 1. The pet-name model on the device: loss falls; samples/s.
+if train names petnames.yaml trainer.max_steps=300 trainer.log_every=25 generate.samples=5 &&
+  read -r first last sps _ _ util mem total < <(figures names) && falls "$first" "$last"; then
+  pass names-$device "charlstm 4x128, batch 256: loss $first -> $last in 300 steps, $sps samples/s"
+else fail names-$device "see $out/names.log"; fi
+
+# 2. NVML while training: the run directory's GPU fields filled.
+if [ "${util:--1}" != "-1" ] && "$python" -c "import sys; sys.exit(0 if $util > 0 and $mem > 0 and $total > 0 else 1)"; then
+  pass nvml "max utilisation $util %, max memory $((mem / 1048576)) MiB of $((total / 1048576)) MiB (system/rank0.jsonl)"
+else fail nvml "no GPU fields with values in system/rank0.jsonl (util ${util:-?}, memory ${mem:-?})"; fi
+
+# 3. The convnet on Fashion-MNIST (its test set as a small training set).
+if train convnet fashion_convnet.yaml "data.root=$bundle/data/fashion-mnist" trainer.max_steps=300 trainer.log_every=25 &&
+  read -r first last sps _ < <(figures convnet) && falls "$first" "$last"; then
+  pass convnet-$device "convnet, batch 128: loss $first -> $last in 300 steps, $sps samples/s"
+else fail convnet-$device "see $out/convnet.log"; fi
+
+# 4. fp16 with the loss scaler: a scripted inf skips exactly one step.
+if train fp16 petnames.yaml precision=fp16 trainer.max_steps=200 trainer.log_every=25 testing.inf_gradient_step=30 &&
+  read -r first last sps overflow scale _ < <(figures fp16) && falls "$first" "$last" && [ "$overflow" = 1 ] &&
+  [ "$scale" = 32768.0 ]; then
+  pass fp16-scaler "loss $first -> $last, 1 step skipped (the scripted inf), scale 65536 -> $scale, $sps samples/s"
+else fail fp16-scaler "overflow steps ${overflow:-?} (want 1), scale ${scale:-?} (want 32768); see $out/fp16.log"; fi
+
+# 5. bf16 autocast on the device.
+if train bf16 petnames.yaml precision=bf16 trainer.max_steps=200 trainer.log_every=25 &&
+  read -r first last sps _ < <(figures bf16) && falls "$first" "$last"; then
+  pass bf16 "loss $first -> $last, $sps samples/s"
+else fail bf16 "see $out/bf16.log"; fi
+
+# 6. The device run's checkpoint on the CPU: names sampled from it, and training resumed from it.
+ckpt=$(ls "$work/names/ckpt"/step-*.ckpt 2>/dev/null | tail -1)
+if [ -n "$ckpt" ] && CUDA_VISIBLE_DEVICES= "$bin" generate --checkpoint "$ckpt" -n 5 >"$out/generate.log" 2>&1 &&
+  [ "$(grep -c . "$out/generate.log")" -ge 5 ] &&
+  CUDA_VISIBLE_DEVICES= "$bin" train "$root/configs/petnames.yaml" "data.sources=$names" device=cpu \
+    "monitor.dir=$work/resumed" "checkpoint.dir=$work/names/ckpt" trainer.max_steps=305 generate.samples=0 \
+    --result-json "$out/resumed.json" >"$out/resumed.log" 2>&1 &&
+  "$python" -c "import json, sys; sys.exit(json.load(open('$out/resumed.json'))['resumed_from_step'] != 300)"; then
+  pass checkpoint-to-cpu "$(head -3 "$out/generate.log" | paste -sd' ') ...; resumed at step 300 on the CPU"
+else fail checkpoint-to-cpu "see $out/generate.log and $out/resumed.log"; fi
+
+unbuilt nccl-world-1 "the nccl backend (docs/gpus.md)"
+unbuilt ddp-staged-gloo "2 workers sharing the GPU over Gloo: DDP equals one process on the global batch"
+unbuilt zero2-equals-ddp "ZeRO-2 on CUDA tensors"
+unbuilt against-pytorch "charlstm, convnet and ResNet-18 samples/s against PyTorch eager and torch.compile"
+echo "check_all: $passed passed, $failed failed, $unbuilt not built"
+rm -rf "$work"
+[ "$failed" = 0 ]
