@@ -31,8 +31,8 @@ c10::Device pickDevice(DeviceChoice choice, int localRank, int visibleDevices, c
   if (visibleDevices == 0) {
     const char* mask = std::getenv("CUDA_VISIBLE_DEVICES");
     throw ConfigError(fmt::format(
-        "{}: cuda, but no CUDA device is visible to this process (CUDA_VISIBLE_DEVICES {}); use {}: auto or cpu",
-        what, mask ? fmt::format("is '{}'", mask) : std::string("is unset"), what));
+        "{}: cuda, but no CUDA device is visible to this process (CUDA_VISIBLE_DEVICES {}); use {}: auto or cpu", what,
+        mask ? fmt::format("is '{}'", mask) : std::string("is unset"), what));
   }
   return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(localRank % visibleDevices));
 }

@@ -159,9 +159,9 @@ void FitRun::announce() {
       if (!warning.empty()) log::warn(warning);
     }
     log::info(fmt::format(
-        "training on {} worker(s): {} samples, per-worker batch {}{}, global batch {}; lr {} scaled to {} ({} rule, "
-        "base batch {}){}; {} optimizer steps ({} per epoch); {}{}",
-        world_, train_.size(), o_.batchSize,
+        "training on {} worker(s) ({} on rank 0): {} samples, per-worker batch {}{}, global batch {}; lr {} scaled to "
+        "{} ({} rule, base batch {}){}; {} optimizer steps ({} per epoch); {}{}",
+        world_, o_.loader.device.str(), train_.size(), o_.batchSize,
         o_.accumulation > 1 ? fmt::format(" x {} accumulated", o_.accumulation) : "", globalBatch_, baseLrs_[0],
         scaledLearningRate(baseLrs_[0], globalBatch_, scaling_), toString(scaling_.rule), scaling_.baseBatch,
         scaling_.warmupSteps > 0 ? fmt::format(", warmup {} steps", scaling_.warmupSteps) : "", totalSteps_,

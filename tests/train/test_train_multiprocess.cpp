@@ -406,6 +406,7 @@ TEST(TrainMultiprocess, DeviceCudaWithoutAVisibleGpuExitsWithCode2) {
   EXPECT_FALSE(std::filesystem::exists(dir + "/ckpt")) << "a failed start wrote checkpoints";
   auto cpu = train(dir, 1, "device=auto trainer.max_steps=4", hidden);
   EXPECT_EQ(cpu.exitCode, 0) << cpu.err;
+  EXPECT_NE(cpu.err.find("training on 1 worker(s) (cpu on rank 0)"), std::string::npos) << cpu.err;
 }
 
 }  // namespace
