@@ -1,0 +1,167 @@
+// Device tensors through host buffers (comm/host_staging.h).
+#include "lockstep/comm/host_staging.h"
+
+#include <ATen/ATen.h>
+
+#include <utility>
+
+#include "comm/work_access.h"
+#include "lockstep/common/error.h"
+
+namespace lockstep {
+
+namespace {
+
+/// What one staged operation keeps alive until its wait(): the host tensors the inner operation
+/// works on, and the (caller's tensor, host buffer) pairs copied back once it finished.
+struct Staged {
+  std::vector<at::Tensor> host;
+  at::Tensor in;
+  at::Tensor out;
+  std::vector<std::pair<at::Tensor, at::Tensor>> back;
+};
+
+/// A host tensor shaped like `t`, page-locked when `t` is a CUDA tensor (the copies then run at
+/// the bus's speed and may be asynchronous).
+at::Tensor hostBuffer(const at::Tensor& t) {
+  return at::empty(t.sizes(), t.options().device(at::kCPU).pinned_memory(t.is_cuda()));
+}
+
+at::Tensor hostCopy(const at::Tensor& t) { return hostBuffer(t).copy_(t); }
+
+class HostStagingCommunicator : public Communicator {
+ public:
+  HostStagingCommunicator(std::shared_ptr<Communicator> inner, StagePredicate stage)
+      : inner_(std::move(inner)), stage_(std::move(stage)) {}
+
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  std::string backendName() const override { return inner_->backendName(); }
+  std::chrono::milliseconds defaultTimeout() const override { return inner_->defaultTimeout(); }
+  std::vector<int> globalRanks() const override { return inner_->globalRanks(); }
+  std::string groupName() const override { return inner_->groupName(); }
+
+  WorkHandle allreduce(std::vector<at::Tensor>& tensors, ReduceOp op, const CollectiveOptions& o) override {
+    if (!anyStaged(tensors)) return inner_->allreduce(tensors, op, o);
+    auto s = stageInPlace(tensors);
+    return after(inner_->allreduce(s->host, op, o), s);
+  }
+
+  WorkHandle broadcast(std::vector<at::Tensor>& tensors, int root, const CollectiveOptions& o) override {
+    if (!anyStaged(tensors)) return inner_->broadcast(tensors, root, o);
+    auto s = stageInPlace(tensors);
+    return after(inner_->broadcast(s->host, root, o), s);
+  }
+
+  WorkHandle allgather(const at::Tensor& input, at::Tensor& output, const CollectiveOptions& o) override {
+    if (!stage_(input) && !stage_(output)) return inner_->allgather(input, output, o);
+    auto s = std::make_shared<Staged>();
+    s->in = hostCopy(input);  // a copy also where `input` is a chunk of `output`: the two stay apart here
+    s->out = receiveInto(output, *s);
+    return after(inner_->allgather(s->in, s->out, o), s);
+  }
+
+  WorkHandle allgather(const at::Tensor& input, std::vector<at::Tensor>& outputs,
+                       const CollectiveOptions& o) override {
+    if (!stage_(input) && !anyStaged(outputs)) return inner_->allgather(input, outputs, o);
+    auto s = std::make_shared<Staged>();
+    s->in = stage_(input) ? hostCopy(input) : input;
+    for (const auto& t : outputs) s->host.push_back(stage_(t) ? receiveInto(t, *s) : t);
+    return after(inner_->allgather(s->in, s->host, o), s);
+  }
+
+  WorkHandle reduceScatter(const at::Tensor& input, at::Tensor& output, ReduceOp op,
+                           const CollectiveOptions& o) override {
+    if (!stage_(input) && !stage_(output)) return inner_->reduceScatter(input, output, op, o);
+    auto s = std::make_shared<Staged>();
+    s->in = stage_(input) ? hostCopy(input) : input;
+    s->out = stage_(output) ? receiveInto(output, *s) : output;
+    return after(inner_->reduceScatter(s->in, s->out, op, o), s);
+  }
+
+  WorkHandle barrier(const CollectiveOptions& o) override { return inner_->barrier(o); }
+
+  WorkHandle send(const at::Tensor& tensor, int dst, int tag, const CollectiveOptions& o) override {
+    if (!stage_(tensor)) return inner_->send(tensor, dst, tag, o);
+    auto s = std::make_shared<Staged>();
+    s->in = hostCopy(tensor);
+    return after(inner_->send(s->in, dst, tag, o), s);
+  }
+
+  WorkHandle recv(at::Tensor& tensor, int src, int tag, const CollectiveOptions& o) override {
+    if (!stage_(tensor)) return inner_->recv(tensor, src, tag, o);
+    auto s = std::make_shared<Staged>();
+    s->out = receiveInto(tensor, *s);
+    return after(inner_->recv(s->out, src, tag, o), s);
+  }
+
+  std::shared_ptr<Communicator> split(int color, int key, const std::string& name) override {
+    auto group = inner_->split(color, key, name);
+    return group ? std::make_shared<HostStagingCommunicator>(std::move(group), stage_) : nullptr;
+  }
+
+ private:
+  bool anyStaged(const std::vector<at::Tensor>& tensors) const {
+    for (const auto& t : tensors) {
+      if (stage_(t)) return true;
+    }
+    return false;
+  }
+
+  /// Host copies of the tensors to stage (the others as they are), each copied back after.
+  std::shared_ptr<Staged> stageInPlace(const std::vector<at::Tensor>& tensors) const {
+    auto s = std::make_shared<Staged>();
+    for (const auto& t : tensors) {
+      if (!stage_(t)) {
+        s->host.push_back(t);
+        continue;
+      }
+      s->host.push_back(hostCopy(t));
+      s->back.emplace_back(t, s->host.back());
+    }
+    return s;
+  }
+
+  /// A host buffer for `t` to receive into, copied into `t` after the operation.
+  static at::Tensor receiveInto(const at::Tensor& t, Staged& s) {
+    at::Tensor buffer = hostBuffer(t);
+    s.back.emplace_back(t, buffer);
+    return buffer;
+  }
+
+  /// A Work whose wait() waits for `inner`, then copies the results back; the inner operation's
+  /// error or timeout is its error.
+  WorkHandle after(WorkHandle inner, std::shared_ptr<Staged> staged) const {
+    auto self = std::make_shared<std::weak_ptr<Work>>();
+    const auto deadline = Work::Clock::now() + inner_->defaultTimeout() + std::chrono::seconds(10);
+    auto poll = [inner, staged, self] {
+      auto work = self->lock();
+      if (!work) return;
+      std::exception_ptr error;
+      try {
+        inner->wait();
+        for (auto& [dst, src] : staged->back) dst.copy_(src);
+      } catch (...) { error = std::current_exception(); }
+      detail::completeWork(*work, error);
+    };
+    auto onTimeout = [description = inner->description()] {
+      return std::make_exception_ptr(Error("host staging: " + description + " did not finish by its deadline"));
+    };
+    auto work = std::make_shared<Work>(inner->description(), deadline, onTimeout, poll);
+    *self = work;
+    return work;
+  }
+
+  std::shared_ptr<Communicator> inner_;
+  StagePredicate stage_;
+};
+
+}  // namespace
+
+std::shared_ptr<Communicator> withHostStaging(std::shared_ptr<Communicator> inner, StagePredicate stage) {
+  LOCKSTEP_CHECK(inner != nullptr, "withHostStaging needs a communicator");
+  if (!stage) stage = [](const at::Tensor& t) { return t.defined() && !t.is_cpu(); };
+  return std::make_shared<HostStagingCommunicator>(std::move(inner), std::move(stage));
+}
+
+}  // namespace lockstep
