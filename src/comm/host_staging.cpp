@@ -5,6 +5,7 @@
 
 #include <utility>
 
+#include "comm/forwarding.h"
 #include "comm/work_access.h"
 #include "lockstep/common/error.h"
 
@@ -29,17 +30,10 @@ at::Tensor hostBuffer(const at::Tensor& t) {
 
 at::Tensor hostCopy(const at::Tensor& t) { return hostBuffer(t).copy_(t); }
 
-class HostStagingCommunicator : public Communicator {
+class HostStagingCommunicator final : public detail::ForwardingCommunicator {
  public:
   HostStagingCommunicator(std::shared_ptr<Communicator> inner, StagePredicate stage)
-      : inner_(std::move(inner)), stage_(std::move(stage)) {}
-
-  int rank() const override { return inner_->rank(); }
-  int size() const override { return inner_->size(); }
-  std::string backendName() const override { return inner_->backendName(); }
-  std::chrono::milliseconds defaultTimeout() const override { return inner_->defaultTimeout(); }
-  std::vector<int> globalRanks() const override { return inner_->globalRanks(); }
-  std::string groupName() const override { return inner_->groupName(); }
+      : ForwardingCommunicator(std::move(inner)), stage_(std::move(stage)) {}
 
   WorkHandle allreduce(std::vector<at::Tensor>& tensors, ReduceOp op, const CollectiveOptions& o) override {
     if (!anyStaged(tensors)) return inner_->allreduce(tensors, op, o);
@@ -61,8 +55,7 @@ class HostStagingCommunicator : public Communicator {
     return after(inner_->allgather(s->in, s->out, o), s);
   }
 
-  WorkHandle allgather(const at::Tensor& input, std::vector<at::Tensor>& outputs,
-                       const CollectiveOptions& o) override {
+  WorkHandle allgather(const at::Tensor& input, std::vector<at::Tensor>& outputs, const CollectiveOptions& o) override {
     if (!stage_(input) && !anyStaged(outputs)) return inner_->allgather(input, outputs, o);
     auto s = std::make_shared<Staged>();
     s->in = stage_(input) ? hostCopy(input) : input;
@@ -152,7 +145,6 @@ class HostStagingCommunicator : public Communicator {
     return work;
   }
 
-  std::shared_ptr<Communicator> inner_;
   StagePredicate stage_;
 };
 

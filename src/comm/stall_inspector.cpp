@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "comm/collective.h"
+#include "comm/forwarding.h"
 #include "common/byte_text.h"
 #include "lockstep/common/logging.h"
 
@@ -54,10 +55,10 @@ struct Progress {
   }
 };
 
-class StallInspectingCommunicator final : public Communicator {
+class StallInspectingCommunicator final : public detail::ForwardingCommunicator {
  public:
   StallInspectingCommunicator(std::shared_ptr<Communicator> inner, Store store, StallInspectorOptions options)
-      : inner_(std::move(inner)), root_(store), store_(store.withPrefix("lockstep/stall")),
+      : ForwardingCommunicator(std::move(inner)), root_(store), store_(store.withPrefix("lockstep/stall")),
         options_(std::move(options)) {
     if (!options_.report) options_.report = [](const std::string& m) { log::warn(m); };
     thread_ = std::thread([this] { run(); });
@@ -71,13 +72,6 @@ class StallInspectingCommunicator final : public Communicator {
     cv_.notify_all();
     thread_.join();
   }
-
-  int rank() const override { return inner_->rank(); }
-  int size() const override { return inner_->size(); }
-  std::string backendName() const override { return inner_->backendName(); }
-  std::chrono::milliseconds defaultTimeout() const override { return inner_->defaultTimeout(); }
-  std::vector<int> globalRanks() const override { return inner_->globalRanks(); }
-  std::string groupName() const override { return inner_->groupName(); }
 
   /// A group is inspected too, its ranks publishing under keys of their own.
   std::shared_ptr<Communicator> split(int color, int key, const std::string& name) override {
@@ -250,7 +244,6 @@ class StallInspectingCommunicator final : public Communicator {
     lastReportMs_ = now;
   }
 
-  std::shared_ptr<Communicator> inner_;
   Store root_;   // as given: a group's inspector publishes below it
   Store store_;  // this communicator's progress keys
   StallInspectorOptions options_;
