@@ -6,6 +6,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <string>
+#include <vector>
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -107,16 +110,25 @@ double squaresInBlocks(const float* x, int64_t n) {
   return sum;
 }
 
-/// Sum of the squares of `grads`, in float64.
+/// Sum of the squares of `grads`, in float64. CPU gradients in fixed blocks (the same bits for any
+/// thread count); the others on their device, read back once per device rather than per tensor.
 double sumOfSquares(const std::vector<at::Tensor>& grads) {
   double sum = 0;
+  std::map<std::string, at::Tensor> onDevice;  // per device: the running sum, a float64 scalar there
   for (const auto& grad : grads) {
     if (!grad.defined()) continue;
-    LOCKSTEP_CHECK(grad.scalar_type() == at::kFloat && grad.device().is_cpu(), "clipGradNorm: a gradient is ",
-                   describeTensor(grad), " on ", grad.device().str(), "; expected float32 on the CPU");
+    LOCKSTEP_CHECK(grad.scalar_type() == at::kFloat, "clipGradNorm: a gradient is ", describeTensor(grad), " on ",
+                   grad.device().str(), "; expected float32");
+    if (!grad.device().is_cpu()) {
+      at::Tensor squares = at::linalg_vector_norm(grad, 2, {}, false, at::kDouble).square();
+      at::Tensor& total = onDevice[grad.device().str()];
+      total = total.defined() ? total + squares : squares;
+      continue;
+    }
     const at::Tensor dense = grad.contiguous();
     sum += squaresInBlocks(dense.data_ptr<float>(), dense.numel());
   }
+  for (const auto& [device, total] : onDevice) sum += total.item<double>();
   return sum;
 }
 

@@ -130,9 +130,7 @@ TEST(GradClip, SkipsUndefinedGradientsAndNamesBadInput) {
   try {
     clipGradNorm({at::ones({3}, at::kDouble)}, 1.0);
     FAIL() << "a float64 gradient was accepted";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("expected float32 on the CPU"), std::string::npos) << e.what();
-  }
+  } catch (const Error& e) { EXPECT_NE(std::string(e.what()).find("expected float32"), std::string::npos) << e.what(); }
   EXPECT_THROW(clipGradNorm(someGradients(), 0.0), Error);
 }
 

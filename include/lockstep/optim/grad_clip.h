@@ -18,7 +18,8 @@
 // threads, added in block order, so the thread count does not change the
 // bits), the scaling a second: slightly slower than LibTorch's, the price of
 // bits that do not depend on the thread count (docs/training.md). Gradients must be float32
-// CPU tensors (Error otherwise).
+// (Error otherwise). Gradients on a GPU are summed there, per device, and read back once per
+// device: no host synchronisation per tensor (their bits follow the device's reduction).
 #pragma once
 
 #include <vector>
@@ -31,7 +32,7 @@ namespace lockstep {
 
 class Communicator;
 
-/// Scales `grads` (float32 on the CPU; undefined entries are skipped) in place so their
+/// Scales `grads` (float32, on any device; undefined entries are skipped) in place so their
 /// global 2-norm is at most maxNorm, and returns the norm before. With
 /// `sumOver`, the sum of squares is summed over its ranks first (collective:
 /// every rank calls it, each with its own part of the gradients).
