@@ -25,14 +25,17 @@ DeviceChoice parseDeviceChoice(const std::string& text, const std::string& what)
 
 int visibleCudaDevices() { return static_cast<int>(torch::cuda::device_count()); }
 
+std::string describeCudaVisibleDevices() {
+  const char* mask = std::getenv("CUDA_VISIBLE_DEVICES");
+  return mask ? fmt::format("CUDA_VISIBLE_DEVICES is '{}'", mask) : std::string("CUDA_VISIBLE_DEVICES is unset");
+}
+
 c10::Device pickDevice(DeviceChoice choice, int localRank, int visibleDevices, const std::string& what) {
   LOCKSTEP_CHECK(localRank >= 0, "pickDevice: local rank ", localRank, " is negative");
   if (choice == DeviceChoice::kCpu || (choice == DeviceChoice::kAuto && visibleDevices == 0)) return c10::kCPU;
   if (visibleDevices == 0) {
-    const char* mask = std::getenv("CUDA_VISIBLE_DEVICES");
-    throw ConfigError(fmt::format(
-        "{}: cuda, but no CUDA device is visible to this process (CUDA_VISIBLE_DEVICES {}); use {}: auto or cpu", what,
-        mask ? fmt::format("is '{}'", mask) : std::string("is unset"), what));
+    throw ConfigError(fmt::format("{}: cuda, but no CUDA device is visible to this process ({}); use {}: auto or cpu",
+                                  what, describeCudaVisibleDevices(), what));
   }
   return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(localRank % visibleDevices));
 }

@@ -10,7 +10,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -18,6 +17,7 @@
 
 #include <fmt/format.h>
 
+#include "lockstep/common/device.h"
 #include "lockstep/common/env.h"
 #include "lockstep/common/error.h"
 
@@ -206,11 +206,8 @@ bool isLockstepProgram(const std::string& path) {
 int parseWorkerCount(const std::string& text, int visibleGpus) {
   if (text == "gpu") {
     if (visibleGpus > 0) return visibleGpus;
-    const char* mask = std::getenv("CUDA_VISIBLE_DEVICES");
-    throw ConfigError(
-        fmt::format("-np gpu: no CUDA device is visible (CUDA_VISIBLE_DEVICES {}); give the number of "
-                    "workers, e.g. -np 2",
-                    mask ? fmt::format("is '{}'", mask) : std::string("is unset")));
+    throw ConfigError(fmt::format("-np gpu: no CUDA device is visible ({}); give the number of workers, e.g. -np 2",
+                                  describeCudaVisibleDevices()));
   }
   size_t used = 0;
   int count = 0;

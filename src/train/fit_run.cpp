@@ -59,8 +59,7 @@ FitRun::FitRun(std::shared_ptr<Communicator> comm, const TrainerOptions& options
   scaling_ = o_.lrScaling;
   if (scaling_.baseBatch == 0) scaling_.baseBatch = o_.batchSize * o_.accumulation;
 
-  strategy_ = buildStrategy();
-  if (o_.precision == Precision::kFp16) {
+  if (o_.precision == Precision::kFp16) {  // before the strategy: nothing built, nothing broadcast
     if (o_.strategy != StrategyType::kDdp || layered != nullptr) {
       throw ConfigError(
           fmt::format("precision fp16 scales the loss with strategy ddp only, not with {}; use "
@@ -69,6 +68,7 @@ FitRun::FitRun(std::shared_ptr<Communicator> comm, const TrainerOptions& options
     }
     scaler_ = std::make_unique<LossScaler>(commPtr_, o_.lossScaler);
   }
+  strategy_ = buildStrategy();
   if (!o_.checkpoint.dir.empty())
     checkpoints_ = std::make_unique<CheckpointDir>(o_.checkpoint.dir, o_.checkpoint.keepLast);
 }

@@ -27,6 +27,8 @@ DeviceChoice parseDeviceChoice(const std::string& text, const std::string& what)
 
 /// CUDA devices this process sees (CUDA_VISIBLE_DEVICES applied); 0 without a driver or GPU.
 int visibleCudaDevices();
+/// "CUDA_VISIBLE_DEVICES is '0,1'" or "CUDA_VISIBLE_DEVICES is unset", for errors about GPUs.
+std::string describeCudaVisibleDevices();
 
 /// The device `choice` resolves to for the worker of `localRank` when `visibleDevices` CUDA
 /// devices are visible; ConfigError naming `what` for cuda with none visible.
