@@ -6,8 +6,9 @@
 #   TORCH_CUDA_ARCH_LIST     GPUs the CUDA code is built for (default 8.0;9.0: A100, H100/H200);
 #                            explicit, because the build machine may have no GPU to ask
 #
-# Sets LOCKSTEP_TORCH_ROOT (site-packages/torch) and LOCKSTEP_TORCH_RPATH (the folders of
-# LibTorch and the CUDA libraries its wheel depends on), and the `torch` target.
+# Sets LOCKSTEP_TORCH_ROOT (site-packages/torch), LOCKSTEP_TORCH_RPATH (the folders of
+# LibTorch and the CUDA libraries its wheel depends on), LOCKSTEP_NCCL_INCLUDE_DIR (the wheel's
+# nccl.h) and the `torch` target.
 
 set(LOCKSTEP_VENV "/opt/lockstep/venv" CACHE PATH "Python environment holding the torch wheel (scripts/setup.sh)")
 # The version lockstep builds against, pinned in one file that scripts/setup_venv.sh reads too;
@@ -55,4 +56,7 @@ foreach(_lockstep_nv cu13 cudnn nccl nvshmem cusparselt)
     list(APPEND LOCKSTEP_TORCH_RPATH "${_lockstep_site}/nvidia/${_lockstep_nv}/lib")
   endif()
 endforeach()
+if(EXISTS "${_lockstep_site}/nvidia/nccl/include/nccl.h")
+  set(LOCKSTEP_NCCL_INCLUDE_DIR "${_lockstep_site}/nvidia/nccl/include")
+endif()
 message(STATUS "lockstep: LibTorch ${Torch_VERSION} from ${LOCKSTEP_TORCH_ROOT}")

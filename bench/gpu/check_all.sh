@@ -95,8 +95,38 @@ if [ -n "$ckpt" ] && CUDA_VISIBLE_DEVICES= "$bin" generate --checkpoint "$ckpt" 
   pass checkpoint-to-cpu "$(head -3 "$out/generate.log" | paste -sd' ') ...; resumed at step 300 on the CPU"
 else fail checkpoint-to-cpu "see $out/generate.log and $out/resumed.log"; fi
 
-unbuilt nccl-world-1 "the nccl backend (docs/gpus.md)"
-unbuilt ddp-staged-gloo "2 workers sharing the GPU over Gloo: DDP equals one process on the global batch"
+# losses NAME: the train losses of NAME's run, one per line.
+losses() { "$python" -c "import json, sys
+for l in open(sys.argv[1]):
+    if '\"kind\":\"train\"' in l: print(json.loads(l)['loss'])" "$work/$1/metrics.jsonl"; }
+# worlds NAME NP BACKEND KEY=VALUE...: NP workers of the pet-name model through `lockstep run`.
+worlds() {
+  local name=$1 np=$2 backend=$3
+  shift 3
+  "$bin" run -np "$np" --backend "$backend" -- "$bin" train "$root/configs/petnames.yaml" "data.sources=$names" \
+    "device=$device" "monitor.dir=$work/$name" "checkpoint.dir=$work/$name/ckpt" monitor.progress=lines \
+    generate.samples=0 "$@" --result-json "$out/$name.json" >"$out/$name.log" 2>&1
+}
+
+# 7. NCCL at a world of one: the whole DDP path over the nccl backend (CPU tensors staged to the GPU).
+if worlds nccl1 1 nccl trainer.max_steps=100 trainer.log_every=10 &&
+  read -r first last sps _ < <(figures nccl1) && falls "$first" "$last" && grep -q "backend nccl" "$out/nccl1.log"; then
+  pass nccl-world-1 "lockstep run -np 1 --backend nccl: loss $first -> $last in 100 steps, $sps samples/s"
+else fail nccl-world-1 "see $out/nccl1.log"; fi
+
+# 8. Two workers sharing the GPU over Gloo (CUDA tensors staged through host memory) equal one
+#    process on the global batch: the same losses step by step, TF32 off, lr not rescaled.
+same=(trainer.max_steps=20 trainer.log_every=1 lr_scaling.rule=none)
+if NVIDIA_TF32_OVERRIDE=0 worlds one 1 gloo trainer.batch_size=128 "${same[@]}" &&
+  NVIDIA_TF32_OVERRIDE=0 worlds two 2 gloo trainer.batch_size=64 "${same[@]}" &&
+  diff=$("$python" -c "import sys
+a, b = ([float(x) for x in open(f)] for f in sys.argv[1:])
+assert len(a) == len(b) == 20, (len(a), len(b))
+print(f'{max(abs(x - y) / abs(x) for x, y in zip(a, b)):.2e}')" <(losses one) <(losses two)) &&
+  "$python" -c "import sys; sys.exit(0 if $diff <= 1e-5 else 1)"; then
+  pass ddp-staged-gloo "2 workers x batch 64 over staged Gloo vs 1 x 128: 20 losses, max relative difference $diff"
+else fail ddp-staged-gloo "max relative difference ${diff:-?} (want <= 1e-5); see $out/one.log and $out/two.log"; fi
+
 unbuilt zero2-equals-ddp "ZeRO-2 on CUDA tensors"
 unbuilt against-pytorch "charlstm, convnet and ResNet-18 samples/s against PyTorch eager and torch.compile"
 echo "check_all: $passed passed, $failed failed, $unbuilt not built"

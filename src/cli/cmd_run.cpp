@@ -22,7 +22,7 @@ constexpr const char* kRunUsage =
     "                    [-H host1:slots,host2:slots [--rsh CMD]] [--iface IF] [--token-file F]\n"
     "                    [--max-restarts R] [--threads T] [--comm-timeout S] [--stop-grace S] [--no-prefix]\n"
     "                    [--bind none|core]\n"
-    "                    [--backend gloo|mpi|auto] [--mpirun-args ARGS] -- PROGRAM [ARGS...]";
+    "                    [--backend gloo|mpi|nccl|auto] [--mpirun-args ARGS] -- PROGRAM [ARGS...]";
 
 /// "a b  c" -> {"a", "b", "c"} (options that carry a command line in one string).
 std::vector<std::string> splitWords(const std::string& text) {
@@ -79,8 +79,9 @@ void addRunOptions(CLI::App& app, RunArgs& r) {
       ->check(CLI::IsMember({"none", "core"}));
   app.add_option("--backend", r.backend,
                  "gloo: workers started here, tensors over TCP; mpi: workers started through mpirun, tensors over "
-                 "OpenMPI (shared memory on one node); auto (default): mpi for lockstep programs on one node when "
-                 "built with MPI and mpirun is present, else gloo");
+                 "OpenMPI (shared memory on one node); nccl: workers started here, each on a GPU of its own, tensors "
+                 "over NCCL; auto (default): nccl for lockstep programs when every worker has its own GPU, else mpi "
+                 "for lockstep programs on one node when built with MPI and mpirun is present, else gloo");
   app.add_option("--mpirun-args", r.mpirunArgs, "extra arguments for mpirun (with --backend mpi), one string");
 }
 
@@ -125,6 +126,7 @@ LaunchOptions launchOptionsFrom(const RunArgs& r, const std::vector<std::string>
     facts.hostsGiven = !o.hosts.empty();
     facts.mpiBuilt = mpiBackendBuilt();
     facts.mpirunFound = !detail::resolveProgram("mpirun").empty();
+    facts.gpus = facts.isLockstep ? visibleCudaDevices() : 0;
   }
   auto choice = detail::chooseBackend(r.backend, facts);
   o.backend = choice.backend;

@@ -72,8 +72,10 @@ void CollectiveArgs::invalid(CommErrorInfo info, const std::string& why) const {
 
 void CollectiveArgs::tensor(const at::Tensor& t, const CommErrorInfo& info) const {
   if (!t.defined()) invalid(info, "a tensor is undefined");
-  if (!t.device().is_cpu())
-    invalid(info, fmt::format("the {} backend needs CPU tensors, got {}", backend_, t.device().str()));
+  if (t.device() != device_) {
+    invalid(info, fmt::format("the {} backend needs {} tensors, got {}", backend_,
+                              device_.is_cpu() ? "CPU" : device_.str(), t.device().str()));
+  }
   if (t.is_sparse()) invalid(info, "sparse tensors are not supported");
   if (!t.is_contiguous()) invalid(info, "tensors must be contiguous; call .contiguous() first: " + describeTensor(t));
   if (!isSupported(t.scalar_type())) {

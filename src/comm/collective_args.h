@@ -58,6 +58,8 @@ class CollectiveArgs {
   CommErrorInfo barrier() const { return info(Collective::barrier().name(), ""); }
   CommErrorInfo send(const at::Tensor& tensor, int dst, int tag) const;
   CommErrorInfo recv(const at::Tensor& tensor, int src, int tag) const;
+  /// Where the backend takes tensors (default: the CPU).
+  void setDevice(c10::Device device) { device_ = device; }
   /// A group's name and members' global ranks, for every error context (none for the world).
   void setGroup(std::string name, std::vector<int> globalRanks) {
     group_ = std::move(name);
@@ -68,6 +70,7 @@ class CollectiveArgs {
   int rank_;
   int world_;
   std::string backend_;
+  c10::Device device_{c10::kCPU};
   std::string group_;
   std::vector<int> globalRanks_;
 };

@@ -1,4 +1,5 @@
-// Device tensors through host buffers (comm/host_staging.h).
+// Device tensors through host buffers (comm/host_staging.h), and host tensors through device
+// buffers for a backend that takes only device memory (comm/staging.h).
 #include "lockstep/comm/host_staging.h"
 
 #include <ATen/ATen.h>
@@ -6,6 +7,7 @@
 #include <utility>
 
 #include "comm/forwarding.h"
+#include "comm/staging.h"
 #include "comm/work_access.h"
 #include "lockstep/common/error.h"
 
@@ -22,18 +24,10 @@ struct Staged {
   std::vector<std::pair<at::Tensor, at::Tensor>> back;
 };
 
-/// A host tensor shaped like `t`, page-locked when `t` is a CUDA tensor (the copies then run at
-/// the bus's speed and may be asynchronous).
-at::Tensor hostBuffer(const at::Tensor& t) {
-  return at::empty(t.sizes(), t.options().device(at::kCPU).pinned_memory(t.is_cuda()));
-}
-
-at::Tensor hostCopy(const at::Tensor& t) { return hostBuffer(t).copy_(t); }
-
-class HostStagingCommunicator final : public detail::ForwardingCommunicator {
+class StagingCommunicator final : public detail::ForwardingCommunicator {
  public:
-  HostStagingCommunicator(std::shared_ptr<Communicator> inner, StagePredicate stage)
-      : ForwardingCommunicator(std::move(inner)), stage_(std::move(stage)) {}
+  StagingCommunicator(std::shared_ptr<Communicator> inner, c10::Device target, StagePredicate stage)
+      : ForwardingCommunicator(std::move(inner)), target_(target), stage_(std::move(stage)) {}
 
   WorkHandle allreduce(std::vector<at::Tensor>& tensors, ReduceOp op, const CollectiveOptions& o) override {
     if (!anyStaged(tensors)) return inner_->allreduce(tensors, op, o);
@@ -90,10 +84,19 @@ class HostStagingCommunicator final : public detail::ForwardingCommunicator {
 
   std::shared_ptr<Communicator> split(int color, int key, const std::string& name) override {
     auto group = inner_->split(color, key, name);
-    return group ? std::make_shared<HostStagingCommunicator>(std::move(group), stage_) : nullptr;
+    return group ? std::make_shared<StagingCommunicator>(std::move(group), target_, stage_) : nullptr;
   }
 
  private:
+  /// A tensor shaped like `t` on the target device; on the host, page-locked when `t` is a CUDA
+  /// tensor (the copies then run at the bus's speed and may be asynchronous).
+  at::Tensor bufferFor(const at::Tensor& t) const {
+    if (!target_.is_cpu()) return at::empty(t.sizes(), t.options().device(target_));
+    return at::empty(t.sizes(), t.options().device(at::kCPU).pinned_memory(t.is_cuda()));
+  }
+
+  at::Tensor hostCopy(const at::Tensor& t) const { return bufferFor(t).copy_(t); }
+
   bool anyStaged(const std::vector<at::Tensor>& tensors) const {
     for (const auto& t : tensors) {
       if (stage_(t)) return true;
@@ -115,9 +118,9 @@ class HostStagingCommunicator final : public detail::ForwardingCommunicator {
     return s;
   }
 
-  /// A host buffer for `t` to receive into, copied into `t` after the operation.
-  static at::Tensor receiveInto(const at::Tensor& t, Staged& s) {
-    at::Tensor buffer = hostBuffer(t);
+  /// A buffer for `t` to receive into, copied into `t` after the operation.
+  at::Tensor receiveInto(const at::Tensor& t, Staged& s) const {
+    at::Tensor buffer = bufferFor(t);
     s.back.emplace_back(t, buffer);
     return buffer;
   }
@@ -138,13 +141,14 @@ class HostStagingCommunicator final : public detail::ForwardingCommunicator {
       detail::completeWork(*work, error);
     };
     auto onTimeout = [description = inner->description()] {
-      return std::make_exception_ptr(Error("host staging: " + description + " did not finish by its deadline"));
+      return std::make_exception_ptr(Error("staging: " + description + " did not finish by its deadline"));
     };
     auto work = std::make_shared<Work>(inner->description(), deadline, onTimeout, poll);
     *self = work;
     return work;
   }
 
+  c10::Device target_;
   StagePredicate stage_;
 };
 
@@ -153,7 +157,17 @@ class HostStagingCommunicator final : public detail::ForwardingCommunicator {
 std::shared_ptr<Communicator> withHostStaging(std::shared_ptr<Communicator> inner, StagePredicate stage) {
   LOCKSTEP_CHECK(inner != nullptr, "withHostStaging needs a communicator");
   if (!stage) stage = [](const at::Tensor& t) { return t.defined() && !t.is_cpu(); };
-  return std::make_shared<HostStagingCommunicator>(std::move(inner), std::move(stage));
+  return std::make_shared<StagingCommunicator>(std::move(inner), c10::Device(c10::kCPU), std::move(stage));
 }
+
+namespace detail {
+
+std::shared_ptr<Communicator> withDeviceStaging(std::shared_ptr<Communicator> inner, c10::Device device) {
+  LOCKSTEP_CHECK(inner != nullptr, "withDeviceStaging needs a communicator");
+  auto stage = [device](const at::Tensor& t) { return t.defined() && t.device() != device; };
+  return std::make_shared<StagingCommunicator>(std::move(inner), device, std::move(stage));
+}
+
+}  // namespace detail
 
 }  // namespace lockstep

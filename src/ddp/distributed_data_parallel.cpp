@@ -105,6 +105,7 @@ struct DistributedDataParallel::Impl : detail::BucketCollective {
   std::vector<at::Tensor> params;
   std::vector<std::string> names;
   std::vector<Bucket> buckets;
+  c10::Device device{c10::kCPU};  ///< where every parameter, and so every bucket, lives
   std::unique_ptr<detail::GradientReducer> reducer;
   bool alone = false;           ///< a world of one: no buckets are copied or communicated
   bool lendsGradients = false;  ///< the hook takes a lone parameter's gradient as its bucket
@@ -177,7 +178,7 @@ struct DistributedDataParallel::Impl : detail::BucketCollective {
       if (alone) continue;
       // Uninitialised: every slot is written (copied, zeroed, or lent) before its bucket is launched,
       // and a lent bucket's first buffer is never touched at all.
-      bucket.buffer = at::empty({offset}, at::kFloat);
+      bucket.buffer = at::empty({offset}, at::TensorOptions().dtype(at::kFloat).device(device));
       for (size_t slot = 0; slot < bucket.params.size(); ++slot) {
         const at::Tensor& p = params[bucket.params[slot]];
         bucket.gradients.push_back(aliasOf(bucket.buffer.narrow(0, bucket.offsets[slot], p.numel()).view(p.sizes())));
@@ -203,9 +204,10 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
 
   for (const auto& p : s.module->named_parameters(true)) {
     if (!p.value().requires_grad()) continue;
-    LOCKSTEP_CHECK(p.value().scalar_type() == at::kFloat && p.value().device().is_cpu(), "parameter '", p.key(),
-                   "' is ", describeTensor(p.value()), " on ", p.value().device().str(),
-                   "; DistributedDataParallel handles float32 CPU parameters");
+    if (s.params.empty()) s.device = p.value().device();
+    LOCKSTEP_CHECK(p.value().scalar_type() == at::kFloat && p.value().device() == s.device, "parameter '", p.key(),
+                   "' is ", describeTensor(p.value()), " on ", p.value().device().str(), " (the first one is on ",
+                   s.device.str(), "); DistributedDataParallel handles float32 parameters on one device");
     s.params.push_back(p.value());
     s.names.push_back(p.key());
   }

@@ -106,9 +106,11 @@ PowerSgdHook::BucketState& PowerSgdHook::stateOf(const GradBucket& bucket) {
 }
 
 void PowerSgdHook::prepare(BucketState& s, const std::vector<at::Tensor>& grads) {
-  if (!s.q.defined()) s.q = at::empty({s.qNumel}, at::kFloat);  // else restored from a checkpoint
-  if (options_.errorFeedback && !s.error.defined()) s.error = at::zeros({s.errorNumel}, at::kFloat);
-  s.pack = at::empty({s.plainNumel + s.pNumel}, at::kFloat);
+  const auto on = at::TensorOptions().dtype(at::kFloat).device(grads.front().device());
+  // Else restored from a checkpoint, on the CPU: moved to the gradients' device.
+  s.q = s.q.defined() ? s.q.to(on.device()) : at::empty({s.qNumel}, on);
+  if (options_.errorFeedback) s.error = s.error.defined() ? s.error.to(on.device()) : at::zeros({s.errorNumel}, on);
+  s.pack = at::empty({s.plainNumel + s.pNumel}, on);
   for (Matrix& k : s.matrices) {
     k.grad = grads[k.index].view({k.n, k.m});
     k.p = s.pack.narrow(0, s.plainNumel + k.pOffset, k.n * k.r).view({k.n, k.r});
@@ -130,7 +132,10 @@ WorkHandle PowerSgdHook::start(Communicator& comm, GradBucket& bucket) {
   StepRandom random(options_, bucket.index, s.steps);
   const bool fresh = !s.q.defined() || !options_.warmStart;
   if (!s.prepared) prepare(s, grads);
-  if (fresh) s.q.normal_(0, 1, random.get());
+  if (fresh && s.q.is_cpu()) s.q.normal_(0, 1, random.get());
+  // The same draws on every device: from the CPU generator, then copied over.
+  if (fresh && !s.q.is_cpu())
+    s.q.copy_(at::empty(s.q.sizes(), s.q.options().device(at::kCPU)).normal_(0, 1, random.get()));
   int64_t offset = 0;
   for (size_t i : s.plain) {
     s.pack.narrow(0, offset, grads[i].numel()).copy_(grads[i].reshape({-1}));

@@ -88,6 +88,7 @@ std::string remoteLaunchCommand(const LaunchOptions& o, int nodeRank, const std:
   if (o.bindCores) words.insert(words.end(), {"--bind", "core"});
   if (o.commTimeoutSeconds) words.insert(words.end(), {"--comm-timeout", fmt::format("{}", *o.commTimeoutSeconds)});
   if (o.maxRestarts > 0) words.insert(words.end(), {"--max-restarts", std::to_string(o.maxRestarts)});
+  if (o.backend == "nccl") words.insert(words.end(), {"--backend", "nccl"});
   if (!o.iface.empty()) words.insert(words.end(), {"--iface", shellQuote(o.iface)});
   if (!o.prefixOutput) words.push_back("--no-prefix");
   words.push_back("--");
@@ -140,6 +141,9 @@ BackendChoice chooseBackend(const std::string& requested, const BackendFacts& f)
   const std::string how = requested.empty() ? "the default, auto: " : "--backend auto: ";
   if (!f.isLockstep) {
     return {"gloo", how + f.program + " does not link lockstep; it gets the lockstep and torchrun variables"};
+  }
+  if (f.gpus > 0 && f.gpus >= f.workers && (f.workers >= 2 || f.nnodes > 1 || f.hostsGiven)) {
+    return {"nccl", how + fmt::format("every worker has a GPU of its own ({} visible on this node)", f.gpus)};
   }
   if (f.hostsGiven || f.nnodes > 1) return {"gloo", how + "workers on several nodes talk over TCP"};
   if (f.workers < 2) return {"gloo", how + "one worker has nothing to communicate"};
@@ -220,6 +224,38 @@ int parseWorkerCount(const std::string& text, int visibleGpus) {
   return count;
 }
 
+namespace {
+
+/// --backend: known, and able to serve these workers (a GPU each for nccl, mpirun for mpi).
+void validateBackend(const LaunchOptions& o) {
+  if (o.backend != "gloo" && o.backend != "mpi" && o.backend != "nccl") {
+    throw ConfigError(fmt::format("--backend {}: expected gloo, mpi, nccl or auto", o.backend));
+  }
+  if (o.backend == "nccl" && o.hosts.empty()) {
+    const int gpus = visibleCudaDevices();
+    if (o.nprocPerNode > gpus) {
+      throw ConfigError(
+          fmt::format("--backend nccl: {} worker(s) on this node, {} CUDA device(s) visible "
+                      "({}); NCCL needs a GPU of its own for every worker: "
+                      "use -np gpu, or --backend gloo",
+                      o.nprocPerNode, gpus, describeCudaVisibleDevices()));
+    }
+  }
+  if (o.backend == "mpi") {
+    if (o.nnodes > 1) {
+      throw ConfigError(
+          "--backend mpi starts workers on this node only; for several nodes run mpirun yourself "
+          "with a hostfile (see docs/launcher.md)");
+    }
+    if (resolveProgram("mpirun").empty()) {
+      throw ConfigError(
+          "--backend mpi needs `mpirun` on PATH (Debian package openmpi-bin; scripts/setup.sh installs it)");
+    }
+  }
+}
+
+}  // namespace
+
 void validateLaunchOptions(const LaunchOptions& o) {
   if (o.nprocPerNode < 1)
     throw ConfigError(fmt::format("-np {}: the number of workers must be at least 1", o.nprocPerNode));
@@ -250,9 +286,7 @@ void validateLaunchOptions(const LaunchOptions& o) {
   if (o.threadsPerWorker && *o.threadsPerWorker < 1) {
     throw ConfigError(fmt::format("--threads {}: must be at least 1", *o.threadsPerWorker));
   }
-  if (o.backend != "gloo" && o.backend != "mpi") {
-    throw ConfigError(fmt::format("--backend {}: expected gloo, mpi or auto", o.backend));
-  }
+  validateBackend(o);
   if (o.bindCores && o.hosts.empty()) {
     const int cores = usableCores();
     const int threads = threadsPerWorker(o, Environment::fromProcess().vars());
@@ -261,17 +295,6 @@ void validateLaunchOptions(const LaunchOptions& o) {
           fmt::format("--bind core: {} worker(s) x {} thread(s) need {} cores, this node has {}; lower "
                       "-np or --threads, or leave --bind out",
                       o.nprocPerNode, threads, o.nprocPerNode * threads, cores));
-    }
-  }
-  if (o.backend == "mpi") {
-    if (o.nnodes > 1) {
-      throw ConfigError(
-          "--backend mpi starts workers on this node only; for several nodes run mpirun yourself "
-          "with a hostfile (see docs/launcher.md)");
-    }
-    if (resolveProgram("mpirun").empty()) {
-      throw ConfigError(
-          "--backend mpi needs `mpirun` on PATH (Debian package openmpi-bin; scripts/setup.sh installs it)");
     }
   }
   if (o.maxRestarts < 0) throw ConfigError(fmt::format("--max-restarts {}: must be 0 or more", o.maxRestarts));

@@ -30,7 +30,7 @@ std::vector<std::string> mpirunCommand(const LaunchOptions& options, int usableC
 
 /// The backend `lockstep run` uses and why, in words for its first line.
 struct BackendChoice {
-  std::string backend;  ///< "gloo" or "mpi"
+  std::string backend;  ///< "gloo", "mpi" or "nccl"
   std::string reason;
 };
 /// What the default backend depends on.
@@ -43,9 +43,12 @@ struct BackendFacts {
   bool hostsGiven = false;  ///< -H
   bool mpiBuilt = false;
   bool mpirunFound = false;
+  int gpus = 0;  ///< CUDA devices visible on this node
 };
 /// `requested` is --backend as given ("" when left out, which means "auto"):
-/// "gloo" and "mpi" are taken as they are; "auto" picks mpi when the program
+/// "gloo", "mpi" and "nccl" are taken as they are; "auto" picks nccl when the
+/// program is a lockstep worker, every worker of the node has a GPU of its own
+/// and there is more than one worker in all; else mpi when the program
 /// is a lockstep worker (it finds its rank under mpirun; a Python or shell
 /// program needs the torchrun/lockstep variables of a Gloo launch), there are
 /// two workers or more (one has nothing to communicate) and no more than cores

@@ -468,8 +468,8 @@ LaunchResult launch(const LaunchOptions& input) {
       const WorldVariables& mpi = worldVariables(WorldSource::kOpenMpi);
       env[mpi.masterAddr] = o.masterAddr;
       env[mpi.masterPort] = std::to_string(o.masterPort);
-      env[env::kBackend] = "mpi";
     }
+    env[env::kBackend] = o.backend;  // the workers use the backend chosen here, not one of their own
     LaunchResult result = Runner(o).run(env);
     result.restarts = attempt;
     bool workerFailed = result.exitCode != 0 && result.interruptSignal == 0;

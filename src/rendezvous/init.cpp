@@ -17,7 +17,9 @@
 
 #include "common/socket_address.h"
 #include "lockstep/comm/desync_check.h"
+#include "lockstep/comm/nccl.h"
 #include "lockstep/comm/stall_inspector.h"
+#include "lockstep/common/device.h"
 #include "lockstep/common/error.h"
 #include "lockstep/common/logging.h"
 #include "lockstep/common/token.h"
@@ -93,6 +95,31 @@ int workerThreads(const Environment& env, int localWorldSize) {
   return std::max(1, usableCores() / std::max(1, localWorldSize));
 }
 
+namespace {
+
+/// NCCL needs this build to have it and a GPU of its own for every worker of this node.
+void checkNcclFits(const WorldInfo& world, const std::string& source) {
+  if (!ncclBackendBuilt()) {
+    throw ConfigError(
+        fmt::format("{}=nccl: this lockstep was built against a LibTorch without NCCL; use gloo", source));
+  }
+  const int visible = visibleCudaDevices();
+  if (visible == 0) {
+    throw ConfigError(
+        fmt::format("{}=nccl: no CUDA device is visible to rank {} ({}); use "
+                    "gloo, which takes CUDA tensors through host memory",
+                    source, world.rank, describeCudaVisibleDevices()));
+  }
+  if (world.localWorldSize > visible) {
+    throw ConfigError(
+        fmt::format("{}=nccl: {} workers on this node share {} GPU(s), and NCCL cannot put two ranks on "
+                    "one GPU; start at most {} worker(s) per node (-np gpu), or use gloo",
+                    source, world.localWorldSize, visible, visible));
+  }
+}
+
+}  // namespace
+
 std::string chooseBackend(const std::string& requested, const WorldInfo& world, const std::string& source,
                           const Environment& env) {
   if (requested == "gloo") return requested;
@@ -111,11 +138,19 @@ std::string chooseBackend(const std::string& requested, const WorldInfo& world, 
     }
     return requested;
   }
+  if (requested == "nccl") {
+    checkNcclFits(world, source);
+    return requested;
+  }
   if (requested == "auto") {
-    // MPI when mpirun started us (its shared-memory path is the fastest here), else Gloo.
+    // NCCL when every worker of this node has a GPU of its own; else MPI when mpirun started us
+    // (its shared-memory path is the fastest here); else Gloo.
+    if (world.worldSize > 1 && ncclBackendBuilt() && visibleCudaDevices() >= std::max(1, world.localWorldSize)) {
+      return "nccl";
+    }
     return mpiBackendBuilt() && world.source == WorldSource::kOpenMpi ? "mpi" : "gloo";
   }
-  throw ConfigError(fmt::format("{}='{}': unknown backend; expected gloo, mpi or auto", source, requested));
+  throw ConfigError(fmt::format("{}='{}': unknown backend; expected gloo, mpi, nccl or auto", source, requested));
 }
 
 Context init(const InitOptions& options) { return init(options, Environment::fromProcess()); }
@@ -165,7 +200,14 @@ Context init(const InitOptions& options, const Environment& env) {
     }
   }
   if (world.worldSize > 1 && !token) serveOrJoin(jobToken(env, world, comm.get()));
-  if (backend != "mpi") {
+  if (backend == "nccl") {
+    NcclOptions nccl;
+    nccl.rank = world.rank;
+    nccl.worldSize = world.worldSize;
+    nccl.deviceIndex = world.localRank;
+    nccl.timeout = timeout;
+    comm = makeNcclCommunicator(store, nccl);
+  } else if (backend != "mpi") {
     GlooOptions gloo;
     gloo.rank = world.rank;
     gloo.worldSize = world.worldSize;

@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "lockstep/comm/host_staging.h"
 #include "lockstep/common/enum_names.h"
 #include "lockstep/common/error.h"
 #include "lockstep/rendezvous/world.h"
@@ -19,22 +20,30 @@ namespace {
 
 constexpr EnumName<NanPolicy> kNanPolicyNames[] = {{NanPolicy::kStop, "stop"}, {NanPolicy::kSkip, "skip"}};
 
-/// `o` with its device resolved (the loader delivers batches there) and `model` moved to it.
-TrainerOptions placeOn(const TrainerOptions& o, const Communicator& comm, torch::nn::Module& model) {
+/// Where one fit runs: its options with the device resolved (the loader delivers batches
+/// there) and the communicator its tensors go through.
+struct Placement {
+  TrainerOptions options;
+  std::shared_ptr<Communicator> comm;
+};
+
+/// `o`'s device resolved and `model` moved to it. On CUDA over a backend that moves host memory
+/// (gloo, mpi), the communicator stages CUDA tensors through pinned host buffers.
+Placement placeOn(const TrainerOptions& o, std::shared_ptr<Communicator> comm, torch::nn::Module& model) {
   const int localRank = o.localRank >= 0 ? o.localRank : detectWorld(Environment::fromProcess()).localRank;
   const c10::Device device = pickDevice(o.device, localRank);
   if (device.is_cuda()) {
     std::string unsupported = o.strategy != StrategyType::kDdp ? fmt::format("strategy {}", toString(o.strategy))
                               : o.pipeline.stages > 1          ? "parallel.pipeline"
-                              : comm.size() > 1                ? fmt::format("training on {} workers", comm.size())
                                                                : "";
     if (!unsupported.empty()) {
       throw ConfigError(fmt::format("device {} (resolved to {}): {} on CUDA is not built yet; set device: cpu",
                                     toString(o.device), device.str(), unsupported));
     }
+    if (comm->backendName() != "nccl") comm = withHostStaging(std::move(comm));
   }
-  TrainerOptions placed = o;
-  placed.loader.device = device;
+  Placement placed{o, std::move(comm)};
+  placed.options.loader.device = device;
   model.to(device);
   return placed;
 }
@@ -77,11 +86,12 @@ FitResult Trainer::fit(std::shared_ptr<torch::nn::Module> model, const LossFn& l
                     "a LayeredModel",
                     options_.pipeline.stages));
   }
-  const TrainerOptions placed = placeOn(options_, *comm_, *model);
+  const Placement placed = placeOn(options_, comm_, *model);
   if (options_.strategy == StrategyType::kAsyncPs) {
-    return detail::AsyncPsRun(comm_, placed, std::move(model), faults_, loss, train, validation, correct).run();
+    return detail::AsyncPsRun(placed.comm, placed.options, std::move(model), faults_, loss, train, validation, correct)
+        .run();
   }
-  return detail::FitRun(comm_, placed, std::move(model), faults_, loss, train, validation, correct).run();
+  return detail::FitRun(placed.comm, placed.options, std::move(model), faults_, loss, train, validation, correct).run();
 }
 
 FitResult Trainer::fit(const LayeredModel& model, const Dataset& train, const Dataset* validation) {
@@ -89,8 +99,10 @@ FitResult Trainer::fit(const LayeredModel& model, const Dataset& train, const Da
   checkPipelineOptions(options_.pipeline, static_cast<int64_t>(model.layers.size()), comm_->size());
   if (options_.strategy == StrategyType::kZero3 && options_.pipeline.stages <= 1) {
     // Each layer a unit, gathered around its use (fit_run.h builds the calls).
-    const TrainerOptions placed = placeOn(options_, *comm_, *model.model);
-    return detail::FitRun(comm_, placed, model.model, faults_, nullptr, train, validation, nullptr, &model).run();
+    const Placement placed = placeOn(options_, comm_, *model.model);
+    return detail::FitRun(placed.comm, placed.options, model.model, faults_, nullptr, train, validation, nullptr,
+                          &model)
+        .run();
   }
   if (options_.pipeline.stages > 1) {
     if (options_.batchSize < options_.pipeline.microbatchesOrDefault()) {
@@ -99,8 +111,10 @@ FitResult Trainer::fit(const LayeredModel& model, const Dataset& train, const Da
                       "parallel.pipeline): raise the batch size or lower parallel.microbatches",
                       options_.batchSize, options_.pipeline.microbatchesOrDefault()));
     }
-    const TrainerOptions placed = placeOn(options_, *comm_, *model.model);
-    return detail::FitRun(comm_, placed, model.model, faults_, nullptr, train, validation, nullptr, &model).run();
+    const Placement placed = placeOn(options_, comm_, *model.model);
+    return detail::FitRun(placed.comm, placed.options, model.model, faults_, nullptr, train, validation, nullptr,
+                          &model)
+        .run();
   }
   auto chain = [layers = model.layers](const at::Tensor& x) {
     at::Tensor y = x;

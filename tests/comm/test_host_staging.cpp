@@ -5,12 +5,16 @@
 #include "lockstep/comm/host_staging.h"
 
 #include <ATen/ATen.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
 #include <thread>
 
+#include "lockstep/comm/nccl.h"
+#include "lockstep/common/device.h"
+#include "support/expect.h"
 #include "support/thread_ranks.h"
 
 namespace lockstep {
@@ -110,6 +114,18 @@ TEST(HostStaging, CpuTensorsPassThroughByDefault) {
     work->wait();
     EXPECT_TRUE(at::equal(t[0], at::full({3}, 3.0f)));
   });
+}
+
+// The NCCL backend wants this rank's GPU; a device index beyond the visible ones (all of them
+// here, where none is) is an error naming the rank, the device and what is visible.
+TEST(NcclBackend, RefusesADeviceThatIsNotVisible) {
+  ASSERT_TRUE(ncclBackendBuilt()) << "the torch wheel's LibTorch has c10d's ProcessGroupNCCL";
+  NcclOptions o;
+  o.deviceIndex = visibleCudaDevices();
+  const std::string message = test::errorOf([&] { makeNcclCommunicator(Store::inMemory(std::chrono::seconds(5)), o); });
+  EXPECT_HAS(message, fmt::format("backend nccl: rank 0 wants cuda:{}, but {} CUDA device(s) are visible to it",
+                                  o.deviceIndex, o.deviceIndex));
+  EXPECT_HAS(message, "use the gloo backend");
 }
 
 }  // namespace

@@ -238,7 +238,9 @@ INSTANTIATE_TEST_SUITE_P(
         BadArgs{{"-np", "2", "--nnodes", "2", "--node-rank", "2", "--master-port", "1234", "--", "true"},
                 "--node-rank 2: must be in 0..1"},
         BadArgs{{"-np", "2", "--master-port", "70000", "--", "true"}, "--master-port 70000"},
-        BadArgs{{"-np", "2", "--backend", "nccl", "--", "true"}, "--backend nccl: expected gloo, mpi or auto"},
+        BadArgs{{"-np", "2", "--backend", "carrier-pigeon", "--", "true"},
+                "--backend carrier-pigeon: expected gloo, mpi, nccl or auto"},
+        BadArgs{{"-np", "1024", "--backend", "nccl", "--", "true"}, "--backend nccl: 1024 worker(s) on this node, "},
         BadArgs{{"-np", "2", "--backend", "mpi", "--nnodes", "2", "--master-port", "1234", "--", "true"},
                 "--backend mpi starts workers on this node only"},
         BadArgs{{"-np", "2", "--nnodes", "2", "--master-port", "1234", "--", "true"},
@@ -398,6 +400,23 @@ TEST(Launcher, BackendChoiceAndItsReason) {
   EXPECT_EQ(with([](BackendFacts& f) { f.mpiBuilt = false; }).reason,
             "the default, auto: this lockstep was built without MPI");
   EXPECT_EQ(with([](BackendFacts& f) { f.mpirunFound = false; }).backend, "gloo");
+  // A GPU of its own for every worker: NCCL, across nodes too; fewer GPUs than workers: not.
+  EXPECT_EQ(with([](BackendFacts& f) { f.gpus = 2; }).reason,
+            "the default, auto: every worker has a GPU of its own (2 visible on this node)");
+  EXPECT_EQ(with([](BackendFacts& f) { f.gpus = 2; }).backend, "nccl");
+  EXPECT_EQ(with([](BackendFacts& f) {
+              f.gpus = 8;
+              f.workers = 1;
+              f.nnodes = 2;
+            }).backend,
+            "nccl");
+  EXPECT_EQ(with([](BackendFacts& f) { f.gpus = 1; }).backend, "mpi");
+  EXPECT_EQ(with([](BackendFacts& f) {
+              f.gpus = 1;
+              f.workers = 1;
+            }).backend,
+            "gloo");
+  EXPECT_EQ(chooseBackend("", BackendFacts{"python3", false, 2, 2, 1, false, true, true, 2}).backend, "gloo");
   EXPECT_EQ(chooseBackend("auto", lockstep).reason,
             "--backend auto: one node, OpenMPI's shared memory between the workers");
   EXPECT_EQ(chooseBackend("gloo", lockstep).reason, "--backend gloo");

@@ -1,6 +1,7 @@
 // Who-am-I from each of the four sources, their precedence, and the errors.
 #include <gtest/gtest.h>
 
+#include "lockstep/common/device.h"
 #include "lockstep/common/error.h"
 #include "lockstep/rendezvous/init.h"
 #include "lockstep/rendezvous/world.h"
@@ -185,9 +186,9 @@ TEST(Init, UnknownBackendIsRejected) {
     init({}, Environment(Vars{{"LOCKSTEP_BACKEND", "carrier-pigeon"}}));
     FAIL() << "no error";
   } catch (const ConfigError& e) {
-    EXPECT_NE(
-        std::string(e.what()).find("LOCKSTEP_BACKEND='carrier-pigeon': unknown backend; expected gloo, mpi or auto"),
-        std::string::npos)
+    EXPECT_NE(std::string(e.what()).find(
+                  "LOCKSTEP_BACKEND='carrier-pigeon': unknown backend; expected gloo, mpi, nccl or auto"),
+              std::string::npos)
         << e.what();
   }
 }
@@ -237,11 +238,34 @@ TEST(Init, AutoPicksMpiOnlyForWorkersStartedByMpirun) {
             {"LOCKSTEP_MASTER_PORT", "29500"}};
   Environment envMpirun(mpirun);
   Environment envOurs(ours);
-  EXPECT_EQ(chooseBackend("auto", detectWorld(envMpirun), "LOCKSTEP_BACKEND", envMpirun),
-            mpiBackendBuilt() ? "mpi" : "gloo");
-  EXPECT_EQ(chooseBackend("auto", detectWorld(envOurs), "LOCKSTEP_BACKEND", envOurs), "gloo");
+  // A GPU per worker comes first: NCCL (never on a machine without one).
+  const bool gpus = visibleCudaDevices() > 0;
+  EXPECT_EQ(chooseBackend("auto", detectWorld(envMpirun), "LOCKSTEP_BACKEND", envMpirun), gpus                ? "nccl"
+                                                                                          : mpiBackendBuilt() ? "mpi"
+                                                                                                              : "gloo");
+  EXPECT_EQ(chooseBackend("auto", detectWorld(envOurs), "LOCKSTEP_BACKEND", envOurs), gpus ? "nccl" : "gloo");
   EXPECT_EQ(chooseBackend("gloo", detectWorld(envMpirun), "LOCKSTEP_BACKEND", envMpirun), "gloo");
   EXPECT_EQ(chooseBackend("auto", WorldInfo{}, "LOCKSTEP_BACKEND", Environment(Vars{})), "gloo");
+}
+
+TEST(Init, NcclBackendNeedsAGpuPerWorker) {
+  const int visible = visibleCudaDevices();
+  Vars ours{{"LOCKSTEP_RANK", "0"},
+            {"LOCKSTEP_WORLD_SIZE", "2"},
+            {"LOCKSTEP_LOCAL_WORLD_SIZE", std::to_string(std::max(1, visible))},
+            {"LOCKSTEP_MASTER_ADDR", "127.0.0.1"},
+            {"LOCKSTEP_MASTER_PORT", "29500"}};
+  Environment fits(ours);
+  if (visible == 0) {
+    EXPECT_HAS(test::errorOf([&] { chooseBackend("nccl", detectWorld(fits), "LOCKSTEP_BACKEND", fits); }),
+               "LOCKSTEP_BACKEND=nccl: no CUDA device is visible to rank 0 (CUDA_VISIBLE_DEVICES is");
+    return;
+  }
+  EXPECT_EQ(chooseBackend("nccl", detectWorld(fits), "LOCKSTEP_BACKEND", fits), "nccl");
+  ours["LOCKSTEP_WORLD_SIZE"] = ours["LOCKSTEP_LOCAL_WORLD_SIZE"] = std::to_string(visible + 1);
+  Environment crowded(ours);
+  EXPECT_HAS(test::errorOf([&] { chooseBackend("nccl", detectWorld(crowded), "LOCKSTEP_BACKEND", crowded); }),
+             "NCCL cannot put two ranks on one GPU");
 }
 
 TEST(Init, MpiBackendNeedsMpirunWorkers) {

@@ -33,8 +33,9 @@ struct InitOptions {
   /// Timeout for joining and default per-operation timeout. Unset: LOCKSTEP_COMM_TIMEOUT
   /// (seconds) or 300 s.
   std::optional<std::chrono::milliseconds> timeout;
-  /// "gloo", "mpi" or "auto". Empty: LOCKSTEP_BACKEND, else "auto" — MPI when
-  /// mpirun started the workers and the MPI backend was built, else Gloo.
+  /// "gloo", "mpi", "nccl" or "auto". Empty: LOCKSTEP_BACKEND, else "auto" — NCCL
+  /// when every worker of a node has a GPU of its own (more than one worker), else
+  /// MPI when mpirun started the workers and the MPI backend was built, else Gloo.
   std::string backend;
   /// Set LibTorch's intra-op thread count (see above).
   bool setThreads = true;
@@ -50,9 +51,10 @@ struct Context {
 Context init(const InitOptions& options = {});
 Context init(const InitOptions& options, const Environment& env);
 
-/// The backend `requested` ("gloo", "mpi", "auto") resolves to for `world`;
+/// The backend `requested` ("gloo", "mpi", "nccl", "auto") resolves to for `world`;
 /// ConfigError naming `source` (the variable or option it came from) when it
-/// is unknown or cannot work (mpi without mpirun, or not built).
+/// is unknown or cannot work (mpi without mpirun, nccl without a GPU per worker,
+/// or not built).
 std::string chooseBackend(const std::string& requested, const WorldInfo& world, const std::string& source,
                           const Environment& env);
 

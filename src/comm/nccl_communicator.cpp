@@ -1,0 +1,374 @@
+// nccl_communicator.cpp — the Communicator over LibTorch's c10d ProcessGroupNCCL (comm/nccl.h).
+//
+// NcclCommunicator takes tensors on its GPU only and hands each operation to
+// c10d, which runs it on NCCL's stream after what the caller's stream queued.
+// Its Work polls c10d's (a CUDA event query) from wait(), so the deadline is
+// lockstep's: past it the process group is aborted and the communicator
+// poisoned. makeNcclCommunicator wraps it in device staging (comm/staging.h),
+// so CPU tensors (metadata, checks, a CPU model's gradients) are accepted too.
+#include "lockstep/comm/nccl.h"
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <mutex>
+#include <thread>
+
+#include "comm/collective_args.h"
+#include "comm/failure.h"
+#include "comm/split_plan.h"
+#include "comm/staging.h"
+#include "comm/store_impl.h"
+#include "comm/work_access.h"
+#include "lockstep/common/device.h"
+#include "lockstep/common/error.h"
+
+#ifdef USE_C10D_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+namespace lockstep {
+
+#ifdef USE_C10D_NCCL
+
+bool ncclBackendBuilt() { return true; }
+
+namespace {
+
+using PG = c10::intrusive_ptr<c10d::ProcessGroupNCCL>;
+using C10Work = c10::intrusive_ptr<c10d::Work>;
+
+/// NCCL's watchdog fires this long after lockstep's deadline, so the error is lockstep's.
+constexpr std::chrono::seconds kWatchdogSlack{60};
+
+std::string backendMessage(const std::exception& e) {
+  if (auto* c10Error = dynamic_cast<const c10::Error*>(&e)) return c10Error->what_without_backtrace();
+  return e.what();
+}
+
+c10d::ReduceOp toC10d(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return c10d::ReduceOp::SUM;
+    case ReduceOp::kAvg: return c10d::ReduceOp::AVG;
+    case ReduceOp::kMax: return c10d::ReduceOp::MAX;
+    case ReduceOp::kMin: return c10d::ReduceOp::MIN;
+  }
+  return c10d::ReduceOp::SUM;
+}
+
+/// Errors surface as the failed work's exception, which lockstep turns into a CommError, instead
+/// of NCCL's watchdog tearing the process down. Set before the first process group reads it,
+/// unless the user chose.
+void preferErrorsOverTeardown() { ::setenv("TORCH_NCCL_ASYNC_ERROR_HANDLING", "0", /*overwrite=*/0); }
+
+/// The first failure of a communicator and its groups' view of it: every later operation fails kAborted.
+struct Poison {
+  std::mutex mutex;
+  bool failed = false;
+  CommErrorInfo first;
+};
+
+struct NcclGroupContext {
+  Store store;
+  std::string prefix;  // of this communicator's keys in the store; a group's lie below
+  std::string name;    // empty for the world
+  std::vector<int> globalRanks;
+  c10::Device device;
+  std::chrono::milliseconds timeout;
+};
+
+PG connect(const NcclGroupContext& context, int rank, int world) {
+  auto options = c10d::ProcessGroupNCCL::Options::create();
+  options->timeout = context.timeout + kWatchdogSlack;
+  auto prefixed = context.store.withPrefix(context.prefix);
+  return c10::make_intrusive<c10d::ProcessGroupNCCL>(detail::StoreAccess::impl(prefixed)->store, rank, world, options);
+}
+
+class NcclCommunicator final : public Communicator {
+ public:
+  NcclCommunicator(PG pg, int rank, int world, NcclGroupContext context)
+      : pg_(std::move(pg)), rank_(rank), world_(world), args_(rank, world, "nccl"), context_(std::move(context)) {
+    args_.setDevice(context_.device);
+    args_.setGroup(context_.name, context_.globalRanks);
+  }
+  ~NcclCommunicator() override {
+    try {
+      pg_->shutdown();
+    } catch (...) {  // a communicator that failed may not shut down cleanly; it is going anyway
+    }
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return world_; }
+  std::string backendName() const override { return "nccl"; }
+  std::chrono::milliseconds defaultTimeout() const override { return context_.timeout; }
+  std::vector<int> globalRanks() const override { return context_.globalRanks; }
+  std::string groupName() const override { return context_.name; }
+
+  WorkHandle allreduce(std::vector<at::Tensor>& tensors, ReduceOp op, const CollectiveOptions& o) override {
+    CommErrorInfo info = args_.allreduce(tensors, op);
+    return perDtype(std::move(info), o, tensors, /*copyBack=*/true, [op](const PG& pg, std::vector<at::Tensor>& wire) {
+      c10d::AllreduceOptions ao;
+      ao.reduceOp = toC10d(op);
+      return pg->allreduce(wire, ao);
+    });
+  }
+
+  WorkHandle broadcast(std::vector<at::Tensor>& tensors, int root, const CollectiveOptions& o) override {
+    CommErrorInfo info = args_.broadcast(tensors, root);
+    return perDtype(std::move(info), o, tensors, /*copyBack=*/rank_ != root,
+                    [root](const PG& pg, std::vector<at::Tensor>& wire) {
+                      c10d::BroadcastOptions bo;
+                      bo.rootRank = root;
+                      return pg->broadcast(wire, bo);
+                    });
+  }
+
+  WorkHandle allgather(const at::Tensor& input, at::Tensor& output, const CollectiveOptions& o) override {
+    CommErrorInfo info = args_.allgather(input, output);
+    at::Tensor in = input.view({-1});
+    at::Tensor out = output.view({-1});
+    return issue(
+        std::move(info), o, [&] { return std::vector<C10Work>{pg_->_allgather_base(out, in)}; }, [in, out] {});
+  }
+
+  WorkHandle allgather(const at::Tensor& input, std::vector<at::Tensor>& outputs, const CollectiveOptions& o) override {
+    CommErrorInfo info = args_.allgather(input, outputs);
+    std::vector<std::vector<at::Tensor>> out{outputs};
+    std::vector<at::Tensor> in{input};
+    return issue(
+        std::move(info), o, [&] { return std::vector<C10Work>{pg_->allgather(out, in)}; }, [in, out] {});
+  }
+
+  WorkHandle reduceScatter(const at::Tensor& input, at::Tensor& output, ReduceOp op,
+                           const CollectiveOptions& o) override {
+    CommErrorInfo info = args_.reduceScatter(input, output, op);
+    at::Tensor in = input.view({-1});
+    at::Tensor out = output.view({-1});
+    c10d::ReduceScatterOptions ro;
+    ro.reduceOp = toC10d(op);
+    return issue(
+        std::move(info), o, [&] { return std::vector<C10Work>{pg_->_reduce_scatter_base(out, in, ro)}; },
+        [in, out] {});
+  }
+
+  WorkHandle barrier(const CollectiveOptions& o) override {
+    CommErrorInfo info = args_.barrier();
+    c10d::BarrierOptions bo;
+    bo.device_ids = {context_.device.index()};
+    return issue(std::move(info), o, [&] { return std::vector<C10Work>{pg_->barrier(bo)}; });
+  }
+
+  WorkHandle send(const at::Tensor& tensor, int dst, int tag, const CollectiveOptions& o) override {
+    CommErrorInfo info = args_.send(tensor, dst, tag);
+    std::vector<at::Tensor> wire{tensor.view({-1})};
+    return issue(
+        std::move(info), o,
+        [&] { return tensor.numel() == 0 ? std::vector<C10Work>{} : std::vector<C10Work>{pg_->send(wire, dst, tag)}; },
+        [wire] {});
+  }
+
+  WorkHandle recv(at::Tensor& tensor, int src, int tag, const CollectiveOptions& o) override {
+    CommErrorInfo info = args_.recv(tensor, src, tag);
+    std::vector<at::Tensor> wire{tensor.view({-1})};
+    return issue(
+        std::move(info), o,
+        [&] { return tensor.numel() == 0 ? std::vector<C10Work>{} : std::vector<C10Work>{pg_->recv(wire, src, tag)}; },
+        [wire] {});
+  }
+
+  std::shared_ptr<Communicator> split(int color, int key, const std::string& name) override;
+
+ private:
+  using Launch = std::function<C10Work(const PG&, std::vector<at::Tensor>&)>;
+
+  /// One c10d operation per dtype of `tensors` (a list fused into one buffer per dtype); the
+  /// buffers are copied back into the list once every one finished, where `copyBack` says so.
+  WorkHandle perDtype(CommErrorInfo info, const CollectiveOptions& o, const std::vector<at::Tensor>& tensors,
+                      bool copyBack, const Launch& launch) {
+    auto groups = std::make_shared<std::vector<std::pair<at::Tensor, std::vector<at::Tensor>>>>();
+    for (auto& [dtype, group] : detail::groupByDtype(tensors)) {
+      groups->emplace_back(group.size() == 1 ? group[0].view({-1}) : detail::flatten(group), group);
+    }
+    // The buffers stay alive until the operation finished, copied back or not.
+    auto after = [groups, copyBack] {
+      for (auto& [buffer, group] : *groups) {
+        if (copyBack && group.size() > 1) detail::unflatten(buffer, group);
+      }
+    };
+    return issue(
+        std::move(info), o,
+        [&] {
+          std::vector<C10Work> works;
+          for (auto& entry : *groups) {
+            std::vector<at::Tensor> wire{entry.first};
+            works.push_back(launch(pg_, wire));
+          }
+          return works;
+        },
+        after);
+  }
+
+  /// Numbers the operation, starts it with `start` (unless the communicator failed before) and
+  /// returns the Work that polls it; `after` (which also keeps the operation's tensors alive)
+  /// runs once every c10d work finished.
+  WorkHandle issue(CommErrorInfo info, const CollectiveOptions& o, const std::function<std::vector<C10Work>()>& start,
+                   std::function<void()> after = {});
+
+  void poison(const CommErrorInfo& info) {
+    std::lock_guard<std::mutex> lock(poison_->mutex);
+    if (poison_->failed) return;
+    poison_->failed = true;
+    poison_->first = info;
+  }
+
+  PG pg_;
+  int rank_;
+  int world_;
+  detail::CollectiveArgs args_;
+  NcclGroupContext context_;
+  std::shared_ptr<Poison> poison_ = std::make_shared<Poison>();
+  uint64_t nextSequence_ = 1;
+  int splits_ = 0;  // split() calls so far: the same on every rank, so it names the group's keys
+};
+
+/// The CommError of a failed c10d work or call.
+std::exception_ptr failure(CommErrorInfo info, const std::exception_ptr& cause) {
+  try {
+    std::rethrow_exception(cause);
+  } catch (const std::exception& e) {
+    info.detail = backendMessage(e);
+  } catch (...) {
+    info.detail = "an unknown error";
+  }
+  info.kind = CommErrorKind::kBackend;
+  return std::make_exception_ptr(CommError(info));
+}
+
+WorkHandle NcclCommunicator::issue(CommErrorInfo info, const CollectiveOptions& o,
+                                   const std::function<std::vector<C10Work>()>& start, std::function<void()> after) {
+  const auto timeout = o.timeout.count() > 0 ? std::min(o.timeout, context_.timeout) : context_.timeout;
+  info.sequence = nextSequence_++;
+  info.timeoutMs = timeout.count();
+  const std::string description = fmt::format("{} #{}", info.op, info.sequence);
+  {
+    std::lock_guard<std::mutex> lock(poison_->mutex);
+    if (poison_->failed) {
+      auto work = std::make_shared<Work>(description, Work::Clock::now(), nullptr);
+      detail::completeWork(*work, detail::abortedError(info, poison_->first));
+      return work;
+    }
+  }
+  std::vector<C10Work> works;
+  try {
+    works = start();
+  } catch (...) {
+    auto work = std::make_shared<Work>(description, Work::Clock::now(), nullptr);
+    auto error = failure(info, std::current_exception());
+    poison(info);
+    detail::completeWork(*work, error);
+    return work;
+  }
+  auto self = std::make_shared<std::weak_ptr<Work>>();
+  auto poll = [works, after, self, info, poisonState = poison_]() {
+    auto work = self->lock();
+    if (!work) return;
+    for (const auto& w : works) {
+      if (!w->isCompleted()) {
+        std::this_thread::yield();
+        return;
+      }
+    }
+    std::exception_ptr error;
+    for (const auto& w : works) {
+      if (!error && w->exception()) error = failure(info, w->exception());
+    }
+    if (!error && after) {
+      try {
+        after();
+      } catch (...) { error = failure(info, std::current_exception()); }
+    }
+    if (error) {
+      std::lock_guard<std::mutex> lock(poisonState->mutex);
+      if (!poisonState->failed) {
+        poisonState->failed = true;
+        poisonState->first = info;
+      }
+    }
+    detail::completeWork(*work, error);
+  };
+  auto onTimeout = [pg = pg_, info, poisonState = poison_]() -> std::exception_ptr {
+    CommError timedOut = detail::timeoutError(info, "the NCCL communicators were aborted");
+    {
+      std::lock_guard<std::mutex> lock(poisonState->mutex);
+      if (!poisonState->failed) {
+        poisonState->failed = true;
+        poisonState->first = timedOut.info();
+      }
+    }
+    try {
+      pg->abort();
+    } catch (...) {  // aborting is the last resort; the timeout is the error to report
+    }
+    return std::make_exception_ptr(timedOut);
+  };
+  auto work = std::make_shared<Work>(description, Work::Clock::now() + timeout, onTimeout, poll);
+  *self = work;
+  return work;
+}
+
+std::shared_ptr<Communicator> NcclCommunicator::split(int color, int key, const std::string& name) {
+  // The plan is an all-gather of host integers: through a device-staging view of this communicator.
+  std::shared_ptr<Communicator> unowned(std::shared_ptr<Communicator>{}, this);
+  auto staged = detail::withDeviceStaging(unowned, context_.device);
+  detail::SplitPlan plan = detail::planSplit(*staged, color, key);
+  const int index = splits_++;
+  if (color < 0) return nullptr;
+  NcclGroupContext child{context_.store,
+                         fmt::format("{}/split{}/color{}", context_.prefix, index, color),
+                         detail::groupName(name, color),
+                         {},
+                         context_.device,
+                         context_.timeout};
+  for (int member : plan.members) child.globalRanks.push_back(context_.globalRanks[static_cast<size_t>(member)]);
+  const int size = static_cast<int>(plan.members.size());
+  PG pg = connect(child, plan.rank, size);
+  return std::make_shared<NcclCommunicator>(std::move(pg), plan.rank, size, std::move(child));
+}
+
+}  // namespace
+
+std::shared_ptr<Communicator> makeNcclCommunicator(const Store& store, const NcclOptions& o) {
+  LOCKSTEP_CHECK(o.worldSize >= 1, "world size ", o.worldSize, " must be at least 1");
+  LOCKSTEP_CHECK(o.rank >= 0 && o.rank < o.worldSize, "rank ", o.rank, " must be in 0..", o.worldSize - 1,
+                 " (world size ", o.worldSize, ")");
+  LOCKSTEP_CHECK(o.timeout.count() > 0, "the communicator timeout must be positive");
+  const int visible = visibleCudaDevices();
+  if (o.deviceIndex < 0 || o.deviceIndex >= visible) {
+    throw ConfigError(fmt::format("backend nccl: rank {} wants cuda:{}, but {} CUDA device(s) are visible to it "
+                                  "({}); use the gloo backend",
+                                  o.rank, o.deviceIndex, visible, describeCudaVisibleDevices()));
+  }
+  preferErrorsOverTeardown();
+  const c10::Device device(c10::kCUDA, static_cast<c10::DeviceIndex>(o.deviceIndex));
+  NcclGroupContext world{store, "lockstep/nccl", "", {}, device, o.timeout};
+  for (int r = 0; r < o.worldSize; ++r) world.globalRanks.push_back(r);
+  PG pg = connect(world, o.rank, o.worldSize);
+  auto raw = std::make_shared<NcclCommunicator>(std::move(pg), o.rank, o.worldSize, std::move(world));
+  return detail::withDeviceStaging(std::move(raw), device);
+}
+
+#else  // a LibTorch without c10d's NCCL
+
+bool ncclBackendBuilt() { return false; }
+
+std::shared_ptr<Communicator> makeNcclCommunicator(const Store&, const NcclOptions&) {
+  throw ConfigError("backend nccl: this lockstep was built against a LibTorch without NCCL; use the gloo backend");
+}
+
+#endif
+
+}  // namespace lockstep
