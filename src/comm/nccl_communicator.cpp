@@ -151,8 +151,7 @@ class NcclCommunicator final : public Communicator {
     c10d::ReduceScatterOptions ro;
     ro.reduceOp = toC10d(op);
     return issue(
-        std::move(info), o, [&] { return std::vector<C10Work>{pg_->_reduce_scatter_base(out, in, ro)}; },
-        [in, out] {});
+        std::move(info), o, [&] { return std::vector<C10Work>{pg_->_reduce_scatter_base(out, in, ro)}; }, [in, out] {});
   }
 
   WorkHandle barrier(const CollectiveOptions& o) override {
@@ -239,9 +238,7 @@ class NcclCommunicator final : public Communicator {
 std::exception_ptr failure(CommErrorInfo info, const std::exception_ptr& cause) {
   try {
     std::rethrow_exception(cause);
-  } catch (const std::exception& e) {
-    info.detail = backendMessage(e);
-  } catch (...) {
+  } catch (const std::exception& e) { info.detail = backendMessage(e); } catch (...) {
     info.detail = "an unknown error";
   }
   info.kind = CommErrorKind::kBackend;
@@ -348,9 +345,10 @@ std::shared_ptr<Communicator> makeNcclCommunicator(const Store& store, const Ncc
   LOCKSTEP_CHECK(o.timeout.count() > 0, "the communicator timeout must be positive");
   const int visible = visibleCudaDevices();
   if (o.deviceIndex < 0 || o.deviceIndex >= visible) {
-    throw ConfigError(fmt::format("backend nccl: rank {} wants cuda:{}, but {} CUDA device(s) are visible to it "
-                                  "({}); use the gloo backend",
-                                  o.rank, o.deviceIndex, visible, describeCudaVisibleDevices()));
+    throw ConfigError(
+        fmt::format("backend nccl: rank {} wants cuda:{}, but {} CUDA device(s) are visible to it "
+                    "({}); use the gloo backend",
+                    o.rank, o.deviceIndex, visible, describeCudaVisibleDevices()));
   }
   preferErrorsOverTeardown();
   const c10::Device device(c10::kCUDA, static_cast<c10::DeviceIndex>(o.deviceIndex));

@@ -54,9 +54,12 @@ std::vector<std::shared_ptr<TrainerCallback>> makeMonitorCallbacks(const Monitor
   if (o.rank == 0) {
     callbacks.push_back(std::make_shared<MetricsWriter>(o.dir, o.runName, o.configText, o.tensorboard));
   }
-  callbacks.push_back(std::make_shared<StepTimeline>(o.dir, o.rank, o.traceSteps));
+  auto timeline = std::make_shared<StepTimeline>(o.dir, o.rank, o.traceSteps);
+  callbacks.push_back(timeline);
   if (o.systemInterval > 0) {
-    callbacks.push_back(std::make_shared<SystemMonitor>(o.dir, o.rank, o.systemInterval, o.localRank));
+    auto system = std::make_shared<SystemMonitor>(o.dir, o.rank, o.systemInterval, o.localRank, o.tensorboard);
+    timeline->drawSystemSamples(system->samples());
+    callbacks.push_back(system);
   }
   if (o.rank == 0 && o.progress != ProgressMode::kOff) {
     callbacks.push_back(std::make_shared<ProgressReporter>(o.progress, o.progressInterval));

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "monitor/run_files.h"
+#include "monitor/system_sample.h"
 
 namespace lockstep {
 
@@ -16,6 +17,22 @@ namespace {
 
 std::string join(const std::string& dir, const std::string& sub, const std::string& name) {
   return (std::filesystem::path(dir) / sub / name).string();
+}
+
+/// The counter values of `samples`: CPU and memory, and the GPU's where there is one.
+std::vector<TraceCounter> countersOf(const std::vector<detail::SystemSample>& samples) {
+  constexpr double kMib = 1024.0 * 1024.0;
+  std::vector<TraceCounter> out;
+  for (const auto& s : samples) {
+    out.push_back({"cpu %", s.time, {{"cpu", s.cpuPercent}}});
+    out.push_back({"memory MiB", s.time, {{"rss", static_cast<double>(s.rssBytes) / kMib}}});
+    if (!s.gpu) continue;
+    if (s.gpu->utilPercent >= 0) out.push_back({"gpu %", s.time, {{"util", s.gpu->utilPercent}}});
+    if (s.gpu->memBytes >= 0) {
+      out.push_back({"gpu memory MiB", s.time, {{"used", static_cast<double>(s.gpu->memBytes) / kMib}}});
+    }
+  }
+  return out;
 }
 
 }  // namespace
@@ -37,7 +54,8 @@ double bucketUnionUs(const std::vector<BucketSpan>& buckets) {
   return total;
 }
 
-std::string chromeTraceJson(const std::vector<StepRecord>& steps, int rank, double unixTimeAtOrigin) {
+std::string chromeTraceJson(const std::vector<StepRecord>& steps, int rank, double unixTimeAtOrigin,
+                            const std::vector<TraceCounter>& counters) {
   // Whole microseconds since the Unix epoch (~1.8e15): exact in the doubles
   // viewers parse them into, where fractions would round and break nesting.
   const double base = unixTimeAtOrigin * 1e6;
@@ -90,6 +108,13 @@ std::string chromeTraceJson(const std::vector<StepRecord>& steps, int rank, doub
                         s.step, launched, begin - launched));
       commEnd = end;
     }
+  }
+  for (const auto& c : counters) {
+    std::string args;
+    for (const auto& [key, value] : c.values)
+      args += fmt::format("{}\"{}\":{:.6g}", args.empty() ? "" : ",", key, value);
+    out += fmt::format(",\n{{\"name\":\"{}\",\"ph\":\"C\",\"pid\":{},\"ts\":{},\"args\":{{{}}}}}", c.name, rank,
+                       std::llround(c.unixTime * 1e6), args);
   }
   out += "\n]}\n";
   return out;
@@ -144,7 +169,12 @@ void StepTimeline::onFitEnd(const FitResult& /*result*/) {
 void StepTimeline::writeTrace() {
   traceWritten_ = true;
   try {
-    detail::writeFileAtomically(tracePath_, {chromeTraceJson(traced_, rank_, info_.unixTimeAtOrigin)},
+    std::vector<TraceCounter> counters;
+    if (samples_ && !traced_.empty()) {
+      const double from = info_.unixTimeAtOrigin + traced_.front().startUs * 1e-6 - 2.0;
+      counters = countersOf(samples_->between(from, 1e300));
+    }
+    detail::writeFileAtomically(tracePath_, {chromeTraceJson(traced_, rank_, info_.unixTimeAtOrigin, counters)},
                                 detail::Durability::kProcessCrash);
   } catch (const std::exception& e) { detail::warnOnce(warned_, "writing the timeline", e.what()); }
   traced_.clear();

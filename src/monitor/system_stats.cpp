@@ -10,8 +10,10 @@
 
 #include <fmt/format.h>
 
+#include "lockstep/monitor/tensorboard.h"
 #include "monitor/gpu_probe.h"
 #include "monitor/run_files.h"
+#include "monitor/system_sample.h"
 
 namespace lockstep {
 
@@ -25,6 +27,37 @@ int64_t statusField(const std::string& status, const std::string& key) {
 }
 
 }  // namespace
+
+namespace detail {
+
+std::string systemLine(const SystemSample& s, int rank, int pid) {
+  std::string line =
+      fmt::format("{{\"time\":{:.6f},\"rank\":{},\"pid\":{},\"cpu_percent\":{:.2f},\"rss_bytes\":{},\"threads\":{}",
+                  s.time, rank, pid, s.cpuPercent, s.rssBytes, s.threads);
+  if (s.gpu) line += gpuFields(*s.gpu);
+  return line + "}\n";
+}
+
+std::vector<std::pair<std::string, double>> systemScalars(const SystemSample& s) {
+  constexpr double kMib = 1024.0 * 1024.0;
+  std::vector<std::pair<std::string, double>> out{{"system/cpu_percent", s.cpuPercent},
+                                                  {"system/rss_mib", static_cast<double>(s.rssBytes) / kMib},
+                                                  {"system/threads", static_cast<double>(s.threads)}};
+  if (!s.gpu) return out;
+  const GpuSample& g = *s.gpu;
+  if (g.utilPercent >= 0) out.emplace_back("gpu/util_percent", g.utilPercent);
+  if (g.memBytes >= 0) out.emplace_back("gpu/mem_used_mib", static_cast<double>(g.memBytes) / kMib);
+  if (g.memBytes >= 0 && g.memTotalBytes > 0) {
+    out.emplace_back("gpu/mem_used_percent",
+                     100.0 * static_cast<double>(g.memBytes) / static_cast<double>(g.memTotalBytes));
+  }
+  if (g.powerWatts >= 0) out.emplace_back("gpu/power_watts", g.powerWatts);
+  if (g.smClockMhz >= 0) out.emplace_back("gpu/sm_clock_mhz", g.smClockMhz);
+  if (g.temperatureC >= 0) out.emplace_back("gpu/temp_c", g.temperatureC);
+  return out;
+}
+
+}  // namespace detail
 
 ProcessStats readProcessStats() {
   ProcessStats stats;
@@ -43,11 +76,13 @@ ProcessStats readProcessStats() {
   return stats;
 }
 
-SystemMonitor::SystemMonitor(const std::string& dir, int rank, double intervalSeconds, int localRank)
-    : rank_(rank), interval_(intervalSeconds), file_(std::make_unique<detail::AppendFile>()) {
+SystemMonitor::SystemMonitor(const std::string& dir, int rank, double intervalSeconds, int localRank, bool tensorboard)
+    : rank_(rank), interval_(intervalSeconds), file_(std::make_unique<detail::AppendFile>()),
+      samples_(std::make_shared<detail::SystemSamples>()) {
   auto sub = std::filesystem::path(dir) / "system";
   detail::createDirectories(sub.string());
   file_->open((sub / fmt::format("rank{}.jsonl", rank)).string());
+  if (tensorboard) tensorboard_ = std::make_unique<TensorBoardWriter>((sub / fmt::format("rank{}", rank)).string());
   gpu_ = std::make_unique<detail::GpuProbe>(localRank);
   lastWall_ = detail::unixNow();
   lastCpu_ = readProcessStats().cpuSeconds;
@@ -55,6 +90,10 @@ SystemMonitor::SystemMonitor(const std::string& dir, int rank, double intervalSe
 }
 
 SystemMonitor::~SystemMonitor() { stop(); }
+
+void SystemMonitor::onStepEnd(const StepRecord& record) { step_ = record.step; }
+
+std::shared_ptr<const detail::SystemSamples> SystemMonitor::samples() const { return samples_; }
 
 void SystemMonitor::onFitEnd(const FitResult& /*result*/) { stop(); }
 
@@ -87,15 +126,16 @@ void SystemMonitor::sample() {
   ProcessStats stats = readProcessStats();
   double elapsed = wall - lastWall_;
   if (elapsed < 1e-3) return;  // the final sample right after a periodic one
-  double cpuPercent = 100.0 * (stats.cpuSeconds - lastCpu_) / elapsed;
+  detail::SystemSample s{wall, 100.0 * (stats.cpuSeconds - lastCpu_) / elapsed, stats.rssBytes, stats.threads,
+                         gpu_->sample()};
   lastWall_ = wall;
   lastCpu_ = stats.cpuSeconds;
-  std::string line =
-      fmt::format("{{\"time\":{:.6f},\"rank\":{},\"pid\":{},\"cpu_percent\":{:.2f},\"rss_bytes\":{},\"threads\":{}",
-                  wall, rank_, ::getpid(), cpuPercent, stats.rssBytes, stats.threads);
-  if (auto gpu = gpu_->sample()) line += detail::gpuFields(*gpu);
-  line += "}\n";
-  file_->writeLine(line);
+  file_->writeLine(detail::systemLine(s, rank_, ::getpid()));
+  samples_->add(s);
+  if (tensorboard_) {
+    for (const auto& [tag, value] : detail::systemScalars(s)) tensorboard_->addScalar(tag, step_, value, wall);
+    tensorboard_->flush();
+  }
 }
 
 }  // namespace lockstep

@@ -1,6 +1,8 @@
 """Reads a lockstep run directory's event files with TensorBoard's own reader (PyPI's
 tensorboard: EventAccumulator, which checks every record's CRC) and checks that every scalar
-of metrics.jsonl comes back under its tag, at its step, with its value and wall time.
+of metrics.jsonl comes back under its tag, at its step, with its value and wall time, and that
+every sample of each worker's system/rank<R>.jsonl comes back from the run system/rank<R>
+(CPU, memory, threads, and the GPU's fields where the sample has them).
 
     read_tensorboard.py RUN_DIR
 
@@ -26,6 +28,13 @@ TAGS = {
 }
 
 
+# system/rank<R>.jsonl field -> (TensorBoard tag, factor) (docs/monitoring.md).
+SYSTEM_TAGS = {"cpu_percent": ("system/cpu_percent", 1), "rss_bytes": ("system/rss_mib", 1 / 2**20),
+               "threads": ("system/threads", 1), "gpu_util": ("gpu/util_percent", 1),
+               "gpu_mem_bytes": ("gpu/mem_used_mib", 1 / 2**20), "gpu_power_watts": ("gpu/power_watts", 1),
+               "gpu_sm_clock_mhz": ("gpu/sm_clock_mhz", 1), "gpu_temp_c": ("gpu/temp_c", 1)}
+
+
 def as_float32(value):
     return struct.unpack("f", struct.pack("f", value))[0]
 
@@ -41,13 +50,46 @@ def expected_scalars(run):
     return expected
 
 
+def read_scalars(run):
+    accumulator = EventAccumulator(run, size_guidance={SCALARS: 0})  # 0: keep every scalar
+    accumulator.Reload()
+    return accumulator
+
+
+def check_system(run, rank_file):
+    """Every sample of system/rank<R>.jsonl against the event file of system/rank<R>."""
+    samples = [json.loads(line) for line in open(rank_file)]
+    events = read_scalars(rank_file[:-len(".jsonl")])
+    got_tags = set(events.Tags()[SCALARS])
+    count = 0
+    for field, (tag, factor) in SYSTEM_TAGS.items():
+        want = [(s["time"], s[field] * factor) for s in samples if field in s]
+        if not want and tag not in got_tags:
+            continue
+        got = events.Scalars(tag) if tag in got_tags else []
+        if len(got) != len(want):
+            sys.exit(f"{rank_file}: {tag}: TensorBoard read {len(got)} values, the samples have {len(want)}")
+        for event, (when, value) in zip(got, want):
+            # The lines print some fields rounded (2 decimals for cpu_percent, 1 for the GPU's).
+            if not math.isclose(event.value, as_float32(value), rel_tol=1e-6, abs_tol=0.06):
+                sys.exit(f"{rank_file}: {tag} at {when}: TensorBoard read {event.value!r}, the sample has {value!r}")
+            if abs(event.wall_time - when) > 1e-3:
+                sys.exit(f"{rank_file}: {tag}: wall time {event.wall_time} in TensorBoard, {when} in the sample")
+        steps = [e.step for e in got]
+        if steps != sorted(steps):
+            sys.exit(f"{rank_file}: {tag}: steps go backwards: {steps}")
+        count += len(got)
+    if count == 0:
+        sys.exit(f"{rank_file}: no system scalars in TensorBoard")
+    return count
+
+
 def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
     run = sys.argv[1]
     expected = expected_scalars(run)
-    accumulator = EventAccumulator(run, size_guidance={SCALARS: 0})  # 0: keep every scalar
-    accumulator.Reload()
+    accumulator = read_scalars(run)
     tags = sorted(accumulator.Tags()[SCALARS])
     if tags != sorted(expected):
         sys.exit(f"{run}: TensorBoard read the tags {tags}; metrics.jsonl has {sorted(expected)}")
@@ -67,6 +109,12 @@ def main():
             count += 1
     print(f"TensorBoard {tensorboard.__version__} read {count} scalars of {len(tags)} tags "
           f"({', '.join(tags)}) from {run}: each matches metrics.jsonl")
+    system = os.path.join(run, "system")
+    rank_files = sorted(os.path.join(system, f) for f in os.listdir(system) if f.endswith(".jsonl")) \
+        if os.path.isdir(system) else []
+    for rank_file in rank_files:
+        print(f"TensorBoard read {check_system(run, rank_file)} system scalars from {rank_file[:-6]}: "
+              "each matches a sample")
 
 
 if __name__ == "__main__":

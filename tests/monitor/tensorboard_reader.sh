@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # TensorBoard itself reads what a 2-worker `lockstep train` run wrote: every scalar of
-# metrics.jsonl comes back from the event file under its tag and step (read_tensorboard.py).
+# metrics.jsonl comes back from the event file under its tag and step, and every system sample
+# of each worker from that worker's event file (read_tensorboard.py).
 #
 #   tensorboard_reader.sh LOCKSTEP_BIN PYTHON SOURCE_DIR
 #
@@ -11,6 +12,7 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 "$BIN" run -np 2 --threads 1 -- "$BIN" train "$SRC/configs/fashion_convnet.yaml" trainer.max_steps=12 \
   trainer.log_every=4 trainer.validate=true checkpoint.dir=off checkpoint.resume=none \
-  monitor.dir="$work/run" monitor.progress=off monitor.system_interval=0 monitor.trace_steps=0
+  monitor.dir="$work/run" monitor.progress=off monitor.system_interval=0.2 monitor.trace_steps=0
 ls "$work/run"
 "$PY" "$SRC/tests/monitor/read_tensorboard.py" "$work/run"
+[ -d "$work/run/system/rank1" ] || { echo "no TensorBoard run system/rank1"; exit 1; }

@@ -6,9 +6,12 @@
 #include <filesystem>
 #include <set>
 
+#include <fmt/format.h>
+
 #include "lockstep/monitor/step_timeline.h"
 #include "lockstep/train/trainer.h"
 #include "monitor/run_dir.h"
+#include "monitor/system_sample.h"
 #include "support/subprocess.h"
 
 namespace lockstep {
@@ -131,6 +134,38 @@ TEST(StepTimeline, EveryStepWithMinusOneAndTheTraceSurvivesAnUnfinishedFit) {
   for (const auto& e : doc["traceEvents"]) stepEvents += e["name"].get<std::string>().rfind("step ", 0) == 0;
   EXPECT_EQ(stepEvents, 7);
   EXPECT_EQ(test::readLines(dir + "/phases/rank0.jsonl").size(), 7u);
+}
+
+// The worker's system samples become counter tracks of its trace: the samples from 2 s before the
+// first traced step on, CPU and memory always, the GPU's where a sample has one.
+TEST(StepTimeline, SystemSamplesAreCounterTracks) {
+  std::string dir = test::makeTempDir();
+  auto samples = std::make_shared<detail::SystemSamples>();
+  const double origin = 1700000000.0;  // fitInfo's; step 1 starts at origin + 10 ms
+  detail::GpuSample gpu;
+  gpu.utilPercent = 93;
+  gpu.memBytes = int64_t{3} << 30;
+  samples->add({origin - 5.0, 12, int64_t{100} << 20, 9, std::nullopt});  // too early: not drawn
+  samples->add({origin - 1.0, 50, int64_t{200} << 20, 9, std::nullopt});
+  samples->add({origin + 0.5, 175.5, int64_t{300} << 20, 11, gpu});
+  {
+    StepTimeline timeline(dir, 1, 2);
+    timeline.drawSystemSamples(samples);
+    timeline.onFitStart(fitInfo(1));
+    for (int s = 1; s <= 2; ++s) timeline.onStepEnd(test::syntheticStep(s, s * 10000.0));
+  }
+  auto doc = json::parse(test::readFile(dir + "/timeline/rank1.trace.json"));
+  std::vector<std::string> counters;
+  for (const auto& e : doc["traceEvents"]) {
+    if (e["ph"] != "C") continue;
+    EXPECT_EQ(e["pid"], 1);
+    counters.push_back(fmt::format("{} @{} {}", e["name"].get<std::string>(),
+                                   e["ts"].get<int64_t>() - int64_t{1700000000} * 1000000, e["args"].dump()));
+  }
+  EXPECT_EQ(counters,
+            (std::vector<std::string>{"cpu % @-1000000 {\"cpu\":50}", "memory MiB @-1000000 {\"rss\":200}",
+                                      "cpu % @500000 {\"cpu\":175.5}", "memory MiB @500000 {\"rss\":300}",
+                                      "gpu % @500000 {\"util\":93}", "gpu memory MiB @500000 {\"used\":3072}"}));
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include "lockstep/monitor/system_stats.h"
 #include "monitor/gpu_probe.h"
 #include "monitor/run_dir.h"
+#include "monitor/system_sample.h"
 #include "support/subprocess.h"
 
 namespace lockstep {
@@ -97,6 +98,31 @@ TEST(GpuProbe, EachWorkerWatchesTheGpuCudaGivesIt) {
   EXPECT_FALSE(gpuFor(0, "", 8).has_value());
   EXPECT_FALSE(gpuFor(0, "-1", 8).has_value());
   EXPECT_FALSE(gpuFor(0, "x", 8).has_value());
+}
+
+// What TensorBoard gets of a sample: CPU, memory and threads always; of the GPU what it reports.
+TEST(SystemStats, TensorBoardScalarsOfASample) {
+  detail::SystemSample s{1700000000.5, 150, int64_t{512} << 20, 12, std::nullopt};
+  using Scalars = std::vector<std::pair<std::string, double>>;
+  EXPECT_EQ(detail::systemScalars(s),
+            (Scalars{{"system/cpu_percent", 150}, {"system/rss_mib", 512}, {"system/threads", 12}}));
+  detail::GpuSample gpu;
+  gpu.utilPercent = 87;
+  gpu.memBytes = int64_t{20} << 30;
+  gpu.memTotalBytes = int64_t{80} << 30;
+  gpu.temperatureC = 41;
+  s.gpu = gpu;
+  EXPECT_EQ(detail::systemScalars(s), (Scalars{{"system/cpu_percent", 150},
+                                               {"system/rss_mib", 512},
+                                               {"system/threads", 12},
+                                               {"gpu/util_percent", 87},
+                                               {"gpu/mem_used_mib", 20480},
+                                               {"gpu/mem_used_percent", 25},
+                                               {"gpu/temp_c", 41}}));
+  EXPECT_EQ(detail::systemLine(s, 3, 77),
+            "{\"time\":1700000000.500000,\"rank\":3,\"pid\":77,\"cpu_percent\":150.00,\"rss_bytes\":536870912,"
+            "\"threads\":12" +
+                detail::gpuFields(gpu) + "}\n");
 }
 
 }  // namespace

@@ -10,10 +10,14 @@
 // machine line up when opened together; slices of a thread nest or follow
 // each other exactly, as viewers require. The file is written as soon as the
 // steps are recorded (a run that crashes later still has it) and at fit end.
+// With the worker's system samples (drawSystemSamples), the trace also holds
+// counter tracks from them: "cpu %", "memory MiB", and with a GPU "gpu %" and
+// "gpu memory MiB".
 #pragma once
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "lockstep/train/callbacks.h"
@@ -22,13 +26,23 @@ namespace lockstep {
 
 namespace detail {
 class AppendFile;
-}
+class SystemSamples;
+}  // namespace detail
+
+/// One value of counter tracks in a Chrome trace: at `unixTime`, counter `name` has `values`.
+struct TraceCounter {
+  std::string name;
+  double unixTime = 0;
+  std::vector<std::pair<std::string, double>> values;
+};
 
 /// The union of [launchUs, doneUs] over `buckets`, in microseconds.
 double bucketUnionUs(const std::vector<BucketSpan>& buckets);
 
-/// The Chrome trace JSON of `steps` on rank `rank` (exposed for tests).
-std::string chromeTraceJson(const std::vector<StepRecord>& steps, int rank, double unixTimeAtOrigin);
+/// The Chrome trace JSON of `steps` on rank `rank`, with `counters` as counter events (exposed
+/// for tests).
+std::string chromeTraceJson(const std::vector<StepRecord>& steps, int rank, double unixTimeAtOrigin,
+                            const std::vector<TraceCounter>& counters = {});
 
 class StepTimeline : public TrainerCallback {
  public:
@@ -43,6 +57,9 @@ class StepTimeline : public TrainerCallback {
   void onFitEnd(const FitResult& result) override;
 
   const std::string& tracePath() const { return tracePath_; }
+  /// Draws `samples` (the worker's SystemMonitor::samples()) from 2 s before the first traced
+  /// step on as counter tracks.
+  void drawSystemSamples(std::shared_ptr<const detail::SystemSamples> samples) { samples_ = std::move(samples); }
 
  private:
   void writeTrace();
@@ -53,6 +70,7 @@ class StepTimeline : public TrainerCallback {
   FitInfo info_;
   std::unique_ptr<detail::AppendFile> phases_;
   std::vector<StepRecord> traced_;
+  std::shared_ptr<const detail::SystemSamples> samples_;
   bool traceWritten_ = false;
   bool warned_ = false;
 };

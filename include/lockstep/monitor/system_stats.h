@@ -6,9 +6,12 @@
 // "gpu_mem_total_bytes", "gpu_power_watts", "gpu_sm_clock_mhz", "gpu_temp_c",
 // each where the device reports it — in builds where CMake found NVML
 // (nvml.h) and the driver's libnvidia-ml loads at run time. cpu_percent is
-// process CPU time over wall time, so two busy threads read 200.
+// process CPU time over wall time, so two busy threads read 200. With
+// `tensorboard`, the same figures go to TensorBoard as scalars of the run
+// system/rank<R> (an event file in that folder), at the last finished step.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
@@ -20,9 +23,12 @@
 
 namespace lockstep {
 
+class TensorBoardWriter;
+
 namespace detail {
 class AppendFile;
 class GpuProbe;
+class SystemSamples;
 }  // namespace detail
 
 struct ProcessStats {
@@ -37,13 +43,17 @@ class SystemMonitor : public TrainerCallback {
  public:
   /// Opens dir/system/rank<R>.jsonl (appending; throws Error naming it) and
   /// starts sampling every `intervalSeconds` (> 0).
-  SystemMonitor(const std::string& dir, int rank, double intervalSeconds, int localRank = 0);
+  SystemMonitor(const std::string& dir, int rank, double intervalSeconds, int localRank = 0, bool tensorboard = false);
   /// Stops the thread (after one last sample).
   ~SystemMonitor() override;
 
+  /// The step the next samples are filed under in TensorBoard.
+  void onStepEnd(const StepRecord& record) override;
   /// Stops sampling: the run is over.
   void onFitEnd(const FitResult& result) override;
   void stop();
+  /// The latest samples, for the step timeline's counters (monitor/system_sample.h).
+  std::shared_ptr<const detail::SystemSamples> samples() const;
 
  private:
   void run();
@@ -53,6 +63,9 @@ class SystemMonitor : public TrainerCallback {
   double interval_;
   std::unique_ptr<detail::AppendFile> file_;
   std::unique_ptr<detail::GpuProbe> gpu_;
+  std::unique_ptr<TensorBoardWriter> tensorboard_;
+  std::shared_ptr<detail::SystemSamples> samples_;
+  std::atomic<int64_t> step_{0};
   double lastWall_ = 0;
   double lastCpu_ = 0;
   std::mutex mutex_;
