@@ -128,7 +128,19 @@ print(f'{max(abs(x - y) / abs(x) for x, y in zip(a, b)):.2e}')" <(losses one) <(
 else fail ddp-staged-gloo "max relative difference ${diff:-?} (want <= 1e-5); see $out/one.log and $out/two.log"; fi
 
 unbuilt zero2-equals-ddp "ZeRO-2 on CUDA tensors"
-unbuilt against-pytorch "charlstm, convnet and ResNet-18 samples/s against PyTorch eager and torch.compile"
+# 9. Against PyTorch on this device: samples/s of one worker each, eager in interleaved rounds,
+#    torch.compile once while time is left (bench/gpu/against_pytorch.sh). PASS: lockstep at
+#    least as fast as each on every workload.
+quick=()
+[ "$device" = cpu ] && quick=(ROUNDS=1 COMPILED=0 "STEPS=charlstm=4 convnet=6 resnet18=2")
+env "${quick[@]}" DEADLINE=$(($(date +%s) + ${CHECK_BUDGET:-450} - SECONDS)) "$root/bench/gpu/against_pytorch.sh" \
+  "$bin" "$python" "$bundle/data" "$out" "$device" >"$out/against-pytorch.txt" 2>&1
+rows=$(grep -c '^RATIO .* ratio=' "$out/against-pytorch.txt")
+summary=$(sed -n 's/^RATIO //p' "$out/against-pytorch.txt" | paste -sd';')
+if [ "$rows" = 3 ] && ! grep -o 'ratio[a-z_]*=[0-9.]*' "$out/against-pytorch.txt" | cut -d= -f2 |
+  grep -qv '^[1-9]'; then
+  pass against-pytorch "samples/s, one worker each (median[min-max]): $summary"
+else fail against-pytorch "lockstep below PyTorch somewhere, or a run failed: ${summary:-no figures}; see $out/ap-*.log"; fi
 echo "check_all: $passed passed, $failed failed, $unbuilt not built"
 rm -rf "$work"
 [ "$failed" = 0 ]

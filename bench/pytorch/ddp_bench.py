@@ -2,7 +2,7 @@
 """PyTorch's own Python DistributedDataParallel on lockstep's benchmark workloads.
 
     $LOCKSTEP_VENV/bin/python3 bench/pytorch/ddp_bench.py WORKLOAD [--steps 30] [--nproc 2] [--threads 1]
-        [--compile]
+        [--compile] [--device cpu|cuda] [--no-flip]
 
 WORKLOAD is one of (DESIGN.md "Workloads", the same shapes as lockstep's configs):
   charlstm  configs/charlstm-bench.yaml: one-hot characters (vocabulary --vocab, 29 for
@@ -14,6 +14,13 @@ WORKLOAD is one of (DESIGN.md "Workloads", the same shapes as lockstep's configs
             Adam 1e-3, random horizontal flips, Fashion-MNIST (Debian's IDX files).
   mlp       configs/mlp-bench.yaml: 784 -> 4096 -> 4096 -> 10 (20,037,642 parameters),
             batch 32 per worker, SGD momentum 0.9, Fashion-MNIST.
+  resnet18  configs/cifar_resnet18.yaml: lockstep's resnet18 with the CIFAR stem (3x3 stride-1
+            conv, no max pool), batch 128 per worker, SGD 0.1 momentum 0.9 weight decay 5e-4.
+            Data: SYNTHETIC random 3x32x32 images (the speed does not depend on the pixels).
+
+--device cuda puts each worker on cuda:(rank mod GPUs), over NCCL when every worker has its own
+GPU, else Gloo; batches are pinned and copied without blocking, as lockstep's loader does.
+--no-flip leaves out the convnet's random flips (lockstep: data.random_flip=false).
 
 Workers are started with torch.multiprocessing.spawn, join a Gloo process group over
 TCP on 127.0.0.1 and wrap the model in torch.nn.parallel.DistributedDataParallel with its
@@ -42,7 +49,6 @@ import socket
 import sys
 import time
 
-import numpy as np
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -108,20 +114,58 @@ class ImageMlp(nn.Module):
         return x
 
 
+class BasicBlock(nn.Module):
+    """lockstep's BasicBlockImpl (src/models/vision.cpp): torchvision's, without biases in the convs."""
+
+    def __init__(self, inputs, planes, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(inputs, planes, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(planes)
+        self.conv2 = nn.Conv2d(planes, planes, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(planes)
+        self.downsample = None
+        if stride != 1 or inputs != planes:
+            self.downsample = nn.Sequential(nn.Conv2d(inputs, planes, 1, stride, bias=False), nn.BatchNorm2d(planes))
+
+    def forward(self, x):
+        out = F.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        return F.relu(out + (self.downsample(x) if self.downsample is not None else x))
+
+
+class ResNet18Cifar(nn.Module):
+    """lockstep's "resnet18" on 32x32 images: the CIFAR stem, 4 stages of 2 blocks, average pool, fc."""
+
+    def __init__(self, classes=10):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 64, 3, 1, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(64)
+        blocks, inputs = [], 64
+        for planes, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
+            blocks += [BasicBlock(inputs, planes, stride), BasicBlock(planes, planes, 1)]
+            inputs = planes
+        self.blocks = nn.Sequential(*blocks)
+        self.fc = nn.Linear(512, classes)
+
+    def forward(self, x):
+        x = self.blocks(F.relu(self.bn1(self.conv1(x))))
+        return self.fc(F.adaptive_avg_pool2d(x, 1).flatten(1))
+
+
 def read_idx(path):
     with gzip.open(path, "rb") as f:
         data = f.read()
     dims = data[3]
     shape = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(dims)]
-    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * dims).reshape(shape)
+    return torch.frombuffer(bytearray(data), dtype=torch.uint8, offset=4 + 4 * dims).reshape(shape)
 
 
 def fashion_mnist(root):
-    """The 60k training images, normalised as lockstep does, [N, 1, 28, 28] float, and labels."""
+    """The training images, normalised as lockstep does, [N, 1, 28, 28] float, and labels."""
     images = read_idx(os.path.join(root, "train-images-idx3-ubyte.gz"))
     labels = read_idx(os.path.join(root, "train-labels-idx1-ubyte.gz"))
-    x = torch.from_numpy(images.astype(np.float32)).div_(255).sub_(FASHION_MEAN).div_(FASHION_STD)
-    return x.unsqueeze(1).contiguous(), torch.from_numpy(labels.astype(np.int64))
+    x = images.float().div_(255).sub_(FASHION_MEAN).div_(FASHION_STD)
+    return x.unsqueeze(1).contiguous(), labels.long()
 
 
 WORKLOADS = {
@@ -129,6 +173,7 @@ WORKLOADS = {
     "charlstm": dict(batch=1024, optimizer="adam", lr=1e-3, scaling="linear"),
     "convnet": dict(batch=128, optimizer="adam", lr=1e-3, scaling="sqrt"),
     "mlp": dict(batch=32, optimizer="sgd", lr=0.01, scaling="linear"),
+    "resnet18": dict(batch=128, optimizer="sgd", lr=0.05, scaling="linear", weight_decay=5e-4),
 }
 
 
@@ -141,6 +186,11 @@ def build(args, rank, world):
         inputs = torch.randint(0, args.vocab, (args.samples, 16), generator=gen)
         targets = torch.randint(1, args.vocab, (args.samples, 16), generator=gen)
         return model, char_lstm_loss, inputs, targets
+    if args.workload == "resnet18":
+        gen = torch.Generator().manual_seed(1 + rank)
+        inputs = torch.randn(args.samples // 4, 3, 32, 32, generator=gen)
+        targets = torch.randint(0, 10, (inputs.size(0),), generator=gen)
+        return ResNet18Cifar(), F.cross_entropy, inputs, targets
     inputs, targets = fashion_mnist(args.data)
     model = ConvNet() if args.workload == "convnet" else ImageMlp(args.hidden_sizes)
     return model, F.cross_entropy, inputs, targets
@@ -149,14 +199,23 @@ def build(args, rank, world):
 def worker(rank, args, port):
     world = args.nproc
     torch.set_num_threads(args.threads)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    device = torch.device("cpu")
+    backend = "gloo"
+    if args.device == "cuda":
+        gpus = torch.cuda.device_count()
+        device = torch.device("cuda", rank % gpus)
+        torch.cuda.set_device(device)
+        backend = "nccl" if world <= gpus else "gloo"
+    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     spec = WORKLOADS[args.workload]
     batch = spec["batch"]
     model, loss_fn, inputs, targets = build(args, rank, world)
+    model.to(device)
     if args.first_bucket_mb is not None:
         # DDP's documented knob for the size of its first bucket (1 MB by default).
         dist._DEFAULT_FIRST_BUCKET_BYTES = int(args.first_bucket_mb * 1024 * 1024)
-    ddp = DistributedDataParallel(model, bucket_cap_mb=args.bucket_cap_mb)
+    ddp = DistributedDataParallel(model, bucket_cap_mb=args.bucket_cap_mb,
+                                  device_ids=[device.index] if device.type == "cuda" else None)
     forward = torch.compile(ddp, dynamic=False) if args.compile else ddp
     if args.powersgd:
         # PyTorch's own PowerSGD hook, the reference for lockstep's ddp.compression powersgd.
@@ -169,11 +228,11 @@ def worker(rank, args, port):
     if spec["optimizer"] == "adam":
         optimizer = torch.optim.Adam(ddp.parameters(), lr=lr)
     else:
-        optimizer = torch.optim.SGD(ddp.parameters(), lr=lr, momentum=0.9)
+        optimizer = torch.optim.SGD(ddp.parameters(), lr=lr, momentum=0.9, weight_decay=spec.get("weight_decay", 0))
 
     # DistributedSampler's order: one permutation of the whole set, rank r takes r, r+world, ...
     order = torch.randperm(inputs.size(0), generator=torch.Generator().manual_seed(0))[rank::world]
-    flip = args.workload == "convnet"
+    flip = args.workload == "convnet" and not args.no_flip
     flips = torch.Generator().manual_seed(100 + rank)
     ddp.train()
     phases = [0.0, 0.0, 0.0, 0.0]  # data, forward, backward (with DDP's allreduce wait), optimizer; timed steps
@@ -187,6 +246,9 @@ def worker(rank, args, port):
         if flip:  # random horizontal flips, as configs/fashion_convnet.yaml's data.random_flip
             mask = torch.rand(batch, generator=flips) < 0.5
             x[mask] = x[mask].flip(3)
+        if device.type == "cuda":
+            x = x.pin_memory().to(device, non_blocking=True)
+            y = y.pin_memory().to(device, non_blocking=True)
         t1 = time.perf_counter()
         optimizer.zero_grad()
         loss = loss_fn(forward(x), y)
@@ -207,7 +269,8 @@ def worker(rank, args, port):
         params = sum(p.numel() for p in model.parameters())
         form = "torch.compile (inductor)" if args.compile else "eager"
         print(f"pytorch ddp ({form}): {args.workload}, {params} parameters, {world} workers x {torch.get_num_threads()} "
-              f"thread(s), batch {batch} per worker, torch {torch.__version__}", flush=True)
+              f"thread(s), batch {batch} per worker, torch {torch.__version__}, device {device}, backend {backend}",
+              flush=True)
         ms = [1000 * p / (args.steps - 1) for p in phases]
         print(f"per step (rank 0, mean of {args.steps - 1}): {1000 * (end - start) / (args.steps - 1):.1f} ms = "
               f"data {ms[0]:.1f} + forward {ms[1]:.1f} + backward and allreduce wait {ms[2]:.1f} + "
@@ -238,6 +301,8 @@ def main():
     p.add_argument("--first-bucket-mb", type=float, default=None,
                    help="size of DDP's first bucket (torch.distributed._DEFAULT_FIRST_BUCKET_BYTES; PyTorch: 1)")
     p.add_argument("--compile", action="store_true", help="torch.compile the DDP model (inductor backend)")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where each worker trains")
+    p.add_argument("--no-flip", action="store_true", help="convnet: no random horizontal flips")
     p.add_argument("--warmup-steps", type=int, default=None,
                    help="untimed steps before the first one (default: 2 with --compile, else 0)")
     p.add_argument("--powersgd", type=int, default=0, help="PowerSGD comm hook at this rank (0: plain allreduce)")
@@ -252,6 +317,8 @@ def main():
         p.error("--steps must be at least 2 (the first step is not timed)")
     if not dist.is_available() or not dist.is_gloo_available():
         sys.exit("ddp_bench.py: this torch has no Gloo process group (torch.distributed)")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        sys.exit("ddp_bench.py: --device cuda, but torch sees no CUDA device")
     mp.spawn(worker, args=(args, free_port()), nprocs=args.nproc, join=True)
 
 
