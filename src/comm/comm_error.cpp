@@ -54,6 +54,13 @@ void ignoreBrokenPipeSignal() {
   if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) ::signal(SIGPIPE, SIG_IGN);
 }
 
+void checkMembership(int rank, int worldSize, std::chrono::milliseconds timeout) {
+  LOCKSTEP_CHECK(worldSize >= 1, "world size ", worldSize, " must be at least 1");
+  LOCKSTEP_CHECK(rank >= 0 && rank < worldSize, "rank ", rank, " must be in 0..", worldSize - 1, " (world size ",
+                 worldSize, ")");
+  LOCKSTEP_CHECK(timeout.count() > 0, "the communicator timeout must be positive");
+}
+
 CommError timeoutError(CommErrorInfo info, const std::string& extra) {
   info.kind = CommErrorKind::kTimeout;
   info.detail =

@@ -1,12 +1,16 @@
 // failure.h — the errors every backend raises the same way after a timeout or an earlier failure.
 #pragma once
 
+#include <chrono>
 #include <exception>
 #include <string>
 
 #include "lockstep/comm/comm_error.h"
 
 namespace lockstep::detail {
+
+/// A backend factory's arguments: a world of at least one, the rank in it, a positive timeout (Error otherwise).
+void checkMembership(int rank, int worldSize, std::chrono::milliseconds timeout);
 
 /// `info` turned into a kTimeout error; `extra` is appended to the common explanation.
 CommError timeoutError(CommErrorInfo info, const std::string& extra = "");

@@ -492,10 +492,7 @@ Pacing pacingOf(const Store& store, const GlooOptions& o) {
 }  // namespace
 
 std::shared_ptr<Communicator> makeGlooCommunicator(const Store& store, const GlooOptions& o) {
-  LOCKSTEP_CHECK(o.worldSize >= 1, "world size ", o.worldSize, " must be at least 1");
-  LOCKSTEP_CHECK(o.rank >= 0 && o.rank < o.worldSize, "rank ", o.rank, " must be in 0..", o.worldSize - 1,
-                 " (world size ", o.worldSize, ")");
-  LOCKSTEP_CHECK(o.timeout.count() > 0, "the communicator timeout must be positive");
+  detail::checkMembership(o.rank, o.worldSize, o.timeout);
   detail::ignoreBrokenPipeSignal();  // a dead peer: an error naming it, not a SIGPIPE
   auto options = ProcessGroupGloo::Options::create(o.timeout);
   options->threads = 1;  // lockstep runs one operation at a time (op_queue.h)

@@ -339,10 +339,7 @@ std::shared_ptr<Communicator> NcclCommunicator::split(int color, int key, const 
 }  // namespace
 
 std::shared_ptr<Communicator> makeNcclCommunicator(const Store& store, const NcclOptions& o) {
-  LOCKSTEP_CHECK(o.worldSize >= 1, "world size ", o.worldSize, " must be at least 1");
-  LOCKSTEP_CHECK(o.rank >= 0 && o.rank < o.worldSize, "rank ", o.rank, " must be in 0..", o.worldSize - 1,
-                 " (world size ", o.worldSize, ")");
-  LOCKSTEP_CHECK(o.timeout.count() > 0, "the communicator timeout must be positive");
+  detail::checkMembership(o.rank, o.worldSize, o.timeout);
   const int visible = visibleCudaDevices();
   if (o.deviceIndex < 0 || o.deviceIndex >= visible) {
     throw ConfigError(

@@ -149,11 +149,12 @@ void StepTimeline::onStepEnd(const StepRecord& r) {
   double endUnix = info_.unixTimeAtOrigin + (r.startUs + r.durationUs) * 1e-6;
   phases_->append(fmt::format(
       "{{\"step\":{},\"time\":{:.6f},\"data_wait_ms\":{:.4f},\"forward_ms\":{:.4f},\"backward_ms\":{:.4f},"
-      "\"comm_wait_ms\":{:.4f},\"optimizer_ms\":{:.4f},\"step_ms\":{:.4f},\"comm_ms\":{:.4f},\"buckets\":{}}}\n",
+      "\"comm_wait_ms\":{:.4f},\"optimizer_ms\":{:.4f},\"step_ms\":{:.4f},\"comm_ms\":{:.4f},\"buckets\":{}{}}}\n",
       r.step, endUnix, ms[static_cast<size_t>(Phase::kDataWait)], ms[static_cast<size_t>(Phase::kForward)],
       ms[static_cast<size_t>(Phase::kBackward)], ms[static_cast<size_t>(Phase::kCommWait)],
       ms[static_cast<size_t>(Phase::kOptimizer)], r.durationUs * 1e-3, bucketUnionUs(r.buckets) * 1e-3,
-      r.buckets.size()));
+      r.buckets.size(),
+      r.devicePeakBytes >= 0 ? fmt::format(",\"device_peak_bytes\":{}", r.devicePeakBytes) : std::string()));
   if (traceSteps_ == 0 || traceWritten_) return;
   if (traceSteps_ < 0 || static_cast<int64_t>(traced_.size()) < traceSteps_) traced_.push_back(r);
   if (traceSteps_ > 0 && static_cast<int64_t>(traced_.size()) == traceSteps_) writeTrace();

@@ -8,12 +8,19 @@
 #include <algorithm>
 #include <iterator>
 
+#include "lockstep/common/cuda_memory.h"
 #include "lockstep/common/logging.h"
 #include "lockstep/common/tensor_memory.h"
 
 namespace lockstep::detail {
 
 void RunMemory::beginCompute() {
+  if (cudaDevice_ >= 0) {
+    tracking_ = true;
+    liveAtStart_ = cudaAllocatedBytes(cudaDevice_);
+    resetCudaPeak(cudaDevice_);
+    return;
+  }
   tracking_ = tensorMemoryTracked();
   if (!tracking_) return;
   liveAtStart_ = liveTensorBytes();
@@ -21,8 +28,12 @@ void RunMemory::beginCompute() {
 }
 
 void RunMemory::endCompute() {
-  if (tracking_) stepPeakBytes_ = std::max(stepPeakBytes_, peakTensorBytes() - liveAtStart_);
+  if (!tracking_) return;
+  const int64_t peak = cudaDevice_ >= 0 ? cudaPeakAllocatedBytes(cudaDevice_) : peakTensorBytes();
+  stepPeakBytes_ = std::max(stepPeakBytes_, peak - liveAtStart_);
 }
+
+int64_t RunMemory::deviceStepPeak() const { return cudaDevice_ >= 0 ? cudaPeakAllocatedBytes(cudaDevice_) : -1; }
 
 std::string RunMemory::whileSaving(const std::function<void()>& save) {
   // The peak resident set while saving, apart from training's (which it must not raise much):

@@ -58,9 +58,14 @@ TEST(StepTimeline, PhaseLinesAreBufferedUntilALog) {
   EXPECT_DOUBLE_EQ(l["step_ms"].get<double>(), 5.0);
   EXPECT_DOUBLE_EQ(l["comm_ms"].get<double>(), 1.3);
   EXPECT_EQ(l["buckets"], 2);
-  timeline.onStepEnd(test::syntheticStep(4, 40000));
+  EXPECT_FALSE(l.contains("device_peak_bytes")) << "on the CPU";
+  StepRecord onGpu = test::syntheticStep(4, 40000);
+  onGpu.devicePeakBytes = int64_t{3} << 30;  // the CUDA caching allocator's peak of the step
+  timeline.onStepEnd(onGpu);
   timeline.onFitEnd(FitResult{});
-  EXPECT_EQ(test::readLines(phases).size(), 4u);
+  lines = test::readJsonLines(phases);
+  ASSERT_EQ(lines.size(), 4u);
+  EXPECT_EQ(lines[3]["device_peak_bytes"], int64_t{3} << 30);
 }
 
 TEST(StepTimeline, ChromeTraceHoldsTheFirstStepsOnly) {

@@ -67,6 +67,8 @@ struct StepRecord {
   double lr = 0;
   std::vector<PhaseSpan> phases;
   std::vector<BucketSpan> buckets;
+  /// On a GPU, the most bytes of tensors the CUDA caching allocator held during the step; -1 on the CPU.
+  int64_t devicePeakBytes = -1;
 };
 
 /// Every logEvery steps, on every rank, with values averaged over ranks.
