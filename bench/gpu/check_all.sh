@@ -127,8 +127,16 @@ print(f'{max(abs(x - y) / abs(x) for x, y in zip(a, b)):.2e}')" <(losses one) <(
   pass ddp-staged-gloo "2 workers x batch 64 over staged Gloo vs 1 x 128: 20 losses, max relative difference $diff"
 else fail ddp-staged-gloo "max relative difference ${diff:-?} (want <= 1e-5); see $out/one.log and $out/two.log"; fi
 
-unbuilt zero2-equals-ddp "ZeRO-2 on CUDA tensors"
-# 9. Against PyTorch on this device: samples/s of one worker each, eager in interleaved rounds,
+# 9. ZeRO-2 on the device equals DDP: the same two workers sharing the GPU, strategy zero2.
+if NVIDIA_TF32_OVERRIDE=0 worlds zero2 2 gloo trainer.batch_size=64 strategy.type=zero2 "${same[@]}" &&
+  diff=$("$python" -c "import sys
+a, b = ([float(x) for x in open(f)] for f in sys.argv[1:])
+assert len(a) == len(b) == 20, (len(a), len(b))
+print(f'{max(abs(x - y) / abs(x) for x, y in zip(a, b)):.2e}')" <(losses two) <(losses zero2)) &&
+  "$python" -c "import sys; sys.exit(0 if $diff <= 1e-5 else 1)"; then
+  pass zero2-equals-ddp "2 workers x batch 64 over staged Gloo, zero2 vs ddp: 20 losses, max relative difference $diff"
+else fail zero2-equals-ddp "max relative difference ${diff:-?} (want <= 1e-5); see $out/zero2.log"; fi
+# 10. Against PyTorch on this device: samples/s of one worker each, eager in interleaved rounds,
 #    torch.compile once while time is left (bench/gpu/against_pytorch.sh). PASS: lockstep at
 #    least as fast as each on every workload.
 quick=()

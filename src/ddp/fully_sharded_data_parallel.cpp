@@ -79,7 +79,7 @@ void FullyShardedDataParallel::Impl::buildUnits(const std::vector<std::vector<si
     const detail::ShardedBucket& bucket = buckets[u];
     Unit& unit = units.emplace_back();
     unit.name = layers.empty() ? "model" : layers[u].name;
-    unit.whole = at::zeros({bucket.part * world()}, at::kFloat);
+    unit.whole = at::zeros({bucket.part * world()}, floatOptions());
     for (size_t slot = 0; slot < bucket.params.size(); ++slot) {
       at::Tensor& p = params[bucket.params[slot]];
       at::Tensor view = unit.whole.narrow(0, bucket.offsets[slot], numels[bucket.params[slot]]).view(p.sizes());
@@ -204,7 +204,7 @@ WorkHandle FullyShardedDataParallel::Impl::launch(size_t u, DdpStats& stats) {
   detail::ShardedBucket& bucket = buckets[u];
   if (bucket.elements > 0 && world() > 1) return ShardedCore::launch(u, stats);
   // Nothing to communicate: this rank's part is the whole.
-  bucket.output = at::empty({bucket.part}, at::kFloat);
+  bucket.output = at::empty({bucket.part}, floatOptions());
   if (bucket.elements > 0) bucket.output.copy_(bucket.buffer);
   bucket.buffer.reset();
   units[u].release();
@@ -239,6 +239,9 @@ FullyShardedDataParallel::FullyShardedDataParallel(std::shared_ptr<torch::nn::Mo
     : impl_(std::make_shared<Impl>()) {
   Impl& s = *impl_;
   s.setUp(std::move(module), std::move(comm), optimizer.get(), options, "FullyShardedDataParallel", "ZeRO-3");
+  // A unit's memory is freed and brought back by resizing its CPU storage in place.
+  LOCKSTEP_CHECK(s.floatOptions().device().is_cpu(), "FullyShardedDataParallel (ZeRO-3) takes CPU parameters; on ",
+                 s.floatOptions().device().str(), " use DistributedDataParallel or ShardedDataParallel (ZeRO-2)");
   s.layers = std::move(layers);
   LOCKSTEP_CHECK(!s.params.empty(), "ZeRO-3: the module has no trainable parameters");
   auto members = planUnits(s.params, s.names, s.layers);

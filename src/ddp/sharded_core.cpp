@@ -70,7 +70,7 @@ void ShardedCore::startStep() {
 
 WorkHandle ShardedCore::launch(size_t b, DdpStats& /*stats*/) {
   ShardedBucket& bucket = buckets[b];
-  bucket.output = at::empty({bucket.part}, at::kFloat);
+  bucket.output = at::empty({bucket.part}, floatOptions());
   return comm->reduceScatter(bucket.buffer, bucket.output, ReduceOp::kAvg);
 }
 

@@ -38,7 +38,7 @@ void ShardedDataParallel::Impl::ensureBuffer(detail::ShardedBucket& bucket) {
   for (size_t k = 0; k < buckets.size(); ++k) {
     if (buckets[k].buffer.defined() && reducer->collectiveDone(k)) buckets[k].buffer.reset();
   }
-  bucket.buffer = at::empty({bucket.part * world()}, at::kFloat);
+  bucket.buffer = at::empty({bucket.part * world()}, floatOptions());
   zeroPadding(bucket, bucket.buffer);
 }
 
@@ -68,8 +68,8 @@ void ShardedDataParallel::Impl::gatherParameters() {
       f.input = f.output.narrow(0, rank() * bucket.part, bucket.part);
       while (piece < pieces.size() && pieces[piece].bucket == b) ++piece;
     } else {
-      f.input = at::empty({bucket.part}, at::kFloat);
-      f.output = at::empty({bucket.part * world()}, at::kFloat);
+      f.input = at::empty({bucket.part}, floatOptions());
+      f.output = at::empty({bucket.part * world()}, floatOptions());
       int64_t filled = 0;  // pieces fill the part from its start; the rest is padding
       for (; piece < pieces.size() && pieces[piece].bucket == b; ++piece) {
         f.input.narrow(0, pieces[piece].chunkOffset, pieces[piece].length).copy_(pieceViews[piece]);

@@ -39,9 +39,11 @@ std::unique_ptr<torch::optim::Optimizer> rebuild(std::vector<torch::optim::Optim
 void PieceOptimizer::collectParameters(torch::nn::Module& module, const char* strategy) {
   for (const auto& p : module.named_parameters(true)) {
     if (!p.value().requires_grad()) continue;
-    LOCKSTEP_CHECK(p.value().scalar_type() == at::kFloat && p.value().device().is_cpu() && p.value().is_contiguous(),
+    const c10::Device device = params.empty() ? p.value().device() : params.front().device();
+    LOCKSTEP_CHECK(p.value().scalar_type() == at::kFloat && p.value().device() == device && p.value().is_contiguous(),
                    strategy, ": parameter '", p.key(), "' is ", describeTensor(p.value()), " on ",
-                   p.value().device().str(), "; ", strategy, " shards contiguous float32 CPU parameters");
+                   p.value().device().str(), "; ", strategy, " shards contiguous float32 parameters on one device (",
+                   device.str(), ")");
     params.push_back(p.value());
     names.push_back(p.key());
     numels.push_back(p.value().numel());

@@ -45,6 +45,12 @@ struct PieceOptimizer {
   /// contiguous float32 CPU tensor (Error naming it and `strategy` otherwise).
   void collectParameters(torch::nn::Module& module, const char* strategy);
   int world() const { return comm->size(); }
+  /// float32 on the parameters' device (the CPU when there are none): the buckets' and parts' options.
+  at::TensorOptions floatOptions() const {
+    return at::TensorOptions()
+        .dtype(at::kFloat)
+        .device(params.empty() ? c10::Device(c10::kCPU) : params.front().device());
+  }
 
   /// A piece's elements as a flat view of its parameter, detached: updates and collectives write
   /// into the parameter outside autograd.

@@ -53,9 +53,11 @@ ShardedOptimizer::ShardedOptimizer(std::unique_ptr<torch::optim::Optimizer> opti
   const auto& groups = optimizer->param_groups();
   for (size_t g = 0; g < groups.size(); ++g) {
     for (const auto& p : groups[g].params()) {
-      LOCKSTEP_CHECK(p.scalar_type() == at::kFloat && p.device().is_cpu() && p.is_contiguous(), "zero1: parameter ",
+      const c10::Device device = s.params.empty() ? p.device() : s.params.front().device();
+      LOCKSTEP_CHECK(p.scalar_type() == at::kFloat && p.device() == device && p.is_contiguous(), "zero1: parameter ",
                      s.params.size(), " of the optimizer (group ", g, ") is ", describeTensor(p), " on ",
-                     p.device().str(), "; zero1 shards contiguous float32 CPU parameters");
+                     p.device().str(), "; zero1 shards contiguous float32 parameters on one device (", device.str(),
+                     ")");
       s.names.push_back(fmt::format("parameter {} of the optimizer", s.params.size()));
       s.params.push_back(p);
       s.numels.push_back(p.numel());

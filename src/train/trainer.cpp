@@ -33,9 +33,11 @@ Placement placeOn(const TrainerOptions& o, std::shared_ptr<Communicator> comm, t
   const int localRank = o.localRank >= 0 ? o.localRank : detectWorld(Environment::fromProcess()).localRank;
   const c10::Device device = pickDevice(o.device, localRank);
   if (device.is_cuda()) {
-    std::string unsupported = o.strategy != StrategyType::kDdp ? fmt::format("strategy {}", toString(o.strategy))
-                              : o.pipeline.stages > 1          ? "parallel.pipeline"
-                                                               : "";
+    const bool onDevice =
+        o.strategy == StrategyType::kDdp || o.strategy == StrategyType::kZero1 || o.strategy == StrategyType::kZero2;
+    std::string unsupported = !onDevice               ? fmt::format("strategy {}", toString(o.strategy))
+                              : o.pipeline.stages > 1 ? "parallel.pipeline"
+                                                      : "";
     if (!unsupported.empty()) {
       throw ConfigError(fmt::format("device {} (resolved to {}): {} on CUDA is not built yet; set device: cpu",
                                     toString(o.device), device.str(), unsupported));

@@ -244,9 +244,17 @@ TEST(Zero3, BadInputNamesTheParameterOrTheStrategy) {
           elsewhere, {}, borrow(comm),
           std::make_unique<torch::optim::Adam>(elsewhere->parameters(), torch::optim::AdamOptions(0.01)));
     });
-    EXPECT_HAS(message, "'kernel'");
-    EXPECT_HAS(message, "on meta");
-    EXPECT_HAS(message, "CPU");
+    EXPECT_HAS(message, "FullyShardedDataParallel (ZeRO-3) takes CPU parameters; on meta");
+    // ZeRO-2 takes any one device, but not two.
+    auto split = std::make_shared<torch::nn::Module>();
+    split->register_parameter("here", at::zeros({4}));
+    split->register_parameter("there", at::empty({4, 3}, at::TensorOptions().device(at::kMeta)));
+    message = test::errorOf([&] {
+      ShardedDataParallel(split, borrow(comm),
+                          std::make_unique<torch::optim::Adam>(split->parameters(), torch::optim::AdamOptions(0.01)));
+    });
+    EXPECT_HAS(message, "'there'");
+    EXPECT_HAS(message, "float32 parameters on one device (cpu)");
     EXPECT_HAS(test::errorOf([&] { makeStrategy(StrategyType::kZero3, local.ptr(), borrow(comm), {}, adam()); }),
                "FullyShardedDataParallel");
     // What ZeRO does not take, named with the front and the stage.
