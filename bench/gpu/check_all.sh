@@ -99,6 +99,11 @@ else fail checkpoint-to-cpu "see $out/generate.log and $out/resumed.log"; fi
 losses() { "$python" -c "import json, sys
 for l in open(sys.argv[1]):
     if '\"kind\":\"train\"' in l: print(json.loads(l)['loss'])" "$work/$1/metrics.jsonl"; }
+# maxdiff A B: the largest relative difference between runs A's and B's losses, step by step (20 each).
+maxdiff() { "$python" -c "import sys
+a, b = ([float(x) for x in open(f)] for f in sys.argv[1:])
+assert len(a) == len(b) == 20, (len(a), len(b))
+print(f'{max(abs(x - y) / abs(x) for x, y in zip(a, b)):.2e}')" <(losses "$1") <(losses "$2"); }
 # worlds NAME NP BACKEND KEY=VALUE...: NP workers of the pet-name model through `lockstep run`.
 worlds() {
   local name=$1 np=$2 backend=$3
@@ -119,23 +124,24 @@ else fail nccl-world-1 "see $out/nccl1.log"; fi
 same=(trainer.max_steps=20 trainer.log_every=1 lr_scaling.rule=none)
 if NVIDIA_TF32_OVERRIDE=0 worlds one 1 gloo trainer.batch_size=128 "${same[@]}" &&
   NVIDIA_TF32_OVERRIDE=0 worlds two 2 gloo trainer.batch_size=64 "${same[@]}" &&
-  diff=$("$python" -c "import sys
-a, b = ([float(x) for x in open(f)] for f in sys.argv[1:])
-assert len(a) == len(b) == 20, (len(a), len(b))
-print(f'{max(abs(x - y) / abs(x) for x, y in zip(a, b)):.2e}')" <(losses one) <(losses two)) &&
+  diff=$(maxdiff one two) &&
   "$python" -c "import sys; sys.exit(0 if $diff <= 1e-5 else 1)"; then
   pass ddp-staged-gloo "2 workers x batch 64 over staged Gloo vs 1 x 128: 20 losses, max relative difference $diff"
 else fail ddp-staged-gloo "max relative difference ${diff:-?} (want <= 1e-5); see $out/one.log and $out/two.log"; fi
 
 # 9. ZeRO-2 on the device equals DDP: the same two workers sharing the GPU, strategy zero2.
 if NVIDIA_TF32_OVERRIDE=0 worlds zero2 2 gloo trainer.batch_size=64 strategy.type=zero2 "${same[@]}" &&
-  diff=$("$python" -c "import sys
-a, b = ([float(x) for x in open(f)] for f in sys.argv[1:])
-assert len(a) == len(b) == 20, (len(a), len(b))
-print(f'{max(abs(x - y) / abs(x) for x, y in zip(a, b)):.2e}')" <(losses two) <(losses zero2)) &&
+  diff=$(maxdiff two zero2) &&
   "$python" -c "import sys; sys.exit(0 if $diff <= 1e-5 else 1)"; then
   pass zero2-equals-ddp "2 workers x batch 64 over staged Gloo, zero2 vs ddp: 20 losses, max relative difference $diff"
 else fail zero2-equals-ddp "max relative difference ${diff:-?} (want <= 1e-5); see $out/zero2.log"; fi
+
+# 9b. ZeRO-3 on the device (the whole model one unit, its memory freed between uses) equals DDP.
+if NVIDIA_TF32_OVERRIDE=0 worlds zero3 2 gloo trainer.batch_size=64 strategy.type=zero3 "${same[@]}" &&
+  diff=$(maxdiff two zero3) &&
+  "$python" -c "import sys; sys.exit(0 if $diff <= 1e-5 else 1)"; then
+  pass zero3-equals-ddp "2 workers x batch 64 over staged Gloo, zero3 vs ddp: 20 losses, max relative difference $diff"
+else fail zero3-equals-ddp "max relative difference ${diff:-?} (want <= 1e-5); see $out/zero3.log"; fi
 # 10. Against PyTorch on this device: samples/s of one worker each, eager in interleaved rounds,
 #    torch.compile once while time is left (bench/gpu/against_pytorch.sh). PASS: lockstep at
 #    least as fast as each on every workload.

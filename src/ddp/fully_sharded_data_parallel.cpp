@@ -5,6 +5,7 @@
 #include "lockstep/ddp/fully_sharded_data_parallel.h"
 
 #include <ATen/native/Resize.h>
+#include <ATen/native/cuda/Resize.h>
 #include <c10/core/GradMode.h>
 #include <torch/nn/module.h>
 
@@ -26,10 +27,15 @@ namespace lockstep {
 namespace {
 
 /// Gives `t`'s storage `bytes` bytes (0 frees it); every view of the storage sees the change.
-/// (resize_bytes_cpu allocates and copies even to the same size: skip that.)
+/// (resize_bytes_cpu/_cuda allocate and copy even to the same size: skip that.)
 void resizeStorage(const at::Tensor& t, size_t bytes) {
   c10::StorageImpl* storage = t.storage().unsafeGetStorageImpl();
-  if (storage->nbytes() != bytes) at::native::resize_bytes_cpu(storage, bytes);
+  if (storage->nbytes() == bytes) return;
+  if (t.is_cuda()) {
+    at::native::resize_bytes_cuda(storage, bytes);
+  } else {
+    at::native::resize_bytes_cpu(storage, bytes);
+  }
 }
 
 }  // namespace
@@ -239,9 +245,11 @@ FullyShardedDataParallel::FullyShardedDataParallel(std::shared_ptr<torch::nn::Mo
     : impl_(std::make_shared<Impl>()) {
   Impl& s = *impl_;
   s.setUp(std::move(module), std::move(comm), optimizer.get(), options, "FullyShardedDataParallel", "ZeRO-3");
-  // A unit's memory is freed and brought back by resizing its CPU storage in place.
-  LOCKSTEP_CHECK(s.floatOptions().device().is_cpu(), "FullyShardedDataParallel (ZeRO-3) takes CPU parameters; on ",
-                 s.floatOptions().device().str(), " use DistributedDataParallel or ShardedDataParallel (ZeRO-2)");
+  // A unit's memory is freed and brought back by resizing its storage in place: CPU or CUDA storage.
+  const c10::Device device = s.floatOptions().device();
+  LOCKSTEP_CHECK(device.is_cpu() || device.is_cuda(),
+                 "FullyShardedDataParallel (ZeRO-3) takes CPU or CUDA parameters; on ", device.str(),
+                 " use DistributedDataParallel or ShardedDataParallel (ZeRO-2)");
   s.layers = std::move(layers);
   LOCKSTEP_CHECK(!s.params.empty(), "ZeRO-3: the module has no trainable parameters");
   auto members = planUnits(s.params, s.names, s.layers);

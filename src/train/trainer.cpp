@@ -33,8 +33,7 @@ Placement placeOn(const TrainerOptions& o, std::shared_ptr<Communicator> comm, t
   const int localRank = o.localRank >= 0 ? o.localRank : detectWorld(Environment::fromProcess()).localRank;
   const c10::Device device = pickDevice(o.device, localRank);
   if (device.is_cuda()) {
-    const bool onDevice =
-        o.strategy == StrategyType::kDdp || o.strategy == StrategyType::kZero1 || o.strategy == StrategyType::kZero2;
+    const bool onDevice = o.strategy != StrategyType::kAsyncPs;
     std::string unsupported = !onDevice               ? fmt::format("strategy {}", toString(o.strategy))
                               : o.pipeline.stages > 1 ? "parallel.pipeline"
                                                       : "";

@@ -244,7 +244,7 @@ TEST(Zero3, BadInputNamesTheParameterOrTheStrategy) {
           elsewhere, {}, borrow(comm),
           std::make_unique<torch::optim::Adam>(elsewhere->parameters(), torch::optim::AdamOptions(0.01)));
     });
-    EXPECT_HAS(message, "FullyShardedDataParallel (ZeRO-3) takes CPU parameters; on meta");
+    EXPECT_HAS(message, "FullyShardedDataParallel (ZeRO-3) takes CPU or CUDA parameters; on meta");
     // ZeRO-2 takes any one device, but not two.
     auto split = std::make_shared<torch::nn::Module>();
     split->register_parameter("here", at::zeros({4}));
