@@ -33,11 +33,12 @@ version=$("$bin" version 2>&1) || { echo "FAIL start: lockstep does not start he
 pass start "$version, LibTorch from $torch_dir"
 
 names="[$bundle/data/names.txt]"
-# train NAME CONFIG KEY=VALUE...: one worker; its log, run directory and result JSON under $out/NAME*.
+# train NAME CONFIG KEY=VALUE...: one worker (or what `launch`, when a caller sets it, starts);
+# its log, run directory and result JSON under $out/NAME*.
 train() {
   local name=$1 config=$2
   shift 2
-  "$bin" train "$root/configs/$config" "data.sources=$names" "device=$device" "monitor.dir=$work/$name" \
+  ${launch[@]+"${launch[@]}"} "$bin" train "$root/configs/$config" "data.sources=$names" "device=$device" "monitor.dir=$work/$name" \
     "checkpoint.dir=$work/$name/ckpt" monitor.progress=lines "$@" --result-json "$out/$name.json" >"$out/$name.log" 2>&1
 }
 # figures NAME: "first-loss last-loss samples/s overflow-steps loss-scale max-gpu-util max-gpu-mem gpu-mem-total"
@@ -106,11 +107,8 @@ assert len(a) == len(b) == 20, (len(a), len(b))
 print(f'{max(abs(x - y) / abs(x) for x, y in zip(a, b)):.2e}')" <(losses "$1") <(losses "$2"); }
 # worlds NAME NP BACKEND KEY=VALUE...: NP workers of the pet-name model through `lockstep run`.
 worlds() {
-  local name=$1 np=$2 backend=$3
-  shift 3
-  "$bin" run -np "$np" --backend "$backend" -- "$bin" train "$root/configs/petnames.yaml" "data.sources=$names" \
-    "device=$device" "monitor.dir=$work/$name" "checkpoint.dir=$work/$name/ckpt" monitor.progress=lines \
-    generate.samples=0 "$@" --result-json "$out/$name.json" >"$out/$name.log" 2>&1
+  local launch=("$bin" run -np "$2" --backend "$3" --)
+  train "$1" petnames.yaml generate.samples=0 "${@:4}"
 }
 
 # 7. NCCL at a world of one: the whole DDP path over the nccl backend (CPU tensors staged to the GPU).

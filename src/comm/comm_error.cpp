@@ -1,5 +1,6 @@
 #include "lockstep/comm/comm_error.h"
 
+#include <c10/util/Exception.h>
 #include <signal.h>
 
 #include <fmt/format.h>
@@ -52,6 +53,14 @@ namespace lockstep::detail {
 void ignoreBrokenPipeSignal() {
   struct sigaction current {};
   if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) ::signal(SIGPIPE, SIG_IGN);
+}
+
+std::string backendMessage(const std::exception& e) {
+  if (auto* c10Error = dynamic_cast<const c10::Error*>(&e)) return c10Error->what_without_backtrace();
+  std::string text = e.what();
+  auto cut = text.find("\nException raised from");
+  if (cut != std::string::npos) text.resize(cut);
+  return text;
 }
 
 void checkMembership(int rank, int worldSize, std::chrono::milliseconds timeout) {

@@ -9,6 +9,10 @@
 
 namespace lockstep::detail {
 
+/// The words of a failure c10d or its backend raised (they report exceptions with text only),
+/// without the C++ backtrace c10 appends.
+std::string backendMessage(const std::exception& e);
+
 /// A backend factory's arguments: a world of at least one, the rank in it, a positive timeout (Error otherwise).
 void checkMembership(int rank, int worldSize, std::chrono::milliseconds timeout);
 

@@ -10,7 +10,6 @@
 // bfloat16 travels as its raw 16-bit pattern (viewed as float16) and is added
 // in float32.
 #include <ATen/ATen.h>
-#include <c10/util/Exception.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
 #include <fmt/format.h>
@@ -55,15 +54,6 @@ constexpr Pacing kNetworkPacing{int64_t(128) << 10, 1, false};
 constexpr int kAllgatherTag = 1 << 30;
 constexpr int kReduceScatterTag = kAllgatherTag + 1;
 
-// c10d and Gloo report failures as exceptions with text only.
-std::string backendMessage(const std::exception& e) {
-  if (auto* c10Error = dynamic_cast<const c10::Error*>(&e)) { return c10Error->what_without_backtrace(); }
-  std::string text = e.what();
-  auto cut = text.find("\nException raised from");
-  if (cut != std::string::npos) text.resize(cut);
-  return text;
-}
-
 CommErrorKind classifyBackendMessage(const std::string& m) {
   auto has = [&](const char* s) { return m.find(s) != std::string::npos; };
   if (has("Timed out") || has("timed out") || has("Timeout") || has("timeout")) { return CommErrorKind::kTimeout; }
@@ -74,6 +64,7 @@ CommErrorKind classifyBackendMessage(const std::string& m) {
   return CommErrorKind::kBackend;
 }
 
+using detail::backendMessage;
 using detail::describe;
 using detail::flatten;
 using detail::groupByDtype;

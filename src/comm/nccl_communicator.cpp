@@ -9,7 +9,6 @@
 #include "lockstep/comm/nccl.h"
 
 #include <ATen/ATen.h>
-#include <c10/util/Exception.h>
 
 #include <fmt/format.h>
 
@@ -44,11 +43,6 @@ using C10Work = c10::intrusive_ptr<c10d::Work>;
 /// NCCL's watchdog fires this long after lockstep's deadline, so the error is lockstep's.
 constexpr std::chrono::seconds kWatchdogSlack{60};
 
-std::string backendMessage(const std::exception& e) {
-  if (auto* c10Error = dynamic_cast<const c10::Error*>(&e)) return c10Error->what_without_backtrace();
-  return e.what();
-}
-
 c10d::ReduceOp toC10d(ReduceOp op) {
   switch (op) {
     case ReduceOp::kSum: return c10d::ReduceOp::SUM;
@@ -69,6 +63,14 @@ struct Poison {
   std::mutex mutex;
   bool failed = false;
   CommErrorInfo first;
+
+  /// Keeps `info` as the first failure unless there was one.
+  void record(const CommErrorInfo& info) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (failed) return;
+    failed = true;
+    first = info;
+  }
 };
 
 struct NcclGroupContext {
@@ -217,13 +219,6 @@ class NcclCommunicator final : public Communicator {
   WorkHandle issue(CommErrorInfo info, const CollectiveOptions& o, const std::function<std::vector<C10Work>()>& start,
                    std::function<void()> after = {});
 
-  void poison(const CommErrorInfo& info) {
-    std::lock_guard<std::mutex> lock(poison_->mutex);
-    if (poison_->failed) return;
-    poison_->failed = true;
-    poison_->first = info;
-  }
-
   PG pg_;
   int rank_;
   int world_;
@@ -238,7 +233,7 @@ class NcclCommunicator final : public Communicator {
 std::exception_ptr failure(CommErrorInfo info, const std::exception_ptr& cause) {
   try {
     std::rethrow_exception(cause);
-  } catch (const std::exception& e) { info.detail = backendMessage(e); } catch (...) {
+  } catch (const std::exception& e) { info.detail = detail::backendMessage(e); } catch (...) {
     info.detail = "an unknown error";
   }
   info.kind = CommErrorKind::kBackend;
@@ -265,7 +260,7 @@ WorkHandle NcclCommunicator::issue(CommErrorInfo info, const CollectiveOptions& 
   } catch (...) {
     auto work = std::make_shared<Work>(description, Work::Clock::now(), nullptr);
     auto error = failure(info, std::current_exception());
-    poison(info);
+    poison_->record(info);
     detail::completeWork(*work, error);
     return work;
   }
@@ -288,24 +283,12 @@ WorkHandle NcclCommunicator::issue(CommErrorInfo info, const CollectiveOptions& 
         after();
       } catch (...) { error = failure(info, std::current_exception()); }
     }
-    if (error) {
-      std::lock_guard<std::mutex> lock(poisonState->mutex);
-      if (!poisonState->failed) {
-        poisonState->failed = true;
-        poisonState->first = info;
-      }
-    }
+    if (error) poisonState->record(info);
     detail::completeWork(*work, error);
   };
   auto onTimeout = [pg = pg_, info, poisonState = poison_]() -> std::exception_ptr {
     CommError timedOut = detail::timeoutError(info, "the NCCL communicators were aborted");
-    {
-      std::lock_guard<std::mutex> lock(poisonState->mutex);
-      if (!poisonState->failed) {
-        poisonState->failed = true;
-        poisonState->first = timedOut.info();
-      }
-    }
+    poisonState->record(timedOut.info());
     try {
       pg->abort();
     } catch (...) {  // aborting is the last resort; the timeout is the error to report

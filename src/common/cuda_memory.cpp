@@ -17,7 +17,6 @@ c10::CachingDeviceAllocator::DeviceStats statsOf(int device) {
 
 int64_t cudaAllocatedBytes(int device) { return statsOf(device).allocated_bytes[kAll].current; }
 int64_t cudaPeakAllocatedBytes(int device) { return statsOf(device).allocated_bytes[kAll].peak; }
-int64_t cudaReservedBytes(int device) { return statsOf(device).reserved_bytes[kAll].current; }
 void resetCudaPeak(int device) {
   c10::cuda::CUDACachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(device));
 }

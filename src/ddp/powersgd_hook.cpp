@@ -132,10 +132,14 @@ WorkHandle PowerSgdHook::start(Communicator& comm, GradBucket& bucket) {
   StepRandom random(options_, bucket.index, s.steps);
   const bool fresh = !s.q.defined() || !options_.warmStart;
   if (!s.prepared) prepare(s, grads);
-  if (fresh && s.q.is_cpu()) s.q.normal_(0, 1, random.get());
-  // The same draws on every device: from the CPU generator, then copied over.
-  if (fresh && !s.q.is_cpu())
-    s.q.copy_(at::empty(s.q.sizes(), s.q.options().device(at::kCPU)).normal_(0, 1, random.get()));
+  if (fresh) {
+    // The same draws on every device: from the CPU generator, copied over where q is elsewhere.
+    if (s.q.is_cpu()) {
+      s.q.normal_(0, 1, random.get());
+    } else {
+      s.q.copy_(at::empty(s.q.sizes(), s.q.options().device(at::kCPU)).normal_(0, 1, random.get()));
+    }
+  }
   int64_t offset = 0;
   for (size_t i : s.plain) {
     s.pack.narrow(0, offset, grads[i].numel()).copy_(grads[i].reshape({-1}));

@@ -21,7 +21,7 @@ std::string join(const std::string& dir, const std::string& sub, const std::stri
 
 /// The counter values of `samples`: CPU and memory, and the GPU's where there is one.
 std::vector<TraceCounter> countersOf(const std::vector<detail::SystemSample>& samples) {
-  constexpr double kMib = 1024.0 * 1024.0;
+  using detail::kMib;
   std::vector<TraceCounter> out;
   for (const auto& s : samples) {
     out.push_back({"cpu %", s.time, {{"cpu", s.cpuPercent}}});
@@ -173,7 +173,7 @@ void StepTimeline::writeTrace() {
     std::vector<TraceCounter> counters;
     if (samples_ && !traced_.empty()) {
       const double from = info_.unixTimeAtOrigin + traced_.front().startUs * 1e-6 - 2.0;
-      counters = countersOf(samples_->between(from, 1e300));
+      counters = countersOf(samples_->since(from));
     }
     detail::writeFileAtomically(tracePath_, {chromeTraceJson(traced_, rank_, info_.unixTimeAtOrigin, counters)},
                                 detail::Durability::kProcessCrash);

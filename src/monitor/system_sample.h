@@ -14,6 +14,9 @@
 
 namespace lockstep::detail {
 
+/// Bytes in a MiB, the unit of the memory figures in TensorBoard and the trace.
+constexpr double kMib = 1024.0 * 1024.0;
+
 struct SystemSample {
   double time = 0;  ///< Unix seconds
   double cpuPercent = 0;
@@ -40,12 +43,12 @@ class SystemSamples {
     samples_.push_back(s);
     if (samples_.size() > capacity_) samples_.pop_front();
   }
-  /// The samples taken from `from` to `to` (Unix seconds), oldest first.
-  std::vector<SystemSample> between(double from, double to) const {
+  /// The samples taken at `from` (Unix seconds) or later, oldest first.
+  std::vector<SystemSample> since(double from) const {
     std::lock_guard<std::mutex> lock(mutex_);
     std::vector<SystemSample> out;
     for (const auto& s : samples_) {
-      if (s.time >= from && s.time <= to) out.push_back(s);
+      if (s.time >= from) out.push_back(s);
     }
     return out;
   }

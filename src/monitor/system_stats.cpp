@@ -39,7 +39,6 @@ std::string systemLine(const SystemSample& s, int rank, int pid) {
 }
 
 std::vector<std::pair<std::string, double>> systemScalars(const SystemSample& s) {
-  constexpr double kMib = 1024.0 * 1024.0;
   std::vector<std::pair<std::string, double>> out{{"system/cpu_percent", s.cpuPercent},
                                                   {"system/rss_mib", static_cast<double>(s.rssBytes) / kMib},
                                                   {"system/threads", static_cast<double>(s.threads)}};

@@ -33,10 +33,9 @@ Placement placeOn(const TrainerOptions& o, std::shared_ptr<Communicator> comm, t
   const int localRank = o.localRank >= 0 ? o.localRank : detectWorld(Environment::fromProcess()).localRank;
   const c10::Device device = pickDevice(o.device, localRank);
   if (device.is_cuda()) {
-    const bool onDevice = o.strategy != StrategyType::kAsyncPs;
-    std::string unsupported = !onDevice               ? fmt::format("strategy {}", toString(o.strategy))
-                              : o.pipeline.stages > 1 ? "parallel.pipeline"
-                                                      : "";
+    std::string unsupported = o.strategy == StrategyType::kAsyncPs ? fmt::format("strategy {}", toString(o.strategy))
+                              : o.pipeline.stages > 1              ? "parallel.pipeline"
+                                                                   : "";
     if (!unsupported.empty()) {
       throw ConfigError(fmt::format("device {} (resolved to {}): {} on CUDA is not built yet; set device: cpu",
                                     toString(o.device), device.str(), unsupported));

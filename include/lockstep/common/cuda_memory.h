@@ -15,8 +15,6 @@ namespace lockstep {
 int64_t cudaAllocatedBytes(int device);
 /// The highest cudaAllocatedBytes(device) since the process began or the last reset.
 int64_t cudaPeakAllocatedBytes(int device);
-/// Bytes the allocator reserved from the device (live tensors and its cache).
-int64_t cudaReservedBytes(int device);
 /// Sets the peaks of cuda:`device` to the current figures.
 void resetCudaPeak(int device);
 
