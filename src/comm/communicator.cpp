@@ -37,22 +37,42 @@ void Work::wait() {
     while (!isCompleted() && Clock::now() < deadline_) poll_();
   }
   std::unique_lock<std::mutex> lock(mutex_);
-  if (!cv_.wait_until(lock, deadline_, [this] { return done_; })) {
-    // Deadline passed: the backend is still inside the operation. Record the
-    // timeout as this work's result so every later wait() sees the same error.
-    auto onTimeout = std::move(onTimeout_);
-    onTimeout_ = nullptr;
-    if (!done_) {
-      lock.unlock();
-      std::exception_ptr timeoutError = onTimeout ? onTimeout() : nullptr;
-      lock.lock();
-      if (!done_) {
-        done_ = true;
-        error_ = timeoutError;
-      }
-    }
-  }
+  if (!cv_.wait_until(lock, deadline_, [this] { return done_; })) expire(lock);
   if (error_) std::rethrow_exception(error_);
+}
+
+void Work::waitOnStream() {
+  if (streamWait_ && !(isCompleted() && !isSuccess()) && streamWait_()) return;
+  wait();
+}
+
+bool Work::test() {
+  if (poll_ && !isCompleted()) poll_();
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (!done_ && Clock::now() >= deadline_) expire(lock);
+  return done_;
+}
+
+void Work::expire(std::unique_lock<std::mutex>& lock) {
+  // Deadline passed: the backend is still inside the operation. Record the
+  // timeout as this work's result so every later wait() sees the same error.
+  if (done_) return;
+  if (expiring_) {  // another thread is failing it: its error is the one to see
+    cv_.wait(lock, [this] { return done_; });
+    return;
+  }
+  expiring_ = true;
+  auto onTimeout = std::move(onTimeout_);
+  onTimeout_ = nullptr;
+  lock.unlock();
+  std::exception_ptr timeoutError = onTimeout ? onTimeout() : nullptr;
+  lock.lock();
+  if (!done_) {
+    done_ = true;
+    completedAt_ = Clock::now();
+    error_ = timeoutError;
+  }
+  cv_.notify_all();
 }
 
 bool Work::isCompleted() const {

@@ -4,7 +4,8 @@
 // c10d, which runs it on NCCL's stream after what the caller's stream queued.
 // Its Work polls c10d's (a CUDA event query) from wait(), so the deadline is
 // lockstep's: past it the process group is aborted and the communicator
-// poisoned. makeNcclCommunicator wraps it in device staging (comm/staging.h),
+// poisoned. waitOnStream() makes the caller's stream wait for NCCL's instead
+// and hands the deadline to a DeadlineWatch thread. makeNcclCommunicator wraps it in device staging (comm/staging.h),
 // so CPU tensors (metadata, checks, a CPU model's gradients) are accepted too.
 #include "lockstep/comm/nccl.h"
 
@@ -12,11 +13,13 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <mutex>
 #include <thread>
 
 #include "comm/collective_args.h"
+#include "comm/deadline_watch.h"
 #include "comm/failure.h"
 #include "comm/split_plan.h"
 #include "comm/staging.h"
@@ -97,6 +100,7 @@ class NcclCommunicator final : public Communicator {
     args_.setGroup(context_.name, context_.globalRanks);
   }
   ~NcclCommunicator() override {
+    watch_->stop();
     try {
       pg_->shutdown();
     } catch (...) {  // a communicator that failed may not shut down cleanly; it is going anyway
@@ -225,6 +229,8 @@ class NcclCommunicator final : public Communicator {
   detail::CollectiveArgs args_;
   NcclGroupContext context_;
   std::shared_ptr<Poison> poison_ = std::make_shared<Poison>();
+  // Keeps the deadlines of the operations waited for on the stream only.
+  std::shared_ptr<detail::DeadlineWatch> watch_ = std::make_shared<detail::DeadlineWatch>();
   uint64_t nextSequence_ = 1;
   int splits_ = 0;  // split() calls so far: the same on every rank, so it names the group's keys
 };
@@ -238,6 +244,44 @@ std::exception_ptr failure(CommErrorInfo info, const std::exception_ptr& cause) 
   }
   info.kind = CommErrorKind::kBackend;
   return std::make_exception_ptr(CommError(info));
+}
+
+/// What waitOnStream() runs for an NCCL work: the caller's current stream waits for `works`,
+/// `after` (device copies) is queued behind that wait unless it ran already, and the work goes to
+/// `watch`, which keeps its deadline. False (the host waits instead) when the communicator failed
+/// before or c10d reports a failure.
+std::function<bool()> streamWaitFor(std::vector<C10Work> works, std::function<void()> after,
+                                    std::shared_ptr<std::atomic<bool>> afterTaken,
+                                    std::shared_ptr<std::weak_ptr<Work>> self, CommErrorInfo info,
+                                    std::shared_ptr<Poison> poison,
+                                    const std::shared_ptr<detail::DeadlineWatch>& watch) {
+  return
+      [works = std::move(works), after = std::move(after), afterTaken = std::move(afterTaken), self = std::move(self),
+       info = std::move(info), poison = std::move(poison), watch = std::weak_ptr<detail::DeadlineWatch>(watch)]() {
+        {
+          std::lock_guard<std::mutex> lock(poison->mutex);
+          if (poison->failed) return false;
+        }
+        auto work = self->lock();
+        auto watching = watch.lock();
+        if (!work || !watching) return false;
+        try {
+          for (const auto& w : works) w->blockCurrentStream();  // the current stream waits for NCCL's
+        } catch (...) {
+          return false;  // wait() polls the failure and reports it
+        }
+        if (after && !afterTaken->exchange(true)) {
+          try {
+            after();  // device copies, queued behind the wait
+          } catch (...) {
+            poison->record(info);
+            detail::completeWork(*work, failure(info, std::current_exception()));
+            return false;
+          }
+        }
+        watching->watch(work);
+        return true;
+      };
 }
 
 WorkHandle NcclCommunicator::issue(CommErrorInfo info, const CollectiveOptions& o,
@@ -265,7 +309,9 @@ WorkHandle NcclCommunicator::issue(CommErrorInfo info, const CollectiveOptions& 
     return work;
   }
   auto self = std::make_shared<std::weak_ptr<Work>>();
-  auto poll = [works, after, self, info, poisonState = poison_]() {
+  // `after` runs once: on the host once polled complete, or queued behind a stream wait.
+  auto afterTaken = std::make_shared<std::atomic<bool>>(false);
+  auto poll = [works, after, afterTaken, self, info, poisonState = poison_]() {
     auto work = self->lock();
     if (!work) return;
     for (const auto& w : works) {
@@ -278,7 +324,7 @@ WorkHandle NcclCommunicator::issue(CommErrorInfo info, const CollectiveOptions& 
     for (const auto& w : works) {
       if (!error && w->exception()) error = failure(info, w->exception());
     }
-    if (!error && after) {
+    if (!error && after && !afterTaken->exchange(true)) {
       try {
         after();
       } catch (...) { error = failure(info, std::current_exception()); }
@@ -297,6 +343,7 @@ WorkHandle NcclCommunicator::issue(CommErrorInfo info, const CollectiveOptions& 
   };
   auto work = std::make_shared<Work>(description, Work::Clock::now() + timeout, onTimeout, poll);
   *self = work;
+  detail::setStreamWait(*work, streamWaitFor(works, after, afterTaken, self, info, poison_, watch_));
   return work;
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <exception>
+#include <functional>
 #include <utility>
 
 #include "lockstep/comm/work.h"
@@ -11,9 +12,16 @@ namespace lockstep::detail {
 
 struct WorkAccess {
   static void complete(Work& work, std::exception_ptr error) { work.complete(std::move(error)); }
+  static void setStreamWait(Work& work, std::function<bool()> streamWait) { work.streamWait_ = std::move(streamWait); }
 };
 
 /// Marks `work` finished; `error` is null on success.
 inline void completeWork(Work& work, std::exception_ptr error) { WorkAccess::complete(work, std::move(error)); }
+
+/// Makes `work`'s waitOnStream() call `streamWait` (before anyone waits on it): true when the
+/// caller's current stream now waits for the operation, false to wait on the host instead.
+inline void setStreamWait(Work& work, std::function<bool()> streamWait) {
+  WorkAccess::setStreamWait(work, std::move(streamWait));
+}
 
 }  // namespace lockstep::detail

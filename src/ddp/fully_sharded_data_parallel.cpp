@@ -116,7 +116,7 @@ void FullyShardedDataParallel::Impl::ensureGathered(size_t u) {
   launchGather(u);
   Unit& unit = units[u];
   if (unit.gathered) return;
-  unit.gathering->wait();
+  unit.gathering->waitOnStream();
   unit.gathering.reset();
   unit.gathered = true;
   unit.backwardPending = static_cast<int>(buckets[u].params.size());
@@ -183,7 +183,7 @@ void FullyShardedDataParallel::Impl::seal(size_t u) {
   Unit& unit = units[u];
   detail::ShardedBucket& bucket = buckets[u];
   if (unit.gathering) {
-    unit.gathering->wait();
+    unit.gathering->waitOnStream();
     unit.gathering.reset();
   }
   releaseFinished();

@@ -151,7 +151,8 @@ void GradientReducer::finish() {
   for (size_t k = 0; k < plan_.order.size(); ++k) {
     const size_t b = plan_.order[k];
     Bucket& bucket = buckets_[b];
-    if (bucket.work) bucket.work->wait();
+    // On a device stream (nccl) the compute stream waits for the bucket: no host wait per bucket.
+    if (bucket.work) bucket.work->waitOnStream();
     if (timed) {
       auto completed = bucket.work ? bucket.work->completedAt() : std::chrono::steady_clock::time_point{};
       if (completed == std::chrono::steady_clock::time_point{}) completed = std::chrono::steady_clock::now();
@@ -162,15 +163,15 @@ void GradientReducer::finish() {
   if (plan_.broadcastBuffersOf != nullptr && comm_.size() > 1) {
     std::vector<at::Tensor> buffers;
     for (auto& t : plan_.broadcastBuffersOf->buffers(true)) buffers.push_back(t.detach());
-    if (!buffers.empty()) comm_.broadcast(buffers, 0)->wait();
+    if (!buffers.empty()) comm_.broadcast(buffers, 0)->waitOnStream();
   }
   ++stats_.syncs;
   reset();
 }
 
-bool GradientReducer::collectiveDone(size_t bucket) const {
+bool GradientReducer::collectiveDone(size_t bucket) {
   const WorkHandle& work = buckets_[bucket].work;
-  return work && work->isCompleted();
+  return work && work->test();
 }
 
 void GradientReducer::reset() {

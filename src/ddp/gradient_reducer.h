@@ -86,8 +86,8 @@ class GradientReducer {
   /// sync is disabled.
   void finish();
 
-  /// The bucket's collective was launched this step and has completed.
-  bool collectiveDone(size_t bucket) const;
+  /// The bucket's collective was launched this step and has completed (polled now).
+  bool collectiveDone(size_t bucket);
   /// (bucket, slot) of parameter `param`.
   std::pair<size_t, size_t> slotOf(size_t param) const { return slotOf_[param]; }
 

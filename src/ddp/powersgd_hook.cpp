@@ -176,7 +176,7 @@ void PowerSgdHook::finish(Communicator& comm, GradBucket& bucket) {
   }
   bucket.bytesSent += s.q.numel() * 4;
   std::vector<at::Tensor> tensors{s.q};
-  comm.allreduce(tensors, ReduceOp::kSum)->wait();
+  comm.allreduce(tensors, ReduceOp::kSum)->waitOnStream();
   s.q.div_(world);
   for (Matrix& k : s.matrices) {
     at::mm_out(k.grad, k.p, k.q.t());

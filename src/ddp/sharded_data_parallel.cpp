@@ -83,7 +83,7 @@ void ShardedDataParallel::Impl::gatherParameters() {
   auto land = [&] {
     InFlight f = std::move(window.front());
     window.erase(window.begin());
-    f.work->wait();
+    f.work->waitOnStream();
     if (f.inPlace) return;
     const detail::ShardedBucket& bucket = buckets[f.bucket];
     const int64_t mineBegin = rank() * bucket.part, mineEnd = mineBegin + bucket.part;

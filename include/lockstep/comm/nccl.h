@@ -9,6 +9,9 @@
 //   throws CommError naming the operation and rank on failure. At the deadline
 //   the communicator's NCCL communicators are aborted (nothing stays hung on
 //   the GPU) and wait() throws kTimeout; every later operation fails kAborted.
+// - waitOnStream() makes the caller's current CUDA stream wait for NCCL's and
+//   returns at once; a thread of the communicator keeps the deadline (abort,
+//   then the next operation fails kAborted naming the late one).
 // - send/recv: NCCL matches messages between two ranks in the order they were
 //   posted; the tag is not used for matching.
 // - NCCL creates its own communicator at the first operation of a group

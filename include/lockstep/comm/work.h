@@ -3,7 +3,10 @@
 // A Work is returned by every Communicator operation. wait() blocks until the
 // operation finished and rethrows its CommError, or throws kTimeout once the
 // operation's deadline passed. Tensors handed to the operation must stay alive
-// and untouched until wait() returned. Work is thread-safe.
+// and untouched until wait() returned. waitOnStream() is the device-side wait:
+// for a backend whose operations run on a CUDA stream (nccl) it orders the
+// caller's later GPU work after the operation without blocking the host.
+// Work is thread-safe.
 #pragma once
 
 #include <chrono>
@@ -34,6 +37,16 @@ class Work {
 
   /// Blocks until done; throws CommError on failure or timeout.
   void wait();
+  /// Orders the calling thread's later device work after this operation. Where the backend's
+  /// operation runs on a device stream (nccl), the current CUDA stream waits for it and the host
+  /// goes on at once: the operation's tensors may then be used by work queued on that stream, and
+  /// its deadline is kept by the backend, which fails the communicator's next operation
+  /// (kAborted, naming this one) when it is late or fails. Everywhere else, and for an operation
+  /// that already failed: wait().
+  void waitOnStream();
+  /// Polls the operation once (a polled backend); past the deadline fails it as wait() would.
+  /// Returns isCompleted(). Never blocks for long.
+  bool test();
   /// True once the operation finished, successfully or not.
   bool isCompleted() const;
   /// True when finished without error.
@@ -47,14 +60,18 @@ class Work {
   friend struct detail::WorkAccess;  // the backends (src/comm/work_access.h)
   /// Marks the work finished; `error` is null on success.
   void complete(std::exception_ptr error);
+  /// Past the deadline and not done: fails the work with onTimeout's error.
+  void expire(std::unique_lock<std::mutex>& lock);
 
   std::string description_;
   Clock::time_point deadline_;
   std::function<std::exception_ptr()> onTimeout_;
   std::function<void()> poll_;
+  std::function<bool()> streamWait_;  // true: the stream waits; false: wait() on the host
   mutable std::mutex mutex_;
   std::condition_variable cv_;
   bool done_ = false;
+  bool expiring_ = false;  // a thread is calling onTimeout
   Clock::time_point completedAt_{};
   std::exception_ptr error_;
 };
