@@ -29,18 +29,13 @@ Batch TensorDataset::batch(const std::vector<int64_t>& indices, int64_t) const {
   return {inputs_.index_select(0, index), targets_.index_select(0, index)};
 }
 
-namespace {
-
-/// `batch` on `device`: pinned, then copied without blocking (a CPU batch as it is).
-Batch deliver(Batch batch, c10::Device device) {
+Batch onDevice(Batch batch, c10::Device device) {
   if (device.is_cpu()) return batch;
   for (at::Tensor* t : {&batch.inputs, &batch.targets}) {
     if (t->defined() && t->device() != device) *t = t->pin_memory().to(device, /*non_blocking=*/true);
   }
   return batch;
 }
-
-}  // namespace
 
 struct DataLoader::State {
   const Dataset* dataset = nullptr;
@@ -75,7 +70,7 @@ struct DataLoader::State {
       Batch batch;
       std::exception_ptr error;
       try {
-        batch = deliver(dataset->batch(indices, e), options.device);
+        batch = onDevice(dataset->batch(indices, e), options.device);
       } catch (...) { error = std::current_exception(); }
       lock.lock();
       if (gen != generation) continue;  // a new plan replaced this one
@@ -132,7 +127,7 @@ Batch DataLoader::next() {
     ++s.nextToServe;
     ++s.served;
     lock.unlock();
-    return deliver(s.dataset->batch(indices, epoch), s.options.device);
+    return onDevice(s.dataset->batch(indices, epoch), s.options.device);
   }
   auto start = std::chrono::steady_clock::now();
   s.cv.wait(lock, [&] { return s.ready.count(want) || s.failed.count(want); });

@@ -100,6 +100,7 @@ PipelineStage::PipelineStage(std::vector<PipelineLayer> layers, std::shared_ptr<
       if (added && mine) modules_.push_back(m);
     }
   }
+  for (const auto& m : modules_) m->to(options_.device);  // this stage's layers only
 }
 
 PipelineStage::~PipelineStage() {
@@ -180,7 +181,7 @@ void PipelineStage::postActivationReceive(Micro& mb) {
   if (it == received_.end()) return;
   const auto& h = it->second;
   std::vector<int64_t> sizes(h.begin() + 2, h.begin() + 2 + h[1]);
-  mb.input = at::empty(sizes, at::TensorOptions().dtype(static_cast<at::ScalarType>(h[0])));
+  mb.input = at::empty(sizes, at::TensorOptions().dtype(static_cast<at::ScalarType>(h[0])).device(options_.device));
   mb.inputRecv = comm_->recv(mb.input, stage_ - 1, kActivationTag);
 }
 
@@ -213,7 +214,7 @@ void PipelineStage::runForward(std::vector<Micro>& micro, const std::vector<Batc
     mb.input = x;
     if (static_cast<size_t>(m) + 1 < micro.size()) postActivationReceive(micro[static_cast<size_t>(m) + 1]);
   }
-  AutocastGuard amp(options_.precision);
+  AutocastGuard amp(options_.precision, options_.device.type());
   at::Tensor y = runLayers(x);
   if (isLast()) {
     const double share = static_cast<double>(part.inputs.size(0)) / static_cast<double>(totalRows_);
@@ -306,7 +307,7 @@ at::Tensor PipelineStage::forward(const Batch& batch) {
     Micro mb;
     mb.key = shapeKey(parts[m].inputs);
     at::Tensor x = isFirst() ? parts[m].inputs : receiveActivation(mb, &waited);
-    AutocastGuard amp(options_.precision);
+    AutocastGuard amp(options_.precision, options_.device.type());
     at::Tensor y = runLayers(x);
     if (isLast()) {
       outputs.push_back(y);

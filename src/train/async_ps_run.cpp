@@ -13,6 +13,7 @@
 
 #include "lockstep/common/error.h"
 #include "lockstep/common/logging.h"
+#include "lockstep/data/loader.h"
 #include "lockstep/optim/grad_clip.h"
 #include "lockstep/optim/optimizer.h"
 #include "lockstep/train/checkpoint.h"
@@ -206,12 +207,13 @@ double AsyncPsRun::trainBatch(int64_t ticket) {
   }
   timer_.beginStep();
   const auto computeStart = Clock::now();
-  Batch batch = train_.batch(sampler_.batch(ticket % batchesPerEpoch_, o_.batchSize), epoch);
+  Batch batch =
+      onDevice(train_.batch(sampler_.batch(ticket % batchesPerEpoch_, o_.batchSize), epoch), o_.loader.device);
   timer_.endPhase(Phase::kDataWait);
   for (auto& p : model_->parameters()) p.mutable_grad() = at::Tensor();
   at::Tensor loss;
   {
-    AutocastGuard amp(o_.precision);
+    AutocastGuard amp(o_.precision, o_.loader.device.type());
     loss = lossFn_(*model_, batch);
   }
   loss = loss.to(at::kFloat);

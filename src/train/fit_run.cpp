@@ -94,6 +94,7 @@ std::unique_ptr<Strategy> FitRun::buildStrategy() {
   }
   PipelineOptions pipeline = o_.pipeline;
   pipeline.precision = o_.precision;
+  pipeline.device = o_.loader.device;
   return makePipelineStrategy(model_, layered_->layers, commPtr_, pipeline, layered_->loss, o_.ddp,
                               std::move(optimizer));
 }

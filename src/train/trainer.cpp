@@ -33,18 +33,19 @@ Placement placeOn(const TrainerOptions& o, std::shared_ptr<Communicator> comm, t
   const int localRank = o.localRank >= 0 ? o.localRank : detectWorld(Environment::fromProcess()).localRank;
   const c10::Device device = pickDevice(o.device, localRank);
   if (device.is_cuda()) {
-    std::string unsupported = o.strategy == StrategyType::kAsyncPs ? fmt::format("strategy {}", toString(o.strategy))
-                              : o.pipeline.stages > 1              ? "parallel.pipeline"
-                                                                   : "";
-    if (!unsupported.empty()) {
-      throw ConfigError(fmt::format("device {} (resolved to {}): {} on CUDA is not built yet; set device: cpu",
-                                    toString(o.device), device.str(), unsupported));
+    if (o.strategy == StrategyType::kAsyncPs && comm->backendName() == "nccl") {
+      // Its servers keep their shards in host memory and talk to each worker on its own.
+      throw ConfigError(
+          fmt::format("strategy.type async_ps on {}: its parameter servers hold their shards in host memory and "
+                      "exchange them over gloo or mpi, not nccl; start it with --backend gloo",
+                      device.str()));
     }
     if (comm->backendName() != "nccl") comm = withHostStaging(std::move(comm));
   }
   Placement placed{o, std::move(comm)};
   placed.options.loader.device = device;
-  model.to(device);
+  // A pipeline stage moves its own layers (PipelineOptions::device); the rest stay in host memory.
+  if (o.pipeline.stages <= 1) model.to(device);
   return placed;
 }
 

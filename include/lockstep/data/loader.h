@@ -31,6 +31,10 @@ struct LoaderOptions {
   c10::Device device = c10::kCPU;
 };
 
+/// `batch` on `device`: off the CPU its tensors are pinned and their copies started without
+/// blocking, on the device's current stream; on the CPU (or already there) as it is.
+Batch onDevice(Batch batch, c10::Device device);
+
 class DataLoader {
  public:
   DataLoader(const Dataset& dataset, LoaderOptions options);

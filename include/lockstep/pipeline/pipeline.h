@@ -30,6 +30,8 @@
 // over a stage's modules works through setDataParallel().
 #pragma once
 
+#include <c10/core/Device.h>
+
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -80,6 +82,9 @@ struct PipelineOptions {
   std::vector<int64_t> balance;  ///< layers per stage (parallel.balance); empty: balanceByParameters
   /// Forward (and the loss) under this autocast; the Trainer sets it from TrainerOptions::precision.
   Precision precision = Precision::kFp32;
+  /// Where the stage's layers, micro-batches and received activations are: the stage moves its
+  /// layers there (the other stages' stay where they are). The Trainer sets it to the run's device.
+  c10::Device device = c10::kCPU;
   int microbatchesOrDefault() const { return static_cast<int>(microbatches > 0 ? microbatches : 4 * stages); }
 };
 
