@@ -24,6 +24,7 @@
 
 #include "common/vector_clones.h"
 #include "lockstep/optim/optimizer.h"
+#include "optim/aten_fused_steps.h"
 
 namespace lockstep {
 
@@ -84,33 +85,37 @@ void inChunks(int64_t n, const F& f) {
   at::parallel_for(0, n, int64_t{1} << 16, [&](int64_t begin, int64_t end) { f(begin, end); });
 }
 
-bool denseFloat(const at::Tensor& t) {
-  return t.defined() && t.layout() == at::kStrided && t.device().is_cpu() && t.scalar_type() == at::kFloat &&
+using detail::Planned;
+
+bool denseFloat(const at::Tensor& t, c10::Device device) {
+  return t.defined() && t.layout() == at::kStrided && t.device() == device && t.scalar_type() == at::kFloat &&
          t.is_contiguous();
 }
 
-/// A parameter this step updates: its group's options, its key in the state map and its state
-/// (null: none yet), looked up once.
-struct Planned {
-  at::Tensor param;
-  const torch::optim::OptimizerOptions* options;
-  void* key;
-  torch::optim::OptimizerParamState* state;
-};
+/// Where this step runs: the device of the first parameter with a gradient (the CPU when none).
+c10::Device stepDevice(const torch::optim::Optimizer& optimizer) {
+  for (const auto& group : optimizer.param_groups()) {
+    for (const auto& p : group.params()) {
+      if (p.grad().defined()) return p.device();
+    }
+  }
+  return c10::kCPU;
+}
 
 /// Every parameter with a gradient, in LibTorch's order, into `planned`; false as soon as one
-/// does not fit the one-pass step (a tensor that is not dense, contiguous float32 on the CPU, or
-/// `fits(options, state)` false): LibTorch's step then runs instead, nothing changed yet.
+/// does not fit a fused step (a tensor that is not dense, contiguous float32 on `device`, or
+/// `fits(options, state, device)` false): LibTorch's step then runs instead, nothing changed yet.
 template <typename Fits>
-bool plan(const torch::optim::Optimizer& optimizer, const Fits& fits, std::vector<Planned>& planned) {
+bool plan(const torch::optim::Optimizer& optimizer, c10::Device device, const Fits& fits,
+          std::vector<Planned>& planned) {
   for (const auto& group : optimizer.param_groups()) {
     for (const auto& p : group.params()) {
       if (!p.grad().defined()) continue;
-      if (!denseFloat(p) || !denseFloat(p.grad()) || p.grad().numel() != p.numel()) return false;
+      if (!denseFloat(p, device) || !denseFloat(p.grad(), device) || p.grad().numel() != p.numel()) return false;
       void* key = optimizerStateKey(p);
       auto it = optimizer.state().find(key);
       torch::optim::OptimizerParamState* state = it == optimizer.state().end() ? nullptr : it->second.get();
-      if (!fits(group.options(), state)) return false;
+      if (!fits(group.options(), state, device)) return false;
       planned.push_back({p, &group.options(), key, state});
     }
   }
@@ -124,7 +129,7 @@ at::Tensor evaluate(const torch::optim::Optimizer::LossClosure& closure) {
   return closure();
 }
 
-using States = ska::flat_hash_map<void*, std::unique_ptr<torch::optim::OptimizerParamState>>;
+using States = detail::OptimizerStates;
 
 /// The kernel's constants for one Adam (decoupled: AdamW) step of a parameter at `step`.
 template <typename Options>
@@ -157,28 +162,26 @@ at::Tensor adamFamilyStep(torch::optim::Optimizer& optimizer, States& states,
                           const torch::optim::Optimizer::LossClosure& closure, bool decoupled,
                           const std::function<at::Tensor()>& libtorch) {
   std::vector<Planned> planned;
-  auto fits = [](const torch::optim::OptimizerOptions& options, const torch::optim::OptimizerParamState* base) {
+  auto fits = [](const torch::optim::OptimizerOptions& options, const torch::optim::OptimizerParamState* base,
+                 c10::Device device) {
     if (static_cast<const Options&>(options).amsgrad()) return false;
     if (base == nullptr) return true;
     const auto& s = static_cast<const State&>(*base);
-    return denseFloat(s.exp_avg()) && denseFloat(s.exp_avg_sq()) && !s.max_exp_avg_sq().defined();
+    return denseFloat(s.exp_avg(), device) && denseFloat(s.exp_avg_sq(), device) && !s.max_exp_avg_sq().defined();
   };
   at::Tensor loss = evaluate(closure);  // first: it makes the gradients the plan looks at
-  if (!plan(optimizer, fits, planned)) {
+  const c10::Device device = stepDevice(optimizer);
+  if (!plan(optimizer, device, fits, planned)) {
     libtorch();
     return loss;
   }
   torch::NoGradGuard noGrad;
+  if (!device.is_cpu()) {
+    detail::atenAdamStep(planned, states, decoupled);
+    return loss;
+  }
   for (auto& e : planned) {
-    auto* state = static_cast<State*>(e.state);
-    if (state == nullptr) {
-      auto fresh = std::make_unique<State>();
-      fresh->step(0);
-      fresh->exp_avg(at::zeros_like(e.param, at::MemoryFormat::Preserve));
-      fresh->exp_avg_sq(at::zeros_like(e.param, at::MemoryFormat::Preserve));
-      state = fresh.get();
-      states[e.key] = std::move(fresh);
-    }
+    State* state = &detail::adamStateOf<State>(e, states);
     state->step(state->step() + 1);
     const AdamStep s = adamConstants(static_cast<const Options&>(*e.options), state->step(), decoupled);
     float* w = e.param.data_ptr<float>();
@@ -196,15 +199,22 @@ at::Tensor adamFamilyStep(torch::optim::Optimizer& optimizer, States& states,
 
 at::Tensor FusedSGD::step(LossClosure closure) {
   std::vector<Planned> planned;
-  auto fits = [](const torch::optim::OptimizerOptions&, const torch::optim::OptimizerParamState* base) {
-    return base == nullptr || denseFloat(static_cast<const torch::optim::SGDParamState&>(*base).momentum_buffer());
+  auto fits = [](const torch::optim::OptimizerOptions&, const torch::optim::OptimizerParamState* base,
+                 c10::Device device) {
+    return base == nullptr ||
+           denseFloat(static_cast<const torch::optim::SGDParamState&>(*base).momentum_buffer(), device);
   };
   at::Tensor loss = evaluate(closure);  // first: it makes the gradients the plan looks at
-  if (!plan(*this, fits, planned)) {
+  const c10::Device device = stepDevice(*this);
+  if (!plan(*this, device, fits, planned)) {
     SGD::step(nullptr);
     return loss;
   }
   torch::NoGradGuard noGrad;
+  if (!device.is_cpu()) {
+    detail::atenSgdStep(planned, state_);
+    return loss;
+  }
   for (auto& e : planned) {
     const auto& o = static_cast<const torch::optim::SGDOptions&>(*e.options);
     SgdStep s;

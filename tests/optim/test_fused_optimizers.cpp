@@ -4,7 +4,8 @@
 // parameters of several sizes (one longer than a thread's chunk), a parameter
 // without a gradient, one and two threads; the cases LibTorch's own step
 // takes; the closure, evaluated once; the one-pass step allocates nothing;
-// makeOptimizer builds them.
+// makeOptimizer builds them. The step off the CPU (ATen's multi-tensor fused
+// kernels) is run here on CPU tensors, which ATen's kernels also take.
 #include "lockstep/optim/fused_optimizers.h"
 
 #include <ATen/ATen.h>
@@ -19,6 +20,7 @@
 
 #include "lockstep/common/tensor_memory.h"
 #include "lockstep/optim/optimizer.h"
+#include "optim/aten_fused_steps.h"
 
 namespace lockstep {
 namespace {
@@ -91,15 +93,17 @@ void expectSameBits(const Params& fused, const Params& libtorch, const std::stri
   }
 }
 
-/// Adam's and AdamW's: equal to a few units in the last place. LibTorch's float32 sqrt on the CPU
-/// is MKL's vector math, which is not correctly rounded (about one element in five is one unit off
-/// IEEE's sqrt); the one-pass step uses the correctly rounded one, so the two may part in the last
-/// bit and stay that close.
-void expectLastBitsClose(const Params& fused, const Params& libtorch, const std::string& what) {
+/// Equal to within `rtol` and `atol`. By default a few units in the last place, Adam's and AdamW's
+/// one-pass step against LibTorch's: LibTorch's float32 sqrt on the CPU is MKL's vector math,
+/// which is not correctly rounded (about one element in five is one unit off IEEE's sqrt); the
+/// one-pass step uses the correctly rounded one, so the two may part in the last bit and stay
+/// that close.
+void expectClose(const Params& fused, const Params& libtorch, const std::string& what, double rtol = 2e-6,
+                 double atol = 1e-8) {
   SCOPED_TRACE(what);
   ASSERT_EQ(fused.size(), libtorch.size());
   for (size_t i = 0; i < fused.size(); ++i) {
-    EXPECT_TRUE(at::allclose(fused[i], libtorch[i], /*rtol=*/2e-6, /*atol=*/1e-8))
+    EXPECT_TRUE(at::allclose(fused[i], libtorch[i], rtol, atol))
         << "tensor " << i << ": largest difference " << (fused[i] - libtorch[i]).abs().max().item<double>();
   }
 }
@@ -114,7 +118,7 @@ void compare(const Options& options, const std::string& what, int threads = 1, b
   if (exact) {
     expectSameBits(fused, plain, what);
   } else {
-    expectLastBitsClose(fused, plain, what);
+    expectClose(fused, plain, what);
   }
   at::set_num_threads(before);
 }
@@ -202,6 +206,54 @@ TEST(FusedOptimizers, TheOnePassStepAllocatesNothingWhereLibTorchsDoes) {
   FusedAdam fused(b, torch::optim::AdamOptions(0.01));
   EXPECT_GT(peakOfAStep(plain), 70001 * 4) << "LibTorch's step should allocate: the check would not see a fallback";
   EXPECT_EQ(peakOfAStep(fused), 0);
+}
+
+/// `Base` stepping through the GPU's path (ATen's fused multi-tensor kernels) wherever it is.
+template <typename Base, int kKind>  // 0: SGD, 1: Adam, 2: AdamW
+class AtenStepped : public Base {
+ public:
+  using Base::Base;
+  at::Tensor step(typename Base::LossClosure /*closure*/ = nullptr) override {
+    std::vector<detail::Planned> planned;
+    for (const auto& group : this->param_groups()) {
+      for (const auto& p : group.params()) {
+        if (!p.grad().defined()) continue;
+        void* key = optimizerStateKey(p);
+        auto it = this->state().find(key);
+        planned.push_back({p, &group.options(), key, it == this->state().end() ? nullptr : it->second.get()});
+      }
+    }
+    c10::NoGradGuard noGrad;
+    if (kKind == 0) {
+      detail::atenSgdStep(planned, this->state_);
+    } else {
+      detail::atenAdamStep(planned, this->state_, kKind == 2);
+    }
+    return {};
+  }
+};
+
+TEST(FusedOptimizers, TheDeviceStepIsLibTorchsStepUpToRounding) {
+  // Two groups (one launch each), and a parameter without a gradient every other step: Adam's
+  // step counts then differ within a group, and SGD's momentum starts later for it.
+  using torch::optim::AdamOptions;
+  using torch::optim::AdamWOptions;
+  using torch::optim::SGDOptions;
+  const Params initial = makeParams();
+  auto both = [&](const Factory& aten, const Factory& plain, const std::string& what) {
+    // To rounding: ATen's fused kernels compute in another order than LibTorch's whole-tensor ops.
+    expectClose(train(aten, initial, 6), train(plain, initial, 6), what, 1e-5, 1e-6);
+  };
+  using AtenSgd = AtenStepped<torch::optim::SGD, 0>;
+  both(factoryOf<AtenSgd>(SGDOptions(0.1)), factoryOf<torch::optim::SGD>(SGDOptions(0.1)), "sgd");
+  const auto momentum = SGDOptions(0.05).momentum(0.9).dampening(0.1).weight_decay(0.01);
+  both(factoryOf<AtenSgd>(momentum), factoryOf<torch::optim::SGD>(momentum), "sgd, momentum and weight decay");
+  const auto nesterov = SGDOptions(0.1).momentum(0.9).nesterov(true);
+  both(factoryOf<AtenSgd>(nesterov), factoryOf<torch::optim::SGD>(nesterov), "sgd, nesterov");
+  const auto adam = AdamOptions(0.01).betas({0.8, 0.99}).weight_decay(0.1);
+  both(factoryOf<AtenStepped<torch::optim::Adam, 1>>(adam), factoryOf<torch::optim::Adam>(adam), "adam");
+  const auto adamw = AdamWOptions(0.01).weight_decay(0.05).eps(1e-6);
+  both(factoryOf<AtenStepped<torch::optim::AdamW, 2>>(adamw), factoryOf<torch::optim::AdamW>(adamw), "adamw");
 }
 
 TEST(FusedOptimizers, MakeOptimizerBuildsThem) {
