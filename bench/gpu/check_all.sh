@@ -140,7 +140,30 @@ if NVIDIA_TF32_OVERRIDE=0 worlds zero3 2 gloo trainer.batch_size=64 strategy.typ
   "$python" -c "import sys; sys.exit(0 if $diff <= 1e-5 else 1)"; then
   pass zero3-equals-ddp "2 workers x batch 64 over staged Gloo, zero3 vs ddp: 20 losses, max relative difference $diff"
 else fail zero3-equals-ddp "max relative difference ${diff:-?} (want <= 1e-5); see $out/zero3.log"; fi
-# 10. Against PyTorch on this device: samples/s of one worker each, eager in interleaved rounds,
+# ends NAME: "first-loss last-loss" of NAME's train losses (every rank that logs, in file order).
+ends() { losses "$1" | sed -n '1p;$p' | paste -sd' '; }
+# shared NAME NP CONFIG KEY=VALUE...: NP workers sharing the device over staged Gloo.
+shared() {
+  local launch=("$bin" run -np "$2" --backend gloo --)
+  train "$1" "$3" "${@:4}"
+}
+
+# 10. Pipeline stages on the device: the convnet in 2 stages (each moves its own layers to the
+#     GPU), 2 workers sharing it over staged Gloo: loss falls.
+if shared pipe 2 fashion_convnet.yaml "data.root=$bundle/data/fashion-mnist" parallel.pipeline=2 \
+  trainer.max_steps=60 trainer.log_every=10 && read -r first last < <(ends pipe) && falls "$first" "$last" &&
+  grep -q "pipeline of 2 stages" "$out/pipe.log"; then
+  pass pipeline-$device "convnet in 2 stages x 8 micro-batches (1f1b), 2 workers on one device: loss $first -> $last in 60 steps"
+else fail pipeline-$device "see $out/pipe.log"; fi
+
+# 11. The parameter server with workers on the device: 1 server (host memory) and 2 workers
+#     sharing the GPU over Gloo; each push copies the gradients to the host.
+if shared ps 3 petnames.yaml strategy.type=async_ps ps.servers=1 trainer.max_steps=100 trainer.log_every=10 \
+  generate.samples=0 && read -r first last < <(ends ps) && falls "$first" "$last"; then
+  pass async-ps-$device "1 server, 2 workers on one device: loss $first -> $last"
+else fail async-ps-$device "see $out/ps.log"; fi
+
+# 12. Against PyTorch on this device: samples/s of one worker each, eager in interleaved rounds,
 #    torch.compile once while time is left (bench/gpu/against_pytorch.sh). PASS: lockstep at
 #    least as fast as each on every workload.
 quick=()
