@@ -141,7 +141,7 @@ if NVIDIA_TF32_OVERRIDE=0 worlds zero3 2 gloo trainer.batch_size=64 strategy.typ
   pass zero3-equals-ddp "2 workers x batch 64 over staged Gloo, zero3 vs ddp: 20 losses, max relative difference $diff"
 else fail zero3-equals-ddp "max relative difference ${diff:-?} (want <= 1e-5); see $out/zero3.log"; fi
 # ends NAME: "first-loss last-loss" of NAME's train losses (every rank that logs, in file order).
-ends() { losses "$1" | sed -n '1p;$p' | paste -sd' '; }
+ends() { losses "$1" | sed -n '1p;$p' | xargs printf '%.4f %.4f\n'; }
 # shared NAME NP CONFIG KEY=VALUE...: NP workers sharing the device over staged Gloo.
 shared() {
   local launch=("$bin" run -np "$2" --backend gloo --)

@@ -55,9 +55,10 @@ struct RunArgs {
 
 void addRunOptions(CLI::App& app, RunArgs& r) {
   LaunchOptions& o = r.launch;
-  r.np =
-      app.add_option("-n,--np,--nproc-per-node", r.npText,
-                     "workers on this node (-np N, or -np gpu: one per visible GPU); with -H the total, or left out");
+  r.np = app.add_option(
+      "-n,--np,--nproc-per-node", r.npText,
+      "workers on this node (-np N, or -np gpu: one per visible GPU, the default where a GPU is visible); with -H "
+      "the total, or left out");
   app.add_option("-H,--hosts", r.hosts, "start workers on these hosts over ssh: host1:slots,host2:slots");
   app.add_option("--rsh", r.rsh, "remote shell for -H (default \"ssh -o BatchMode=yes\"; env LOCKSTEP_RSH)");
   app.add_option("--iface", o.iface, "network interface Gloo uses (default: the one that reaches the master)");
@@ -99,7 +100,13 @@ LaunchOptions launchOptionsFrom(const RunArgs& r, const std::vector<std::string>
       throw ConfigError(fmt::format("-np {} does not match -H {} ({} slots in all)", o.nprocPerNode, r.hosts, total));
     }
   } else if (r.np->count() == 0) {
-    throw ConfigError("-np N is required (the number of workers on this node)");
+    // Like torchrun's --nproc-per-node=gpu, the default where there are GPUs: one worker each.
+    o.nprocPerNode = visibleCudaDevices();
+    if (o.nprocPerNode == 0) {
+      throw ConfigError(
+          "-np N is required (the number of workers on this node; without it lockstep run starts one worker per "
+          "visible GPU, and no GPU is visible)");
+    }
   }
   const std::string rsh = r.rsh.empty() ? Environment::fromProcess().get("LOCKSTEP_RSH").value_or("") : r.rsh;
   if (!rsh.empty()) o.rsh = splitWords(rsh);

@@ -45,8 +45,8 @@ void adamStep(const std::vector<Planned>& planned, OptimizerStates& states, bool
       at::_fused_adamw_(l.params, l.grads, l.first, l.second, {}, steps, o.lr(), beta1, beta2, o.weight_decay(),
                         o.eps(), /*amsgrad=*/false, /*maximize=*/false);
     } else {
-      at::_fused_adam_(l.params, l.grads, l.first, l.second, {}, steps, o.lr(), beta1, beta2, o.weight_decay(),
-                       o.eps(), /*amsgrad=*/false, /*maximize=*/false);
+      at::_fused_adam_(l.params, l.grads, l.first, l.second, {}, steps, o.lr(), beta1, beta2, o.weight_decay(), o.eps(),
+                       /*amsgrad=*/false, /*maximize=*/false);
     }
   }
 }

@@ -231,7 +231,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadArgs{{"-np", "2", "--bogus", "true"}, "unknown option '--bogus'"},
         BadArgs{{"-np", "two", "--", "true"},
                 "-np 'two': expected a number of workers or gpu (one worker per visible GPU)"},
-        BadArgs{{"--", "true"}, "-np N is required"}, BadArgs{{"-np", "2"}, "missing the program to run"},
+        BadArgs{{"-np", "2"}, "missing the program to run"},
         BadArgs{{"-np", "2", "--", "/no/such/program"}, "program '/no/such/program' not found"},
         BadArgs{{"-np", "2", "--", "no-such-program-xyz"}, "program 'no-such-program-xyz' not found"},
         BadArgs{{"-np", "2", "--nnodes", "2", "--", "true"}, "--master-port is required with --nnodes > 1"},
@@ -283,6 +283,13 @@ TEST(Launcher, WorkerCountsAreNumbersOrOnePerGpu) {
   EXPECT_EQ(none.exitCode, 2) << none.err;
   EXPECT_TRUE(contains(none.err, "-np gpu: no CUDA device is visible (CUDA_VISIBLE_DEVICES is ''); give the number"))
       << none.err;
+  // Without -np the default is one worker per visible GPU; with none visible, -np is required.
+  auto unset = run({"--", "true"}, hidden);
+  EXPECT_EQ(unset.exitCode, 2) << unset.err;
+  EXPECT_TRUE(contains(unset.err,
+                       "-np N is required (the number of workers on this node; without it lockstep run "
+                       "starts one worker per visible GPU, and no GPU is visible)"))
+      << unset.err;
 }
 
 TEST(Launcher, HostListsParse) {
