@@ -158,12 +158,20 @@ else fail pipeline-$device "see $out/pipe.log"; fi
 
 # 11. The parameter server with workers on the device: 1 server (host memory) and 2 workers
 #     sharing the GPU over Gloo; each push copies the gradients to the host.
-if shared ps 3 petnames.yaml strategy.type=async_ps ps.servers=1 trainer.max_steps=100 trainer.log_every=10 \
+if shared ps 3 petnames.yaml strategy.type=async_ps ps.servers=1 trainer.max_steps=300 trainer.log_every=20 \
   generate.samples=0 && read -r first last < <(ends ps) && falls "$first" "$last"; then
   pass async-ps-$device "1 server, 2 workers on one device: loss $first -> $last"
 else fail async-ps-$device "see $out/ps.log"; fi
 
-# 12. Against PyTorch on this device: samples/s of one worker each, eager in interleaved rounds,
+# 12. fp16 over two workers sharing the device: an inf scripted into rank 1's gradient at step
+#     30 skips that step on both (the found-inf flag is agreed over the ranks).
+if worlds fp16x2 2 gloo precision=fp16 trainer.max_steps=100 trainer.log_every=10 testing.inf_gradient_step=30 \
+  testing.inf_gradient_rank=1 && read -r first last _ overflow scale _ < <(figures fp16x2) &&
+  falls "$first" "$last" && [ "$overflow" = 1 ] && [ "$scale" = 32768.0 ]; then
+  pass fp16-scaler-2 "2 workers, inf on rank 1 at step 30: 1 step skipped on rank 0 too, scale 65536 -> $scale, loss $first -> $last"
+else fail fp16-scaler-2 "overflow steps on rank 0 ${overflow:-?} (want 1), scale ${scale:-?}; see $out/fp16x2.log"; fi
+
+# 13. Against PyTorch on this device: samples/s of one worker each, eager in interleaved rounds,
 #    torch.compile once while time is left (bench/gpu/against_pytorch.sh). PASS: lockstep at
 #    least as fast as each on every workload.
 quick=()
