@@ -117,6 +117,21 @@ if worlds nccl1 1 nccl trainer.max_steps=100 trainer.log_every=10 &&
   pass nccl-world-1 "lockstep run -np 1 --backend nccl: loss $first -> $last in 100 steps, $sps samples/s"
 else fail nccl-world-1 "see $out/nccl1.log"; fi
 
+# 7b. NCCL collectives on CUDA buffers at a world of one: lockstep bench allreduce, its values read
+#     after a wait on the stream (the gradient engine's wait), float32 and bfloat16.
+ok=1
+for dtype in float32 bfloat16; do
+  "$bin" run -np 1 --backend nccl --no-prefix -- "$bin" bench allreduce --dtype $dtype --bytes 4K,1M,64M --json \
+    >"$out/allreduce-$dtype.log" 2>&1 &&
+    "$python" -c "import json, sys
+d = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+sys.exit(0 if d['device'].startswith('cuda') and all(r['wrong'] == 0 for r in d['results']) else 1)" \
+      "$out/allreduce-$dtype.log" || ok=0
+done
+if [ "$ok" = 1 ]; then
+  pass nccl-allreduce "bench allreduce on cuda:0 over nccl, 4K/1M/64M, float32 and bfloat16: every element right"
+else fail nccl-allreduce "see $out/allreduce-*.log"; fi
+
 # 8. Two workers sharing the GPU over Gloo (CUDA tensors staged through host memory) equal one
 #    process on the global batch: the same losses step by step, TF32 off, lr not rescaled.
 same=(trainer.max_steps=20 trainer.log_every=1 lr_scaling.rule=none)

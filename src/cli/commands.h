@@ -34,6 +34,8 @@ struct AllreduceBenchOptions {
   std::vector<int64_t> sizes;  ///< bytes
   std::string dtype = "float32";
   std::string op = "sum";
+  /// auto: the rank's GPU over nccl, else the CPU; cuda over gloo or mpi stages through host memory
+  std::string device = "auto";
   int iters = 0;  ///< 0: chosen per size
   int warmup = 3;
   bool json = false;

@@ -1,7 +1,8 @@
 // `lockstep bench scaling` as a user runs it: real `lockstep run` children
 // training a tiny pet-name model with 1 and 2 workers, the JSON it prints
 // checked for the rows, the phase breakdown and the communication figures;
-// and `lockstep train --result-json` / `--np` mistakes as usage errors.
+// and `lockstep train --result-json` / `--np` mistakes as usage errors; `lockstep bench
+// allreduce` under `lockstep run`: its value check and where its buffers live.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -97,6 +98,31 @@ TEST(BenchScaling, ResultJsonInAMissingDirectoryIsAUsageError) {
   auto r = lockstep(dir, {"train", "tiny.yaml", "--result-json", "no/such/dir/result.json"});
   EXPECT_EQ(r.exitCode, 2) << r.err;
   EXPECT_NE(r.err.find("--result-json 'no/such/dir/result.json'"), std::string::npos) << r.err;
+}
+
+TEST(BenchAllreduce, TwoWorkersCheckTheValuesWhereTheBuffersLive) {
+  std::string dir = makeRunDir();
+  auto r = lockstep(dir, {"run", "-np", "2", "--backend", "gloo", "--no-prefix", "--", test::lockstepBin(), "bench",
+                          "allreduce", "--bytes", "4K,64K", "--iters", "3", "--op", "avg", "--json"});
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  nlohmann::json doc;
+  ASSERT_NO_THROW(doc = nlohmann::json::parse(test::lastLine(r.out))) << r.out;
+  EXPECT_EQ(doc.at("backend"), "gloo");
+  EXPECT_EQ(doc.at("world_size"), 2);
+  EXPECT_EQ(doc.at("device"), "cpu") << "auto: the CPU on a backend that moves host memory";
+  ASSERT_EQ(doc.at("results").size(), 2u) << r.out;
+  for (const auto& row : doc.at("results")) {
+    EXPECT_EQ(row.at("wrong").get<int64_t>(), 0) << row.dump();
+    EXPECT_GT(row.at("time_us").get<double>(), 0) << row.dump();
+  }
+
+  // A GPU asked for where none is visible: an error naming the flag, nothing measured.
+  ProcessOptions hidden;
+  hidden.setEnv = {{"CUDA_VISIBLE_DEVICES", ""}};
+  auto none = test::runProcess({test::lockstepBin(), "bench", "allreduce", "--device", "cuda"}, hidden);
+  EXPECT_EQ(none.exitCode, 2) << none.err;
+  EXPECT_NE(none.err.find("--device: cuda, but no CUDA device is visible"), std::string::npos) << none.err;
+  EXPECT_EQ(none.out.find("size(B)"), std::string::npos) << none.out;
 }
 
 }  // namespace

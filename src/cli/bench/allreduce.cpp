@@ -10,6 +10,8 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "lockstep/comm/host_staging.h"
+#include "lockstep/common/device.h"
 #include "lockstep/common/error.h"
 #include "lockstep/rendezvous/init.h"
 
@@ -38,11 +40,22 @@ double expected(ReduceOp op, int world) {
   }
   return 0;
 }
+/// Where the buffers live, and the communicator that takes them there: CUDA tensors over a
+/// backend that moves host memory go through pinned host buffers.
+std::pair<c10::Device, std::shared_ptr<Communicator>> placeBuffers(const std::string& choice, const Context& ctx) {
+  const bool nccl = ctx.comm->backendName() == "nccl";
+  const DeviceChoice wanted =
+      choice == "auto" ? (nccl ? DeviceChoice::kCuda : DeviceChoice::kCpu) : parseDeviceChoice(choice, "--device");
+  const c10::Device device = pickDevice(wanted, ctx.world.localRank, "--device");
+  if (device.is_cuda() && !nccl) return {device, withHostStaging(ctx.comm)};
+  return {device, ctx.comm};
+}
 }  // namespace
 
 int benchAllreduce(const AllreduceBenchOptions& o) {
   Context ctx = init();
-  Communicator& comm = *ctx.comm;
+  const auto [device, placed] = placeBuffers(o.device, ctx);
+  Communicator& comm = *placed;
   int world = comm.size();
   auto dtype = dtypeOf(o.dtype);
   auto op = opOf(o.op);
@@ -52,8 +65,9 @@ int benchAllreduce(const AllreduceBenchOptions& o) {
   nlohmann::json rows = nlohmann::json::array();
   bool master = comm.rank() == 0;
   if (master && !o.json) {
-    std::cout << fmt::format("# lockstep bench allreduce: backend {}, {} rank(s), dtype {}, op {}, {} thread(s)/rank\n",
-                             comm.backendName(), world, o.dtype, o.op, ctx.numThreads);
+    std::cout << fmt::format(
+        "# lockstep bench allreduce: backend {}, {} rank(s), dtype {}, op {}, buffers on {}, {} thread(s)/rank\n",
+        comm.backendName(), world, o.dtype, o.op, device.str(), ctx.numThreads);
     std::cout << fmt::format("# {:>12} {:>12} {:>7} {:>12} {:>10} {:>10} {:>7}\n", "size(B)", "count(elts)", "iters",
                              "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
   }
@@ -62,10 +76,12 @@ int benchAllreduce(const AllreduceBenchOptions& o) {
     int64_t count = std::max<int64_t>(1, bytes / elementSize);
     int64_t realBytes = count * elementSize;
     int iters = o.iters > 0 ? o.iters : static_cast<int>(std::clamp<int64_t>((64LL << 20) / realBytes, 5, 50));
-    std::vector<at::Tensor> tensors{at::full({count}, comm.rank() + 1.0, at::TensorOptions().dtype(dtype))};
+    std::vector<at::Tensor> tensors{
+        at::full({count}, comm.rank() + 1.0, at::TensorOptions().dtype(dtype).device(device))};
     int64_t wrong = 0;
     if (o.check) {
-      comm.allreduce(tensors, op)->wait();
+      // Read after a wait on the stream (nccl: no host wait), as the gradient engine does.
+      comm.allreduce(tensors, op)->waitOnStream();
       auto diff = (tensors[0].to(at::kDouble) - expected(op, world)).abs();
       wrong = (diff > 1e-2 * expected(op, world)).sum().item<int64_t>();
     }
@@ -103,6 +119,7 @@ int benchAllreduce(const AllreduceBenchOptions& o) {
                           {"world_size", world},
                           {"dtype", o.dtype},
                           {"op", o.op},
+                          {"device", device.str()},
                           {"threads_per_rank", ctx.numThreads},
                           {"busbw_factor", busFactor},
                           {"results", rows}};

@@ -31,7 +31,7 @@ namespace {
 constexpr const char* kBenchUsage =
     "usage: lockstep bench allreduce [--bytes LIST | --min-bytes B --max-bytes B --factor F]\n"
     "                                [--dtype float32|float64|float16|bfloat16] [--op sum|avg|max|min]\n"
-    "                                [--iters N] [--warmup N] [--no-check] [--json]\n"
+    "                                [--device auto|cpu|cuda] [--iters N] [--warmup N] [--no-check] [--json]\n"
     "run it under `lockstep run -np N -- lockstep bench allreduce` to measure N workers\n"
     "       lockstep bench loader CONFIG.yaml [key=value ...] [--batches N]   (image loader vs trainer)\n"
     "       lockstep bench scaling CONFIG.yaml --np 1,2[,...] [--steps N] [--threads T] [--backend NAME] [--json]\n"
@@ -59,6 +59,10 @@ std::optional<int> parseAllreduceArgs(const std::vector<std::string>& args, Allr
   app.add_option("--dtype", o.dtype, "element type")
       ->check(CLI::IsMember({"float32", "float64", "float16", "bfloat16"}));
   app.add_option("--op", o.op, "reduction")->check(CLI::IsMember({"sum", "avg", "max", "min"}));
+  app.add_option("--device", o.device,
+                 "where the buffers are: auto (the rank's GPU over nccl, else the CPU), cpu, or cuda (over gloo "
+                 "or mpi staged through host memory)")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   app.add_option("--iters", o.iters, "timed iterations per size (default: by size, 5..50)")
       ->check(CLI::Range(1, 1000000));
   app.add_option("--warmup", o.warmup, "untimed iterations per size")->check(CLI::Range(0, 1000000));
