@@ -61,6 +61,21 @@ if train names petnames.yaml trainer.max_steps=300 trainer.log_every=25 trainer.
   pass names-$device "charlstm 4x128, batch 256, clipped at norm 1: loss $first -> $last in 300 steps, $sps samples/s"
 else fail names-$device "see $out/names.log"; fi
 
+# 1b. The step breakdown on the device's timeline (CUDA events): its phases tile the step, the
+# step matches the measured throughput, and backward (its kernels, not their launch) outlasts forward.
+if breakdown=$("$python" - "$out/names.json" <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[1]))
+p, step = r['phases_seconds'], r['step_seconds']
+wall = r['global_batch'] / r['samples_per_second']
+ok = abs(sum(p.values()) - step) <= 0.01 * step and abs(step - wall) <= 0.15 * wall and p['backward'] > p['forward']
+print(f"step {1e3 * step:.2f} ms (throughput says {1e3 * wall:.2f}), in ms: " +
+      ", ".join(f"{k} {1e3 * v:.2f}" for k, v in p.items()))
+sys.exit(0 if ok else 1)
+EOF
+); then pass step-breakdown "$breakdown"
+else fail step-breakdown "${breakdown:-no result} ($out/names.json)"; fi
+
 # 2. NVML while training: the run directory's GPU fields filled.
 if [ "${util:--1}" != "-1" ] && "$python" -c "import sys; sys.exit(0 if $util > 0 and $mem > 0 and $total > 0 else 1)"; then
   pass nvml "max utilisation $util %, max memory $((mem / 1048576)) MiB of $((total / 1048576)) MiB (system/rank0.jsonl)"

@@ -33,7 +33,7 @@ AsyncPsRun::AsyncPsRun(std::shared_ptr<Communicator> comm, const TrainerOptions&
       role_(psRole(comm_->rank(), comm_->size(), options.ps)),
       sampler_(SamplerOptions{std::max<int64_t>(train.size(), 1), 0, 1, /*shuffle=*/true, options.seed,
                               /*dropLast=*/false}),
-      timer_(events_.origin(), events_.listening()) {
+      timer_(events_.origin(), events_.listening(), options.loader.device) {
   checkOptions();
   batchesPerEpoch_ = sampler_.numBatches(o_.batchSize, /*dropLastBatch=*/true);
   if (batchesPerEpoch_ == 0) {

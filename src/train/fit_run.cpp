@@ -45,7 +45,8 @@ FitRun::FitRun(std::shared_ptr<Communicator> comm, const TrainerOptions& options
       layered_(layered), rank_(comm_.rank()), world_(comm_.size()), master_(rank_ == 0),
       dataRank_(rank_ / stagesOf(options, layered)), dataWorld_(world_ / stagesOf(options, layered)),
       deviceType_(options.loader.device.type()), sampler_(makeSampler(train, dataRank_, dataWorld_, options)),
-      loader_(train, options.loader), timer_(events_.origin(), events_.listening()), memory_(options.loader.device) {
+      loader_(train, options.loader), timer_(events_.origin(), events_.listening(), options.loader.device),
+      memory_(options.loader.device) {
   microPerEpoch_ = sampler_.numBatches(o_.batchSize, /*dropLastBatch=*/true);
   stepsPerEpoch_ = microPerEpoch_ / o_.accumulation;
   if (stepsPerEpoch_ == 0) {

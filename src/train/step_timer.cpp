@@ -15,6 +15,8 @@ void StepTimer::beginStep() {
   }
   mark_ = Clock::now();
   stepStart_ = mark_;
+  pipelineStep_ = false;
+  marks_.begin(mark_);
 }
 
 void StepTimer::endPhase(Phase phase) {
@@ -23,6 +25,7 @@ void StepTimer::endPhase(Phase phase) {
   double us = std::chrono::duration<double, std::micro>(now - mark_).count();
   phaseUs_[static_cast<size_t>(phase)] += us;
   if (recording_) record_.phases.push_back(PhaseSpan{phase, sinceOrigin(mark_), us});
+  marks_.mark(phase, now);
   mark_ = now;
 }
 
@@ -47,6 +50,7 @@ void StepTimer::endPipelineBatch(const PipelineTimings& timings) {
   charge(Phase::kCommWait, lastEndUs, totalUs - chargedUs, -1);
   pipelineUs_ += 1e6 * timings.seconds;
   pipelineComputeUs_ += 1e6 * timings.computeSeconds;
+  pipelineStep_ = true;
   mark_ = now;
 }
 
@@ -69,14 +73,22 @@ void StepTimer::endStep(const std::vector<BucketTiming>& timings) {
     buckets_ = static_cast<int>(timings.size());
     bucketBytes_ = bytes;
   }
-  if (timedSteps_ < 0) {
+  const bool timed = timedSteps_ >= 0;
+  if (pipelineStep_) {
+    marks_.discard();
+  } else {
+    marks_.end(timed);
+  }
+  if (!timed) {
     timedStart_ = Clock::now();
     timedSteps_ = 0;
   } else {
     timedEnd_ = Clock::now();
     ++timedSteps_;
-    for (size_t p = 0; p < phaseUs_.size(); ++p) phaseTotalUs_[p] += phaseUs_[p];
-    stepTotalUs_ += stepUs;
+    if (pipelineStep_) {  // the stage's own op timings, on the host
+      for (size_t p = 0; p < phaseUs_.size(); ++p) phaseTotalUs_[p] += phaseUs_[p];
+      stepTotalUs_ += stepUs;
+    }
     commTotalUs_ += commUs;
     pipelineTotalUs_ += pipelineUs_;
     pipelineComputeTotalUs_ += pipelineComputeUs_;
@@ -106,7 +118,8 @@ void StepTimer::addBucketProfile(const std::vector<BucketTiming>& timings) {
 
 double StepTimer::timedSeconds() const { return std::chrono::duration<double>(timedEnd_ - timedStart_).count(); }
 
-StepBreakdown StepTimer::breakdown(Communicator& comm) const {
+StepBreakdown StepTimer::breakdown(Communicator& comm) {
+  marks_.collect(/*waitForAll=*/true);
   StepBreakdown b;
   b.buckets = buckets_;
   b.bucketBytes = bucketBytes_;
@@ -118,8 +131,10 @@ StepBreakdown StepTimer::breakdown(Communicator& comm) const {
   if (timedSteps_ > 0) {
     const double perStep = 1e-6 / static_cast<double>(timedSteps_);
     b.steps = timedSteps_;
-    for (size_t p = 0; p < phaseTotalUs_.size(); ++p) b.phaseSeconds[p] = phaseTotalUs_[p] * perStep;
-    b.stepSeconds = stepTotalUs_ * perStep;
+    for (size_t p = 0; p < phaseTotalUs_.size(); ++p) {
+      b.phaseSeconds[p] = (phaseTotalUs_[p] + marks_.phaseTotalUs()[p]) * perStep;
+    }
+    b.stepSeconds = (stepTotalUs_ + marks_.stepTotalUs()) * perStep;
     b.commSeconds = commTotalUs_ * perStep;
     b.commExposedSeconds = b.phase(Phase::kCommWait);
     if (comm.size() > 1 && b.commSeconds > 0) {

@@ -5,7 +5,10 @@
 // previous mark to p. endStep() adds the step's communication, the union of
 // its messages' [launch, completion] intervals, fills the StepRecord the
 // callbacks see (when recording) and accumulates the run's totals. The first
-// step of a run warms up and is not timed. Training thread only.
+// step of a run warms up and is not timed. The StepRecord is the host's
+// timeline; the run's phase totals are the device's (step_marks.h: the same
+// clock on the CPU, CUDA events on a GPU), except for pipeline steps, whose
+// phases come from the stage's own op timings. Training thread only.
 #pragma once
 
 #include <array>
@@ -14,6 +17,7 @@
 
 #include "lockstep/train/callbacks.h"
 #include "lockstep/train/trainer.h"
+#include "train/step_marks.h"
 
 namespace lockstep::detail {
 
@@ -21,8 +25,9 @@ class StepTimer {
  public:
   using Clock = std::chrono::steady_clock;
 
-  /// Times are reported relative to `origin`; `record`: fill StepRecord's spans.
-  StepTimer(Clock::time_point origin, bool record) : origin_(origin), recording_(record) {}
+  /// Times are reported relative to `origin`; `record`: fill StepRecord's spans; `device`: where the steps run.
+  StepTimer(Clock::time_point origin, bool record, const c10::Device& device)
+      : origin_(origin), recording_(record), marks_(device) {}
 
   double sinceOrigin(Clock::time_point t) const {
     return std::chrono::duration<double, std::micro>(t - origin_).count();
@@ -46,13 +51,16 @@ class StepTimer {
   /// Seconds from the end of the first step to the end of the last.
   double timedSeconds() const;
   /// The run's averages; the *Max fields are maxima over ranks (collective when world > 1).
-  StepBreakdown breakdown(Communicator& comm) const;
+  /// Waits for the device to pass the last step's marks.
+  StepBreakdown breakdown(Communicator& comm);
 
  private:
   void addBucketProfile(const std::vector<BucketTiming>& timings);
 
   Clock::time_point origin_;
   bool recording_;
+  StepMarks marks_;            // the phases on the device's timeline
+  bool pipelineStep_ = false;  // this step's phases came from endPipelineBatch
   StepRecord record_;
   Clock::time_point mark_;
   Clock::time_point stepStart_;
