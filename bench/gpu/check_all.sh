@@ -137,15 +137,15 @@ else fail nccl-world-1 "see $out/nccl1.log"; fi
 ok=1
 for dtype in float32 bfloat16; do
   "$bin" run -np 1 --backend nccl --no-prefix -- "$bin" bench allreduce --dtype $dtype --bytes 4K,1M,64M --json \
-    >"$out/allreduce-$dtype.log" 2>&1 &&
+    >"$out/allreduce-$dtype.json" 2>"$out/allreduce-$dtype.log" &&
     "$python" -c "import json, sys
 d = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
 sys.exit(0 if d['device'].startswith('cuda') and all(r['wrong'] == 0 for r in d['results']) else 1)" \
-      "$out/allreduce-$dtype.log" || ok=0
+      "$out/allreduce-$dtype.json" || ok=0
 done
 if [ "$ok" = 1 ]; then
   pass nccl-allreduce "bench allreduce on cuda:0 over nccl, 4K/1M/64M, float32 and bfloat16: every element right"
-else fail nccl-allreduce "see $out/allreduce-*.log"; fi
+else fail nccl-allreduce "see $out/allreduce-*.json and .log"; fi
 
 # 8. Two workers sharing the GPU over Gloo (CUDA tensors staged through host memory) equal one
 #    process on the global batch: the same losses step by step, TF32 off, lr not rescaled.

@@ -1,5 +1,7 @@
 #include "lockstep/comm/communicator.h"
 
+#include <algorithm>
+
 #include "lockstep/common/error.h"
 
 namespace lockstep {
@@ -29,15 +31,13 @@ Work::Work(std::string description, Clock::time_point deadline, std::function<st
 
 Work::Work(std::string description, Clock::time_point deadline, std::function<std::exception_ptr()> onTimeout,
            std::function<void()> poll)
-    : description_(std::move(description)), deadline_(deadline), onTimeout_(std::move(onTimeout)),
-      poll_(std::move(poll)) {}
+    : description_(std::move(description)), deadline_(deadline), onTimeout_(std::move(onTimeout)) {
+  if (poll) poll_ = [poll = std::move(poll)](Clock::time_point) { poll(); };
+}
 
 void Work::wait() {
-  if (poll_) {
-    while (!isCompleted() && Clock::now() < deadline_) poll_();
-  }
-  std::unique_lock<std::mutex> lock(mutex_);
-  if (!cv_.wait_until(lock, deadline_, [this] { return done_; })) expire(lock);
+  finishBy(deadline_);
+  std::lock_guard<std::mutex> lock(mutex_);
   if (error_) std::rethrow_exception(error_);
 }
 
@@ -46,9 +46,18 @@ void Work::waitOnStream() {
   wait();
 }
 
-bool Work::test() {
-  if (poll_ && !isCompleted()) poll_();
+bool Work::test() { return finishBy(Clock::now()); }
+
+bool Work::finishBy(Clock::time_point until) {
+  until = std::min(until, deadline_);
+  if (poll_) {
+    while (!isCompleted()) {
+      poll_(until);
+      if (Clock::now() >= until) break;
+    }
+  }
   std::unique_lock<std::mutex> lock(mutex_);
+  cv_.wait_until(lock, until, [this] { return done_; });
   if (!done_ && Clock::now() >= deadline_) expire(lock);
   return done_;
 }
@@ -65,7 +74,11 @@ void Work::expire(std::unique_lock<std::mutex>& lock) {
   auto onTimeout = std::move(onTimeout_);
   onTimeout_ = nullptr;
   lock.unlock();
-  std::exception_ptr timeoutError = onTimeout ? onTimeout() : nullptr;
+  std::exception_ptr timeoutError;
+  try {  // whatever the handler does, the work ends failed and its waiters wake
+    timeoutError = onTimeout ? onTimeout() : nullptr;
+  } catch (...) { timeoutError = std::current_exception(); }
+  if (!timeoutError) timeoutError = std::make_exception_ptr(Error(description_ + " did not finish by its deadline"));
   lock.lock();
   if (!done_) {
     done_ = true;

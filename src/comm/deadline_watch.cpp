@@ -1,8 +1,13 @@
 // deadline_watch.cpp — src/comm/deadline_watch.h.
 #include "comm/deadline_watch.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <utility>
+
+#include "comm/work_access.h"
+#include "lockstep/common/logging.h"
 
 namespace lockstep::detail {
 
@@ -38,7 +43,18 @@ void DeadlineWatch::run() {
     std::vector<WorkHandle> polling = works_;
     lock.unlock();
     // test() may call a backend's timeout handler (an abort): never under the lock.
-    for (const auto& work : polling) work->test();
+    for (const auto& work : polling) {
+      try {
+        if (!work->test() || work->isSuccess()) continue;
+      } catch (...) {  // a backend's poll must not end this thread: the work fails with it
+        completeWork(*work, std::current_exception());
+      }
+      // Nobody waits for it on the host: say so now, in case no later operation comes to report it.
+      log::warn(
+          fmt::format("{} failed or passed its deadline while the device waited for it; the "
+                      "communicator's next operation fails naming it",
+                      work->description()));
+    }
     lock.lock();
     works_.erase(std::remove_if(works_.begin(), works_.end(), [](const WorkHandle& w) { return w->isCompleted(); }),
                  works_.end());

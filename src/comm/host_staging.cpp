@@ -4,6 +4,7 @@
 
 #include <ATen/ATen.h>
 
+#include <atomic>
 #include <utility>
 
 #include "comm/forwarding.h"
@@ -22,6 +23,7 @@ struct Staged {
   at::Tensor in;
   at::Tensor out;
   std::vector<std::pair<at::Tensor, at::Tensor>> back;
+  std::atomic<bool> copying{false};  // one poller copies back and completes
 };
 
 class StagingCommunicator final : public detail::ForwardingCommunicator {
@@ -130,12 +132,13 @@ class StagingCommunicator final : public detail::ForwardingCommunicator {
   WorkHandle after(WorkHandle inner, std::shared_ptr<Staged> staged) const {
     auto self = std::make_shared<std::weak_ptr<Work>>();
     const auto deadline = Work::Clock::now() + inner_->defaultTimeout() + std::chrono::seconds(10);
-    auto poll = [inner, staged, self] {
+    auto poll = [inner, staged, self](Work::Clock::time_point until) {
       auto work = self->lock();
-      if (!work) return;
+      if (!work || !detail::finishBy(*inner, until)) return;  // test() passes the present: no wait
+      if (staged->copying.exchange(true)) return;             // another thread is finishing it
       std::exception_ptr error;
       try {
-        inner->wait();
+        inner->wait();  // done: rethrows its error
         for (auto& [dst, src] : staged->back) dst.copy_(src);
       } catch (...) { error = std::current_exception(); }
       detail::completeWork(*work, error);
@@ -143,7 +146,8 @@ class StagingCommunicator final : public detail::ForwardingCommunicator {
     auto onTimeout = [description = inner->description()] {
       return std::make_exception_ptr(Error("staging: " + description + " did not finish by its deadline"));
     };
-    auto work = std::make_shared<Work>(inner->description(), deadline, onTimeout, poll);
+    auto work = std::make_shared<Work>(inner->description(), deadline, onTimeout);
+    detail::setPoll(*work, std::move(poll));
     *self = work;
     return work;
   }

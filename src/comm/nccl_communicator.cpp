@@ -5,8 +5,11 @@
 // Its Work polls c10d's (a CUDA event query) from wait(), so the deadline is
 // lockstep's: past it the process group is aborted and the communicator
 // poisoned. waitOnStream() makes the caller's stream wait for NCCL's instead
-// and hands the deadline to a DeadlineWatch thread. makeNcclCommunicator wraps it in device staging (comm/staging.h),
-// so CPU tensors (metadata, checks, a CPU model's gradients) are accepted too.
+// and hands the deadline to a DeadlineWatch thread. makeNcclCommunicator
+// wraps it in device staging (comm/staging.h), so CPU tensors (metadata,
+// checks, a CPU model's gradients) are accepted too. Operations that a
+// decorator finishes with a Work of its own (the desync check) are waited for
+// on the host.
 #include "lockstep/comm/nccl.h"
 
 #include <ATen/ATen.h>
@@ -314,13 +317,17 @@ WorkHandle NcclCommunicator::issue(CommErrorInfo info, const CollectiveOptions& 
   auto poll = [works, after, afterTaken, self, info, poisonState = poison_]() {
     auto work = self->lock();
     if (!work) return;
-    for (const auto& w : works) {
-      if (!w->isCompleted()) {
-        std::this_thread::yield();
-        return;
-      }
-    }
     std::exception_ptr error;
+    try {
+      for (const auto& w : works) {
+        if (!w->isCompleted()) {
+          std::this_thread::yield();
+          return;
+        }
+      }
+    } catch (...) {  // c10d rethrows a CUDA error of the device from its poll
+      error = failure(info, std::current_exception());
+    }
     for (const auto& w : works) {
       if (!error && w->exception()) error = failure(info, w->exception());
     }

@@ -13,6 +13,8 @@ namespace lockstep::detail {
 struct WorkAccess {
   static void complete(Work& work, std::exception_ptr error) { work.complete(std::move(error)); }
   static void setStreamWait(Work& work, std::function<bool()> streamWait) { work.streamWait_ = std::move(streamWait); }
+  static void setPoll(Work& work, std::function<void(Work::Clock::time_point)> poll) { work.poll_ = std::move(poll); }
+  static bool finishBy(Work& work, Work::Clock::time_point until) { return work.finishBy(until); }
 };
 
 /// Marks `work` finished; `error` is null on success.
@@ -23,5 +25,15 @@ inline void completeWork(Work& work, std::exception_ptr error) { WorkAccess::com
 inline void setStreamWait(Work& work, std::function<bool()> streamWait) {
   WorkAccess::setStreamWait(work, std::move(streamWait));
 }
+
+/// Makes `work` a polled one (before anyone waits on it) whose poll may block until the time it
+/// is given: wait() gives the deadline, test() the present.
+inline void setPoll(Work& work, std::function<void(Work::Clock::time_point)> poll) {
+  WorkAccess::setPoll(work, std::move(poll));
+}
+
+/// Waits for `work` until it is done or `until` passed (polling a polled backend); past its
+/// deadline fails it as wait() would. Returns whether it is done.
+inline bool finishBy(Work& work, Work::Clock::time_point until) { return WorkAccess::finishBy(work, until); }
 
 }  // namespace lockstep::detail

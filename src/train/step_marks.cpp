@@ -48,14 +48,12 @@ void StepMarks::end(bool timed) {
   open_.timed = timed;
   closed_.push_back(std::move(open_));
   open_ = Step{};
-  collect(closed_.size() > kMaxClosedSteps);
+  collect(/*waitForAll=*/false);  // waits only for what is past kMaxClosedSteps
 }
 
 void StepMarks::discard() { recycle(open_); }
 
-bool StepMarks::passed(const Step& step) const {
-  return !onDevice() || step.stamps.back().event->cuda.query();
-}
+bool StepMarks::passed(const Step& step) const { return !onDevice() || step.stamps.back().event->cuda.query(); }
 
 void StepMarks::collect(bool waitForAll) {
   while (!closed_.empty()) {
@@ -71,12 +69,19 @@ void StepMarks::collect(bool waitForAll) {
 }
 
 /// Adds a passed step's phases: the spans between consecutive marks.
-void StepMarks::add(Step& step) {
+void StepMarks::add(const Step& step) {
+  if (onDevice()) {  // passed already, unless a mark went to another stream than the last
+    for (const auto& s : step.stamps) s.event->cuda.synchronize();
+  }
   for (size_t i = 1; i < step.stamps.size(); ++i) {
     const Stamp& from = step.stamps[i - 1];
     const Stamp& to = step.stamps[i];
-    const double us = onDevice() ? 1e3 * static_cast<double>(from.event->cuda.elapsed_time(to.event->cuda))
-                                 : std::chrono::duration<double, std::micro>(to.host - from.host).count();
+    double us = 0;
+    if (onDevice()) {
+      us = 1e3 * static_cast<double>(from.event->cuda.elapsed_time(to.event->cuda));
+    } else {
+      us = std::chrono::duration<double, std::micro>(to.host - from.host).count();
+    }
     phaseTotalUs_[static_cast<size_t>(to.phase)] += us;
     stepTotalUs_ += us;
   }

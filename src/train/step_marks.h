@@ -68,7 +68,7 @@ class StepMarks {
 
   Stamp stamp(Phase phase, Clock::time_point now);
   bool passed(const Step& step) const;
-  void add(Step& step);
+  void add(const Step& step);
   void recycle(Step& step);
 
   c10::Device device_;

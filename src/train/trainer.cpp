@@ -10,6 +10,7 @@
 #include "lockstep/comm/host_staging.h"
 #include "lockstep/common/enum_names.h"
 #include "lockstep/common/error.h"
+#include "lockstep/ps/parameter_server.h"
 #include "lockstep/rendezvous/world.h"
 #include "train/async_ps_run.h"
 #include "train/fit_run.h"
@@ -31,7 +32,7 @@ struct Placement {
 /// (gloo, mpi), the communicator stages CUDA tensors through pinned host buffers.
 Placement placeOn(const TrainerOptions& o, std::shared_ptr<Communicator> comm, torch::nn::Module& model) {
   const int localRank = o.localRank >= 0 ? o.localRank : detectWorld(Environment::fromProcess()).localRank;
-  const c10::Device device = pickDevice(o.device, localRank);
+  c10::Device device = pickDevice(o.device, localRank);
   if (device.is_cuda()) {
     if (o.strategy == StrategyType::kAsyncPs && comm->backendName() == "nccl") {
       // Its servers keep their shards in host memory and talk to each worker on its own.
@@ -40,7 +41,12 @@ Placement placeOn(const TrainerOptions& o, std::shared_ptr<Communicator> comm, t
                       "exchange them over gloo or mpi, not nccl; start it with --backend gloo",
                       device.str()));
     }
-    if (comm->backendName() != "nccl") comm = withHostStaging(std::move(comm));
+    // A parameter server keeps its shard and optimizer in host memory: it needs no model on the GPU.
+    if (o.strategy == StrategyType::kAsyncPs && psRole(comm->rank(), comm->size(), o.ps).server) {
+      device = c10::Device(c10::kCPU);
+    } else if (comm->backendName() != "nccl") {
+      comm = withHostStaging(std::move(comm));
+    }
   }
   Placement placed{o, std::move(comm)};
   placed.options.loader.device = device;

@@ -82,6 +82,25 @@ TEST(HostStaging, CallersTensorsChangeOnlyInWait) {
   });
 }
 
+TEST(HostStaging, TestDoesNotWaitForTheInnerOperation) {
+  using Clock = std::chrono::steady_clock;
+  std::atomic<int> staged{0};
+  test::runRanks(2, [&](int rank, Communicator& inner) {
+    auto comm = stagingAll(inner, staged);
+    std::vector<at::Tensor> t{at::full({3}, rank + 1.0f)};
+    if (rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(600));  // rank 0's allreduce waits for it
+    auto work = comm->allreduce(t);
+    if (rank == 0) {
+      const auto before = Clock::now();
+      EXPECT_FALSE(work->test()) << "finished without rank 1";
+      EXPECT_LT(Clock::now() - before, std::chrono::milliseconds(300)) << "test() waited for the operation";
+    }
+    while (!work->test()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    EXPECT_TRUE(work->isSuccess());
+    EXPECT_TRUE(at::equal(t[0], at::full({3}, 3.0f))) << "test() completed it without the copy back";
+  });
+}
+
 TEST(HostStaging, GroupsStageAndErrorsAreTheInnerOperations) {
   std::atomic<int> staged{0};
   std::atomic<bool> received{false};  // the others stay connected until rank 0's receive ended

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <memory>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "comm/deadline_watch.h"
 #include "comm/work_access.h"
 #include "lockstep/comm/work.h"
+#include "lockstep/common/error.h"
 
 namespace lockstep {
 namespace {
@@ -90,6 +92,24 @@ TEST(Work, TestPollsOnceAndFailsALateWorkOnceFromAnyThread) {
   EXPECT_THROW(p.work->wait(), std::runtime_error);
 }
 
+TEST(Work, ALateWorkFailsWhateverItsTimeoutHandlerDoes) {
+  auto throwing = std::make_shared<Work>("op #3", Clock::now() + 20ms,
+                                         []() -> std::exception_ptr { throw std::runtime_error("the abort failed"); });
+  EXPECT_THROW(throwing->wait(), std::runtime_error);
+  EXPECT_TRUE(throwing->isCompleted());
+  EXPECT_FALSE(throwing->isSuccess());
+  EXPECT_THROW(throwing->wait(), std::runtime_error) << "the second wait sees the same error";
+
+  auto silent = std::make_shared<Work>("op #4", Clock::now() + 20ms, nullptr);
+  std::this_thread::sleep_for(30ms);
+  EXPECT_TRUE(silent->test());
+  EXPECT_FALSE(silent->isSuccess()) << "a late work without a handler counted as done";
+  try {
+    silent->wait();
+    ADD_FAILURE() << "a late work waited without an error";
+  } catch (const Error& e) { EXPECT_STREQ(e.what(), "op #4 did not finish by its deadline"); }
+}
+
 TEST(DeadlineWatch, FailsAWorkNobodyWaitsForByItsDeadline) {
   Polled late(0, 200ms);
   Polled onTime(3, 10s);
@@ -107,6 +127,25 @@ TEST(DeadlineWatch, FailsAWorkNobodyWaitsForByItsDeadline) {
   EXPECT_FALSE(late.work->isSuccess());
   EXPECT_EQ(late.timeouts.load(), 1);
   EXPECT_EQ(onTime.timeouts.load(), 0);
+}
+
+TEST(DeadlineWatch, APollThatThrowsFailsItsWorkNotTheThread) {
+  auto thrown = std::make_shared<Work>("op #2", Clock::now() + 10s, nullptr,
+                                       [] { throw std::runtime_error("an illegal memory access"); });
+  Polled after(3, 10s);
+  detail::DeadlineWatch watch(5ms);
+  watch.watch(thrown);
+  const auto start = Clock::now();
+  while (!thrown->isCompleted() && Clock::now() - start < 5s) std::this_thread::sleep_for(5ms);
+  ASSERT_TRUE(thrown->isCompleted());
+  EXPECT_FALSE(thrown->isSuccess());
+  try {
+    thrown->wait();
+    ADD_FAILURE() << "a failed work waited without an error";
+  } catch (const std::runtime_error& e) { EXPECT_STREQ(e.what(), "an illegal memory access"); }
+  watch.watch(after.work);  // the thread still runs
+  while (!after.work->isCompleted() && Clock::now() - start < 5s) std::this_thread::sleep_for(5ms);
+  EXPECT_TRUE(after.work->isSuccess());
 }
 
 TEST(DeadlineWatch, StopsWithWorksStillRunning) {

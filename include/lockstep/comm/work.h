@@ -3,10 +3,12 @@
 // A Work is returned by every Communicator operation. wait() blocks until the
 // operation finished and rethrows its CommError, or throws kTimeout once the
 // operation's deadline passed. Tensors handed to the operation must stay alive
-// and untouched until wait() returned. waitOnStream() is the device-side wait:
+// and untouched until wait() returned, or, after waitOnStream(), may be used by
+// work queued on the caller's stream. waitOnStream() is the device-side wait:
 // for a backend whose operations run on a CUDA stream (nccl) it orders the
 // caller's later GPU work after the operation without blocking the host.
-// Work is thread-safe.
+// Work is thread-safe: wait(), test() and a backend's watch thread may poll
+// and expire one work at the same time.
 #pragma once
 
 #include <chrono>
@@ -26,12 +28,13 @@ struct WorkAccess;
 class Work {
  public:
   using Clock = std::chrono::steady_clock;
-  /// `onTimeout` is called (once, outside the lock) when a wait() hits the
-  /// deadline; it returns the exception to throw and poisons the communicator.
+  /// `onTimeout` is called (once, outside the lock) when a wait() or test() finds the
+  /// deadline passed; it returns the exception to throw and poisons the communicator.
   Work(std::string description, Clock::time_point deadline, std::function<std::exception_ptr()> onTimeout);
   /// A backend that progresses only when polled (MPI) passes `poll`: wait()
-  /// calls it on the waiting thread, over and over, until the work completed
-  /// or the deadline passed. One call must return promptly.
+  /// calls it over and over until the work completed or the deadline passed,
+  /// test() once. One call must return promptly; calls may come from several
+  /// threads at once.
   Work(std::string description, Clock::time_point deadline, std::function<std::exception_ptr()> onTimeout,
        std::function<void()> poll);
 
@@ -62,12 +65,15 @@ class Work {
   void complete(std::exception_ptr error);
   /// Past the deadline and not done: fails the work with onTimeout's error.
   void expire(std::unique_lock<std::mutex>& lock);
+  /// Polls and waits until done or `until` (at most the deadline); past the deadline expires.
+  /// Returns whether done.
+  bool finishBy(Clock::time_point until);
 
   std::string description_;
   Clock::time_point deadline_;
   std::function<std::exception_ptr()> onTimeout_;
-  std::function<void()> poll_;
-  std::function<bool()> streamWait_;  // true: the stream waits; false: wait() on the host
+  std::function<void(Clock::time_point)> poll_;  // may block until its argument
+  std::function<bool()> streamWait_;             // true: the stream waits; false: wait() on the host
   mutable std::mutex mutex_;
   std::condition_variable cv_;
   bool done_ = false;

@@ -18,11 +18,13 @@
 // The one-pass step covers dense, contiguous float32 CPU parameters and
 // gradients. When they all lie on one GPU instead, the step is ATen's
 // multi-tensor fused kernel (_fused_sgd_, _fused_adam_, _fused_adamw_: one
-// launch per parameter group rather than several per parameter), which
-// computes LibTorch's step up to rounding. With anything else among the
-// parameters (another dtype, several devices, a sparse or strided gradient,
-// Adam's amsgrad) step() is LibTorch's own. On a CPU without AVX2, LibTorch's kernels round a multiply and an add
-// separately where these fuse them, so the two can differ in the last bit there.
+// launch per parameter group and step count, and for SGD per group and first
+// momentum step, rather than several per parameter), which computes
+// LibTorch's step up to rounding. With anything else among the parameters
+// (another dtype, several devices, a sparse or strided gradient, Adam's
+// amsgrad) step() is LibTorch's own. On a CPU without AVX2, LibTorch's
+// kernels round a multiply and an add separately where these fuse them, so
+// the two can differ in the last bit there.
 // makeOptimizer (optim/optimizer.h), and so the Trainer, builds these.
 #pragma once
 
