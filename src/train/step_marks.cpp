@@ -58,19 +58,16 @@ bool StepMarks::passed(const Step& step) const { return !onDevice() || step.stam
 void StepMarks::collect(bool waitForAll) {
   while (!closed_.empty()) {
     Step& step = closed_.front();
-    if (!passed(step)) {
-      if (!waitForAll && closed_.size() <= kMaxClosedSteps) break;
-      step.stamps.back().event->cuda.synchronize();  // a step's marks are on one stream: the last passes last
-    }
+    if (!passed(step) && !waitForAll && closed_.size() <= kMaxClosedSteps) break;
     if (step.timed) add(step);
     recycle(step);
     closed_.pop_front();
   }
 }
 
-/// Adds a passed step's phases: the spans between consecutive marks.
+/// Adds a step's phases, the spans between consecutive marks, once the device passed them.
 void StepMarks::add(const Step& step) {
-  if (onDevice()) {  // passed already, unless a mark went to another stream than the last
+  if (onDevice()) {  // at once for a step that passed
     for (const auto& s : step.stamps) s.event->cuda.synchronize();
   }
   for (size_t i = 1; i < step.stamps.size(); ++i) {

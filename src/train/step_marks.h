@@ -10,7 +10,9 @@
 // batch or a collective held it. Events are read without stopping the host:
 // end() keeps a step until its last event has passed (the next step's loss read
 // usually waits past it), collect() adds the steps that have passed, and
-// collect(true) waits for the rest. Training thread only.
+// collect(true) waits for the rest. StepTimer uses it on a GPU only (its own
+// clock reads are the CPU's timeline); on the CPU the same queue runs on host
+// time points, which is how its tests drive it. Training thread only.
 #pragma once
 
 #include <c10/core/Device.h>

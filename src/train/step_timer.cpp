@@ -16,7 +16,7 @@ void StepTimer::beginStep() {
   mark_ = Clock::now();
   stepStart_ = mark_;
   pipelineStep_ = false;
-  marks_.begin(mark_);
+  if (marks_.onDevice()) marks_.begin(mark_);
 }
 
 void StepTimer::endPhase(Phase phase) {
@@ -25,7 +25,7 @@ void StepTimer::endPhase(Phase phase) {
   double us = std::chrono::duration<double, std::micro>(now - mark_).count();
   phaseUs_[static_cast<size_t>(phase)] += us;
   if (recording_) record_.phases.push_back(PhaseSpan{phase, sinceOrigin(mark_), us});
-  marks_.mark(phase, now);
+  if (marks_.onDevice()) marks_.mark(phase, now);
   mark_ = now;
 }
 
@@ -74,10 +74,11 @@ void StepTimer::endStep(const std::vector<BucketTiming>& timings) {
     bucketBytes_ = bytes;
   }
   const bool timed = timedSteps_ >= 0;
-  if (pipelineStep_) {
-    marks_.discard();
-  } else {
+  const bool deviceTimed = marks_.onDevice() && !pipelineStep_;  // else the host's clock reads are the totals
+  if (deviceTimed) {
     marks_.end(timed);
+  } else {
+    marks_.discard();
   }
   if (!timed) {
     timedStart_ = Clock::now();
@@ -85,7 +86,7 @@ void StepTimer::endStep(const std::vector<BucketTiming>& timings) {
   } else {
     timedEnd_ = Clock::now();
     ++timedSteps_;
-    if (pipelineStep_) {  // the stage's own op timings, on the host
+    if (!deviceTimed) {
       for (size_t p = 0; p < phaseUs_.size(); ++p) phaseTotalUs_[p] += phaseUs_[p];
       stepTotalUs_ += stepUs;
     }

@@ -6,9 +6,10 @@
 // its messages' [launch, completion] intervals, fills the StepRecord the
 // callbacks see (when recording) and accumulates the run's totals. The first
 // step of a run warms up and is not timed. The StepRecord is the host's
-// timeline; the run's phase totals are the device's (step_marks.h: the same
-// clock on the CPU, CUDA events on a GPU), except for pipeline steps, whose
-// phases come from the stage's own op timings. Training thread only.
+// timeline. The run's phase totals are too on the CPU, where that is the
+// device's; on a GPU they come from CUDA events (step_marks.h), except for
+// pipeline steps, whose phases come from the stage's own op timings.
+// Training thread only.
 #pragma once
 
 #include <array>
@@ -59,7 +60,7 @@ class StepTimer {
 
   Clock::time_point origin_;
   bool recording_;
-  StepMarks marks_;            // the phases on the device's timeline
+  StepMarks marks_;            // on a GPU: the phases on the device's timeline
   bool pipelineStep_ = false;  // this step's phases came from endPipelineBatch
   StepRecord record_;
   Clock::time_point mark_;
