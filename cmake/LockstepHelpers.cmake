@@ -50,3 +50,18 @@ function(lockstep_torch_pch target)
     target_precompile_headers(${target} PRIVATE <torch/torch.h>)
   endif()
 endfunction()
+
+# lockstep_unity_batches(<target>)
+# LibTorch's headers are most of a translation unit's compile time, and each .cpp parses them
+# again: compiled in batches of LOCKSTEP_UNITY_BATCH_SIZE sources (CMake's unity build), one
+# parse serves a batch. Sources are batched in the order the target lists them, so a batch is
+# mostly one layer's files. A source that cannot share a translation unit (its own compile
+# options) sets SKIP_UNITY_BUILD_INCLUSION.
+option(LOCKSTEP_UNITY_BUILD "Compile the libraries' and the CLI's sources in batches" ON)
+set(LOCKSTEP_UNITY_BATCH_SIZE 8 CACHE STRING "Sources per unity batch (LOCKSTEP_UNITY_BUILD)")
+function(lockstep_unity_batches target)
+  if(LOCKSTEP_UNITY_BUILD)
+    set_target_properties(${target} PROPERTIES UNITY_BUILD ON UNITY_BUILD_MODE BATCH
+                                               UNITY_BUILD_BATCH_SIZE ${LOCKSTEP_UNITY_BATCH_SIZE})
+  endif()
+endfunction()

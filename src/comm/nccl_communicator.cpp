@@ -43,13 +43,13 @@ bool ncclBackendBuilt() { return true; }
 
 namespace {
 
-using PG = c10::intrusive_ptr<c10d::ProcessGroupNCCL>;
+using NcclPG = c10::intrusive_ptr<c10d::ProcessGroupNCCL>;
 using C10Work = c10::intrusive_ptr<c10d::Work>;
 
 /// NCCL's watchdog fires this long after lockstep's deadline, so the error is lockstep's.
 constexpr std::chrono::seconds kWatchdogSlack{60};
 
-c10d::ReduceOp toC10d(ReduceOp op) {
+c10d::ReduceOp toNcclOp(ReduceOp op) {
   switch (op) {
     case ReduceOp::kSum: return c10d::ReduceOp::SUM;
     case ReduceOp::kAvg: return c10d::ReduceOp::AVG;
@@ -88,7 +88,7 @@ struct NcclGroupContext {
   std::chrono::milliseconds timeout;
 };
 
-PG connect(const NcclGroupContext& context, int rank, int world) {
+NcclPG connect(const NcclGroupContext& context, int rank, int world) {
   auto options = c10d::ProcessGroupNCCL::Options::create();
   options->timeout = context.timeout + kWatchdogSlack;
   auto prefixed = context.store.withPrefix(context.prefix);
@@ -97,7 +97,7 @@ PG connect(const NcclGroupContext& context, int rank, int world) {
 
 class NcclCommunicator final : public Communicator {
  public:
-  NcclCommunicator(PG pg, int rank, int world, NcclGroupContext context)
+  NcclCommunicator(NcclPG pg, int rank, int world, NcclGroupContext context)
       : pg_(std::move(pg)), rank_(rank), world_(world), args_(rank, world, "nccl"), context_(std::move(context)) {
     args_.setDevice(context_.device);
     args_.setGroup(context_.name, context_.globalRanks);
@@ -119,17 +119,18 @@ class NcclCommunicator final : public Communicator {
 
   WorkHandle allreduce(std::vector<at::Tensor>& tensors, ReduceOp op, const CollectiveOptions& o) override {
     CommErrorInfo info = args_.allreduce(tensors, op);
-    return perDtype(std::move(info), o, tensors, /*copyBack=*/true, [op](const PG& pg, std::vector<at::Tensor>& wire) {
-      c10d::AllreduceOptions ao;
-      ao.reduceOp = toC10d(op);
-      return pg->allreduce(wire, ao);
-    });
+    return perDtype(std::move(info), o, tensors, /*copyBack=*/true,
+                    [op](const NcclPG& pg, std::vector<at::Tensor>& wire) {
+                      c10d::AllreduceOptions ao;
+                      ao.reduceOp = toNcclOp(op);
+                      return pg->allreduce(wire, ao);
+                    });
   }
 
   WorkHandle broadcast(std::vector<at::Tensor>& tensors, int root, const CollectiveOptions& o) override {
     CommErrorInfo info = args_.broadcast(tensors, root);
     return perDtype(std::move(info), o, tensors, /*copyBack=*/rank_ != root,
-                    [root](const PG& pg, std::vector<at::Tensor>& wire) {
+                    [root](const NcclPG& pg, std::vector<at::Tensor>& wire) {
                       c10d::BroadcastOptions bo;
                       bo.rootRank = root;
                       return pg->broadcast(wire, bo);
@@ -158,7 +159,7 @@ class NcclCommunicator final : public Communicator {
     at::Tensor in = input.view({-1});
     at::Tensor out = output.view({-1});
     c10d::ReduceScatterOptions ro;
-    ro.reduceOp = toC10d(op);
+    ro.reduceOp = toNcclOp(op);
     return issue(
         std::move(info), o, [&] { return std::vector<C10Work>{pg_->_reduce_scatter_base(out, in, ro)}; }, [in, out] {});
   }
@@ -191,7 +192,7 @@ class NcclCommunicator final : public Communicator {
   std::shared_ptr<Communicator> split(int color, int key, const std::string& name) override;
 
  private:
-  using Launch = std::function<C10Work(const PG&, std::vector<at::Tensor>&)>;
+  using Launch = std::function<C10Work(const NcclPG&, std::vector<at::Tensor>&)>;
 
   /// One c10d operation per dtype of `tensors` (a list fused into one buffer per dtype); the
   /// buffers are copied back into the list once every one finished, where `copyBack` says so.
@@ -226,7 +227,7 @@ class NcclCommunicator final : public Communicator {
   WorkHandle issue(CommErrorInfo info, const CollectiveOptions& o, const std::function<std::vector<C10Work>()>& start,
                    std::function<void()> after = {});
 
-  PG pg_;
+  NcclPG pg_;
   int rank_;
   int world_;
   detail::CollectiveArgs args_;
@@ -369,7 +370,7 @@ std::shared_ptr<Communicator> NcclCommunicator::split(int color, int key, const 
                          context_.timeout};
   for (int member : plan.members) child.globalRanks.push_back(context_.globalRanks[static_cast<size_t>(member)]);
   const int size = static_cast<int>(plan.members.size());
-  PG pg = connect(child, plan.rank, size);
+  NcclPG pg = connect(child, plan.rank, size);
   return std::make_shared<NcclCommunicator>(std::move(pg), plan.rank, size, std::move(child));
 }
 
@@ -388,7 +389,7 @@ std::shared_ptr<Communicator> makeNcclCommunicator(const Store& store, const Ncc
   const c10::Device device(c10::kCUDA, static_cast<c10::DeviceIndex>(o.deviceIndex));
   NcclGroupContext world{store, "lockstep/nccl", "", {}, device, o.timeout};
   for (int r = 0; r < o.worldSize; ++r) world.globalRanks.push_back(r);
-  PG pg = connect(world, o.rank, o.worldSize);
+  NcclPG pg = connect(world, o.rank, o.worldSize);
   auto raw = std::make_shared<NcclCommunicator>(std::move(pg), o.rank, o.worldSize, std::move(world));
   return detail::withDeviceStaging(std::move(raw), device);
 }

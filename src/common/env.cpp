@@ -1,12 +1,12 @@
 #include "lockstep/common/env.h"
 
+#include <unistd.h>  // environ
+
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
 
 #include "lockstep/common/error.h"
-
-extern char** environ;
 
 namespace lockstep {
 

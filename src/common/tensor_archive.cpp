@@ -30,6 +30,12 @@ constexpr uint64_t kMaxDimSize = uint64_t{1} << 48;
 // The smallest entry: a 1-byte key, its kind and a bool.
 constexpr size_t kMinEntryBytes = 4 + 1 + 1 + 1;
 
+}  // namespace
+
+// Named, not anonymous: TensorArchive::Impl holds them, and a class with external linkage must
+// not have a member of an internal type.
+namespace archive_detail {
+
 /// A tensor produced when the archive is written (putTensorSource).
 struct TensorSource {
   at::ScalarType dtype;
@@ -38,6 +44,13 @@ struct TensorSource {
 };
 
 using Value = std::variant<at::Tensor, int64_t, double, bool, std::string, TensorSource>;
+
+}  // namespace archive_detail
+
+using archive_detail::TensorSource;
+using archive_detail::Value;
+
+namespace {
 
 TensorArchive::Kind kindOf(const Value& v) {
   switch (v.index()) {

@@ -20,8 +20,6 @@
 #include "lockstep/common/error.h"
 #include "lockstep/common/token.h"
 
-extern char** environ;
-
 namespace lockstep::sweep {
 
 namespace {

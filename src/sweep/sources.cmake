@@ -19,6 +19,7 @@ target_link_libraries(lockstep_sweep
   PUBLIC lockstep
   PRIVATE fmt::fmt yaml-cpp nlohmann_json::nlohmann_json)
 lockstep_target_warnings(lockstep_sweep)
+lockstep_unity_batches(lockstep_sweep)
 
 target_sources(lockstep_cli PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src/cli/cmd_sweep.cpp
                                     ${CMAKE_CURRENT_SOURCE_DIR}/src/cli/cmd_submit.cpp

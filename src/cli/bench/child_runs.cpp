@@ -17,8 +17,6 @@
 #include "lockstep/common/env.h"
 #include "lockstep/common/error.h"
 
-extern char** environ;
-
 namespace lockstep::cli {
 
 /// Runs argv with stdout and stderr into `logPath`; returns the exit code (128+signal when killed).
