@@ -111,10 +111,6 @@ struct DistributedDataParallel::Impl : detail::BucketCollective {
   bool lendsGradients = false;  ///< the hook takes a lone parameter's gradient as its bucket
 
   void stage(size_t param, size_t b, size_t slot) override {
-    if (alone) {  // finish() of a world of one: an unused parameter gets zeros
-      if (!params[param].grad().defined()) params[param].mutable_grad() = at::zeros_like(params[param]);
-      return;
-    }
     // .grad holds what backward produced plus whatever it held before (noSync accumulation):
     // exactly what gets averaged.
     bindToBucket(buckets[b], slot, params[param]);
@@ -139,6 +135,27 @@ struct DistributedDataParallel::Impl : detail::BucketCollective {
       place.zero_();
     }
     param.mutable_grad() = place;
+  }
+
+  /// The slot takes what .grad holds, zeros when none; .grad stays as it is: a gradient bound to the
+  /// slot in an earlier step is given memory of its own, so that the average cannot overwrite it.
+  void stageUnused(size_t param, size_t b, size_t slot) override {
+    at::Tensor& grad = params[param].mutable_grad();
+    at::Tensor& place = buckets[b].gradients[slot];
+    if (!grad.defined()) {
+      place.zero_();
+    } else if (grad.data_ptr() == place.data_ptr()) {
+      grad = grad.clone();  // the slot keeps the same values, and contributes them
+    } else {
+      place.copy_(grad);
+    }
+  }
+
+  /// Used by another rank: the average is the gradient. Used by none: .grad is as it was.
+  void settleUnused(size_t param, bool usedByAnyRank) override {
+    if (!usedByAnyRank) return;
+    auto [b, slot] = reducer->slotOf(param);
+    params[param].mutable_grad() = buckets[b].gradients[slot];
   }
 
   GradBucket viewOf(size_t b) {
@@ -220,6 +237,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
   for (const auto& bucket : s.buckets) members.push_back(bucket.params);
   auto plan = detail::makeReducerPlan(s.names, std::move(members), /*reversed=*/false, options, *s.module);
   plan.communicates = !s.alone;
+  plan.device = s.device;
   s.reducer = std::make_unique<detail::GradientReducer>(std::move(plan), s, *s.comm);
   reducer_ = s.reducer.get();
   std::weak_ptr<Impl> weak = impl_;

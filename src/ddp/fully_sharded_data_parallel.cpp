@@ -99,6 +99,9 @@ void FullyShardedDataParallel::Impl::buildUnits(const std::vector<std::vector<si
 
 void FullyShardedDataParallel::Impl::launchGather(size_t u) {
   Unit& unit = units[u];
+  // Asked for again while gathered (a unit with unused parameters stays gathered from the last
+  // micro-batch until finish): a new forward, whose backward accumulates all of its gradients anew.
+  if (unit.gathered) unit.backwardPending = static_cast<int>(buckets[u].params.size());
   if (unit.gathered || unit.gathering) return;
   unit.allocate();
   const detail::ShardedBucket& bucket = buckets[u];
@@ -172,6 +175,9 @@ at::Tensor FullyShardedDataParallel::Impl::forward(const at::Tensor& input) {
 void FullyShardedDataParallel::Impl::onAccumulated(size_t index) {
   reducer->onGradient(index);
   // Every gradient of the unit accumulated: its backward is over, its parameters are not needed until the next forward.
+  // Not with unused parameters: whether a unit's gradients all arrive then differs between ranks, and so would
+  // the next micro-batch's all-gather of it; such units are freed by finishGradientSync() on every rank.
+  if (options.findUnusedParameters) return;
   const size_t u = reducer->slotOf(index).first;
   Unit& unit = units[u];
   if (unit.gathered && --unit.backwardPending == 0) free(u);

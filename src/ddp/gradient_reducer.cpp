@@ -64,6 +64,7 @@ GradientReducer::GradientReducer(ReducerPlan plan, BucketCollective& collective,
   }
   LOCKSTEP_ASSERT(plan_.order.size() == buckets_.size(), "the launch order must name every bucket once");
   arrived_.assign(plan_.names.size(), false);
+  usedLocally_.assign(plan_.names.size(), false);
   reset();
 }
 
@@ -90,6 +91,7 @@ void GradientReducer::unhook() {
 }
 
 void GradientReducer::onGradient(size_t param) {
+  usedLocally_[param] = true;
   if (!syncEnabled_) return;
   if (arrived_[param]) throw Error(arrivedTwiceError(plan_.names[param]));
   if (!anyArrived_) collective_.startStep();
@@ -98,9 +100,13 @@ void GradientReducer::onGradient(size_t param) {
   if (plan_.communicates) arrive(param, /*duringBackward=*/true);
 }
 
-void GradientReducer::arrive(size_t param, bool duringBackward) {
+void GradientReducer::arrive(size_t param, bool duringBackward, bool usedHere) {
   auto [b, slot] = slotOf_[param];
-  collective_.stage(param, b, slot);
+  if (usedHere) {
+    collective_.stage(param, b, slot);
+  } else {
+    collective_.stageUnused(param, b, slot);
+  }
   Bucket& bucket = buckets_[b];
   if (--bucket.pending == 0) {
     collective_.seal(b);
@@ -131,21 +137,52 @@ void GradientReducer::finish() {
     throw Error(message);
   }
   if (!plan_.communicates) {
-    // Nothing to communicate; unused parameters still get zeros, as they would with more ranks.
-    for (size_t i = 0; i < arrived_.size(); ++i) {
-      if (!arrived_[i]) collective_.stage(i, slotOf_[i].first, slotOf_[i].second);
-    }
+    // A world of one: a parameter without a gradient is one no rank used; it stays as it is.
     lastTimings_.clear();
     ++stats_.syncs;
     reset();
     return;
   }
-  // Unused parameters contribute what they accumulated locally (or zeros).
+  // A parameter autograd reached in an earlier noSync micro-batch contributes what it accumulated;
+  // one this rank did not use at all contributes zeros (or what its .grad held) until the used map
+  // says whether any rank used it.
+  std::vector<size_t> unusedHere;
   for (size_t i = 0; i < arrived_.size(); ++i) {
-    if (!arrived_[i]) arrive(i, /*duringBackward=*/false);
+    if (arrived_[i]) continue;
+    if (!usedLocally_[i]) unusedHere.push_back(i);
+    arrive(i, /*duringBackward=*/false, /*usedHere=*/usedLocally_[i]);
   }
   launchReady(/*duringBackward=*/false);
   LOCKSTEP_ASSERT(nextToLaunch_ == buckets_.size(), "not every bucket was launched");
+  // After the last bucket, so that it is the same collective of the sequence on every rank.
+  at::Tensor usedMap;
+  WorkHandle usedWork = plan_.findUnusedParameters ? launchUsedMap(usedMap) : nullptr;
+  waitAndLand();
+  if (usedWork) {
+    usedWork->wait();
+    at::Tensor used = usedMap.cpu();
+    const float* count = used.data_ptr<float>();
+    for (size_t i : unusedHere) collective_.settleUnused(i, count[i] > 0.5f);
+  }
+  if (plan_.broadcastBuffersOf != nullptr && comm_.size() > 1) {
+    std::vector<at::Tensor> buffers;
+    for (auto& t : plan_.broadcastBuffersOf->buffers(true)) buffers.push_back(t.detach());
+    if (!buffers.empty()) comm_.broadcast(buffers, 0)->waitOnStream();
+  }
+  ++stats_.syncs;
+  reset();
+}
+
+WorkHandle GradientReducer::launchUsedMap(at::Tensor& usedMap) const {
+  at::Tensor mine = at::empty({static_cast<int64_t>(arrived_.size())}, at::kFloat);
+  float* flag = mine.data_ptr<float>();
+  for (size_t i = 0; i < arrived_.size(); ++i) flag[i] = arrived_[i] || usedLocally_[i] ? 1.0f : 0.0f;
+  usedMap = mine.to(plan_.device);
+  std::vector<at::Tensor> tensors{usedMap};
+  return comm_.allreduce(tensors, ReduceOp::kSum);
+}
+
+void GradientReducer::waitAndLand() {
   const bool timed = comm_.size() > 1;  // a world of one communicated nothing
   lastTimings_.resize(timed ? buckets_.size() : 0);
   for (size_t k = 0; k < plan_.order.size(); ++k) {
@@ -160,13 +197,6 @@ void GradientReducer::finish() {
     }
     collective_.land(b, stats_);
   }
-  if (plan_.broadcastBuffersOf != nullptr && comm_.size() > 1) {
-    std::vector<at::Tensor> buffers;
-    for (auto& t : plan_.broadcastBuffersOf->buffers(true)) buffers.push_back(t.detach());
-    if (!buffers.empty()) comm_.broadcast(buffers, 0)->waitOnStream();
-  }
-  ++stats_.syncs;
-  reset();
 }
 
 bool GradientReducer::collectiveDone(size_t bucket) {
@@ -176,6 +206,7 @@ bool GradientReducer::collectiveDone(size_t bucket) {
 
 void GradientReducer::reset() {
   std::fill(arrived_.begin(), arrived_.end(), false);
+  std::fill(usedLocally_.begin(), usedLocally_.end(), false);
   for (size_t b = 0; b < buckets_.size(); ++b) {
     buckets_[b].pending = static_cast<int>(plan_.buckets[b].size());
     buckets_[b].ready = buckets_[b].pending == 0;  // a bucket without parameters has nothing to wait for

@@ -6,8 +6,9 @@
 // GradientReducer. The reducer owns what a synchronised backward has in
 // common: the autograd hooks, which gradient arrived, when a bucket is
 // complete, launching buckets strictly in one order (the same on every rank),
-// the parameters that got no gradient (an error naming them, or zeros),
-// waiting, per-bucket timings, statistics and noSync(). What a bucket *is*
+// the parameters that got no gradient (an error naming them, or the used map
+// agreed over ranks so that a parameter no rank used keeps its gradient as it
+// was), waiting, per-bucket timings, statistics and noSync(). What a bucket *is*
 // (a flat buffer, lent gradients, a unit's gathered memory) and which
 // collective runs on it is the front's, through BucketCollective.
 #pragma once
@@ -40,6 +41,14 @@ class BucketCollective {
   /// Parameter `param`'s gradient for this step is in its .grad (undefined for an unused
   /// parameter in finish): take it into slot `slot` of bucket `bucket`.
   virtual void stage(size_t param, size_t bucket, size_t slot) = 0;
+  /// Parameter `param` got no gradient on this rank in this step (findUnusedParameters): its slot
+  /// takes what its .grad holds (zeros when it has none), but .grad itself is left as it is until
+  /// settleUnused says whether any rank used it. Default: stage().
+  virtual void stageUnused(size_t param, size_t bucket, size_t slot) { stage(param, bucket, slot); }
+  /// In finish, after every bucket landed, for each parameter given to stageUnused: with
+  /// `usedByAnyRank` its slot's average is its gradient (the others' gradients averaged with this
+  /// rank's zeros); without, no rank used it and its gradient stays as it was before the step.
+  virtual void settleUnused(size_t /*param*/, bool /*usedByAnyRank*/) {}
   /// Every gradient of `bucket` was staged; it is launched next (when its turn comes).
   virtual void seal(size_t /*bucket*/) {}
   /// Starts `bucket`'s collective; null when nothing needs communicating. May add to stats.bytesSent.
@@ -56,9 +65,10 @@ struct ReducerPlan {
   std::vector<std::string> names;                   ///< parameter names, for errors
   std::vector<std::vector<size_t>> buckets;         ///< parameter indices of each bucket, slot order
   std::vector<size_t> order;                        ///< bucket indices in launch order
-  bool findUnusedParameters = false;                ///< unused parameters are staged as zeros instead of an error
+  bool findUnusedParameters = false;                ///< unused parameters are allowed; the used map is agreed each step
   bool communicates = true;                         ///< false: a world of one with nothing to stage or launch
   torch::nn::Module* broadcastBuffersOf = nullptr;  ///< re-broadcast rank 0's buffers after each sync
+  c10::Device device{c10::kCPU};                    ///< the parameters' device: where the used map is reduced
 };
 
 /// Buckets launched in index order, or the last first (`reversed`: ZeRO-3's units, in backward
@@ -78,12 +88,13 @@ class GradientReducer {
   void hook(const std::vector<at::Tensor>& params, std::function<void(size_t)> onAccumulated);
   void unhook();
 
-  /// A synchronised backward's gradient of `param` is final: stage it, launch what is complete.
-  /// Nothing while sync is disabled.
+  /// Autograd accumulated `param`'s gradient: it counts as used in this step (noSync micro-batches
+  /// included). In a synchronised backward its gradient is final: stage it, launch what is complete.
   void onGradient(size_t param);
-  /// Stages the parameters without a gradient (or throws naming them), launches the rest, waits
-  /// for every bucket in launch order and lands it, re-broadcasts the buffers. Nothing while
-  /// sync is disabled.
+  /// Stages the parameters without a gradient (or throws naming them), launches the rest, agrees
+  /// the used map (findUnusedParameters: one allreduce of a float per parameter, after the
+  /// buckets), waits for every bucket in launch order and lands it, settles the parameters this
+  /// rank did not use, re-broadcasts the buffers. Nothing while sync is disabled.
   void finish();
 
   /// The bucket's collective was launched this step and has completed (polled now).
@@ -104,8 +115,12 @@ class GradientReducer {
     std::chrono::steady_clock::time_point launched;
   };
 
-  void arrive(size_t param, bool duringBackward);
+  void arrive(size_t param, bool duringBackward, bool usedHere = true);
   void launchReady(bool duringBackward);
+  /// Waits for every bucket in launch order and lands it, recording its timing.
+  void waitAndLand();
+  /// Starts the allreduce of which parameters each rank used this step (1 used, 0 not).
+  WorkHandle launchUsedMap(at::Tensor& usedMap) const;
   void reset();
 
   ReducerPlan plan_;
@@ -114,6 +129,7 @@ class GradientReducer {
   std::vector<Bucket> buckets_;
   std::vector<std::pair<size_t, size_t>> slotOf_;
   std::vector<bool> arrived_;
+  std::vector<bool> usedLocally_;  ///< autograd accumulated a gradient since the last finish (noSync too)
   size_t nextToLaunch_ = 0;
   bool anyArrived_ = false;
   bool syncEnabled_ = true;

@@ -1,6 +1,8 @@
 // sharded_core.cpp — src/ddp/sharded_core.h.
 #include "ddp/sharded_core.h"
 
+#include <algorithm>
+
 #include "lockstep/common/error.h"
 
 namespace lockstep::detail {
@@ -33,7 +35,10 @@ void ShardedCore::buildBuckets(const std::vector<std::vector<size_t>>& members) 
 }
 
 void ShardedCore::startReducer(bool reversed, std::function<void(size_t)> onAccumulated) {
-  reducer = std::make_unique<GradientReducer>(makeReducerPlan(names, plan, reversed, options, *module), *this, *comm);
+  ReducerPlan reducerPlan = makeReducerPlan(names, plan, reversed, options, *module);
+  reducerPlan.device = floatOptions().device();
+  usedByNoRank.assign(params.size(), false);
+  reducer = std::make_unique<GradientReducer>(std::move(reducerPlan), *this, *comm);
   reducer->hook(params, std::move(onAccumulated));
 }
 
@@ -54,10 +59,12 @@ void ShardedCore::zeroPadding(const ShardedBucket& bucket, const at::Tensor& fla
 
 bool ShardedCore::finishSync() {
   if (!reducer->syncEnabled()) return false;
+  std::fill(usedByNoRank.begin(), usedByNoRank.end(), false);
   reducer->finish();
   for (size_t k = 0; k < pieces.size(); ++k) {
     const ShardedBucket& bucket = buckets[pieces[k].bucket];
-    pieceViews[k].mutable_grad() = bucket.output.narrow(0, pieces[k].chunkOffset, pieces[k].length);
+    pieceViews[k].mutable_grad() =
+        usedByNoRank[pieces[k].param] ? at::Tensor() : bucket.output.narrow(0, pieces[k].chunkOffset, pieces[k].length);
   }
   return true;
 }

@@ -35,6 +35,7 @@ struct ShardedCore : PieceOptimizer, BucketCollective {
   DdpOptions options;
   std::vector<ShardedBucket> buckets;
   std::unique_ptr<GradientReducer> reducer;
+  std::vector<bool> usedByNoRank;  ///< parameters no rank used in the step being finished: their pieces get no gradient
 
   /// What both fronts' constructors do first: check the arguments (Error naming `front`, and
   /// `stage` for options ZeRO does not take), keep them and collect the module's parameters.
@@ -49,10 +50,13 @@ struct ShardedCore : PieceOptimizer, BucketCollective {
   /// Zeros the padding of `flat`, a bucket-sized buffer, past the bucket's elements.
   void zeroPadding(const ShardedBucket& bucket, const at::Tensor& flat) const;
   /// finishGradientSync() of ZeRO-2 and ZeRO-3: the reducer's finish, then each of this rank's pieces
-  /// gets its averaged gradient, a view of its bucket's part. False (nothing done) while sync is off.
+  /// gets its averaged gradient, a view of its bucket's part, or none when no rank used its parameter
+  /// (the optimizer skips it, as it skips a parameter without a gradient). False (nothing done) while
+  /// sync is off.
   bool finishSync();
 
   void startStep() override;
+  void settleUnused(size_t param, bool usedByAnyRank) override { usedByNoRank[param] = !usedByAnyRank; }
   WorkHandle launch(size_t bucket, DdpStats& stats) override;
   int64_t bucketBytes(size_t bucket) const override { return buckets[bucket].elements * 4; }
 

@@ -30,9 +30,14 @@
 // Inside a noSync() scope backward only accumulates local gradients; the
 // first synchronised backward after it averages the accumulated sum.
 // Parameters that get no gradient in a step are an error (naming them)
-// unless findUnusedParameters, in which case they contribute zeros.
+// unless findUnusedParameters. Then the ranks agree, after the buckets, which
+// parameters each used in the step (noSync micro-batches included; one small
+// allreduce per step): a parameter some rank used is averaged as usual, a rank
+// that did not use it contributing what its .grad holds (zeros when none); a
+// parameter no rank used keeps its .grad exactly as it was (none stays none),
+// so a stateful optimizer skips it, as in one process.
 //
-// Not thread-safe; one backward at a time. Parameters must be float32 CPU tensors.
+// Not thread-safe; one backward at a time. Parameters are float32, all on one device.
 #pragma once
 
 #include <chrono>

@@ -44,7 +44,10 @@
 // Construction and finishGradientSync(), clipGradNorm(), step(), saveState(),
 // forward(), gatherAll() and restoreModule() are collective. Not thread-safe. Parameters must
 // be contiguous float32 CPU tensors, each in one unit; compression and comm
-// hooks are not supported (Error). Unused parameters: as DistributedDataParallel.
+// hooks are not supported (Error). Unused parameters: as DistributedDataParallel;
+// with findUnusedParameters a unit gathered for a micro-batch stays gathered
+// until finishGradientSync() (whether all of its gradients arrive differs between
+// ranks, and the all-gathers must not), so noSync() accumulation holds it longer.
 #pragma once
 
 #include <cstdint>
