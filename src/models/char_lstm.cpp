@@ -7,6 +7,7 @@
 
 #include "lockstep/common/error.h"
 #include "lockstep/nn/activation_checkpoint.h"
+#include "lockstep/nn/precision.h"
 
 namespace lockstep {
 
@@ -32,7 +33,8 @@ CharLstmImpl::CharLstmImpl(const CharLstmOptions& o) : options_(o) {
 at::Tensor CharLstmImpl::forward(const at::Tensor& indices) {
   at::Tensor x = at::one_hot(indices, options_.vocabSize).to(at::kFloat);
   if (options_.checkpointSegments > 0) return checkpointSequence(stages_, options_.checkpointSegments, x);
-  auto out = std::get<0>(lstm_->forward(x));
+  at::Tensor out =
+      runRecurrentLayer("lstm", x, [this](const at::Tensor& in) { return std::get<0>(lstm_->forward(in)); });
   return head_->forward(out);
 }
 
@@ -42,9 +44,11 @@ at::Tensor CharLstmImpl::layerForward(int64_t k, const at::Tensor& x) {
   const std::vector<at::Tensor> all = lstm_->all_weights();  // w_ih, w_hh, b_ih, b_hh per layer
   const auto first = all.begin() + 4 * k;
   std::vector<at::Tensor> weights(first, first + 4);
-  at::Tensor zeros = at::zeros({1, x.size(0), options_.hidden}, x.options());
-  return std::get<0>(at::lstm(x, {zeros, zeros}, weights, /*has_biases=*/true, /*num_layers=*/1, /*dropout=*/0.0,
-                              is_training(), /*bidirectional=*/false, /*batch_first=*/true));
+  return runRecurrentLayer(fmt::format("lstm layer {}", k), x, [&](const at::Tensor& in) {
+    at::Tensor zeros = at::zeros({1, in.size(0), options_.hidden}, in.options());
+    return std::get<0>(at::lstm(in, {zeros, zeros}, weights, /*has_biases=*/true, /*num_layers=*/1, /*dropout=*/0.0,
+                                is_training(), /*bidirectional=*/false, /*batch_first=*/true));
+  });
 }
 
 at::Tensor charLstmLoss(const at::Tensor& logits, const at::Tensor& targets) {

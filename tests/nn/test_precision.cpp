@@ -1,6 +1,7 @@
 // The autocast guard: state set and restored, nesting, the cast cache dropped
 // at the outermost exit, bf16 compute with float32 weights and gradients, and
-// the models lockstep trains running under it.
+// the models lockstep trains running under it, on CPUs with and without bf16
+// LSTM kernels (the float32 fallback forced too).
 #include "lockstep/nn/precision.h"
 
 #include <ATen/ATen.h>
@@ -11,10 +12,13 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 
 #include "lockstep/common/error.h"
 #include "lockstep/models/char_lstm.h"
 #include "lockstep/models/vision.h"
+#include "nn/recurrent_precision.h"
+#include "support/subprocess.h"
 
 namespace lockstep {
 namespace {
@@ -94,11 +98,74 @@ TEST(Precision, TheBuiltInModelsRunUnderBf16) {
   EXPECT_EQ(logits.sizes(), (std::vector<int64_t>{4, 8, 12}));
   EXPECT_EQ(images.sizes(), (std::vector<int64_t>{2, 10}));
   EXPECT_EQ(images.scalar_type(), at::kBFloat16);
+  EXPECT_EQ(logits.scalar_type(), at::kBFloat16) << "the head runs in bf16 whether or not the LSTM can";
   images.to(at::kFloat).sum().backward();
-  for (auto& p : conv->parameters()) {
-    ASSERT_TRUE(p.grad().defined());
-    EXPECT_EQ(p.grad().scalar_type(), at::kFloat);
+  logits.to(at::kFloat).sum().backward();
+  for (auto* model : {static_cast<torch::nn::Module*>(conv.get()), static_cast<torch::nn::Module*>(lstm.get())}) {
+    for (auto& p : model->parameters()) {
+      ASSERT_TRUE(p.grad().defined());
+      EXPECT_EQ(p.grad().scalar_type(), at::kFloat);
+    }
   }
+  std::string reason;
+  const bool native = cpuRunsBf16Recurrent(&reason);
+  std::printf("bf16 LSTM on this CPU: %s\n", native ? "yes" : ("no: " + reason).c_str());
+}
+
+/// Forces the CPU's answer for the scope: the fallback runs where the CPU has bf16 LSTM kernels too.
+struct ForcedBf16Recurrent {
+  explicit ForcedBf16Recurrent(bool supported) { detail::overrideCpuBf16Recurrent(supported); }
+  ~ForcedBf16Recurrent() { detail::overrideCpuBf16Recurrent(std::nullopt); }
+};
+
+TEST(Precision, WithoutBf16LstmKernelsTheLstmRunsInFloat32AndTheRestInBf16) {
+  ForcedBf16Recurrent forced(false);
+  for (int64_t segments : {0, 3}) {  // the whole LSTM; each layer as a checkpointed stage
+    SCOPED_TRACE("checkpoint segments " + std::to_string(segments));
+    torch::manual_seed(1);
+    CharLstm lstm(CharLstmOptions{12, 16, 2, segments});
+    at::Tensor input = at::randint(0, 12, {4, 8}, at::kLong);
+    const int before = detail::bf16RecurrentFallbacks();
+    at::Tensor logits;
+    {
+      AutocastGuard amp(Precision::kBf16);
+      logits = lstm->forward(input);
+    }
+    EXPECT_EQ(detail::bf16RecurrentFallbacks() - before, segments == 0 ? 1 : 2);
+    EXPECT_EQ(logits.scalar_type(), at::kBFloat16);
+    logits.to(at::kFloat).sum().backward();
+    for (auto& p : lstm->parameters()) {
+      ASSERT_TRUE(p.grad().defined());
+      EXPECT_EQ(p.grad().scalar_type(), at::kFloat);
+    }
+    // The LSTM's part is float32's: with the head outside autocast the logits are the fp32 model's.
+    at::Tensor fp32 = lstm->forward(input);
+    EXPECT_TRUE(at::allclose(logits.to(at::kFloat), fp32, 0.05, 0.05));
+  }
+  EXPECT_GE(detail::bf16RecurrentFallbacks(), 1);
+  // Outside bf16 autocast the layer runs as it is, fallback or not.
+  const int before = detail::bf16RecurrentFallbacks();
+  CharLstm lstm(CharLstmOptions{12, 16, 2});
+  EXPECT_EQ(lstm->forward(at::randint(0, 12, {2, 4}, at::kLong)).scalar_type(), at::kFloat);
+  EXPECT_EQ(detail::bf16RecurrentFallbacks(), before) << "a float32 forward fell back";
+}
+
+TEST(Precision, Bf16PetNamesTrainOnThisCpuAndSayWhetherTheLstmFellBack) {
+  const std::string dir = test::makeTempDir();
+  const std::string bin = std::filesystem::absolute(test::lockstepBin()).string();
+  auto r = test::runProcess(
+      {"sh", "-c",
+       "cd " + test::quote(dir) + " && exec " + test::quote(bin) + " run -np 2 --comm-timeout 60 -- " +
+           test::quote(bin) + " train " + test::quote(LOCKSTEP_SOURCE_DIR "/configs/petnames.yaml") +
+           " precision=bf16 trainer.max_steps=3 trainer.batch_size=64 trainer.validate=false generate.samples=0 "
+           "checkpoint.dir=ckpt"},
+      {.timeout = std::chrono::seconds(240)});
+  ASSERT_EQ(r.exitCode, 0) << r.out << r.err;
+  const std::string log = r.out + r.err;
+  EXPECT_NE(log.find("done: 3 steps"), std::string::npos) << log;
+  std::string reason;
+  const bool fellBack = log.find("layer 'lstm' runs in float32") != std::string::npos;
+  EXPECT_EQ(fellBack, !cpuRunsBf16Recurrent(&reason)) << reason << "\n" << log;
 }
 
 TEST(Precision, ParsesNamesAndRefusesOthers) {

@@ -23,12 +23,24 @@
 // and clears the cast cache when the outermost guard ends, as PyTorch's
 // Python context manager does. Guards nest; each restores what it found.
 // Precision::kFp32 makes a guard that changes nothing.
+//
+// Not every CPU runs every layer in bfloat16: oneDNN's LSTM primitive has no
+// bf16 kernel without AVX-512 and throws. runRecurrentLayer() probes that once
+// per process and, where it fails, runs the recurrent layer in float32 inside
+// the bf16 scope (one warning naming the layer and oneDNN's reason); the rest
+// of the model stays in bf16 and training proceeds. The built-in models route
+// their LSTMs through it.
 #pragma once
 
 #include <c10/core/DeviceType.h>
 
+#include <functional>
 #include <memory>
 #include <string>
+
+namespace at {
+class Tensor;
+}
 
 namespace lockstep {
 
@@ -50,6 +62,17 @@ double measureBf16MatmulSlowdown();
 /// The warning for `precision: bf16` given that slowdown: empty below 1.5, else a sentence
 /// naming the measured factor and what it means for training.
 std::string bf16SpeedWarning(double slowdown);
+
+/// Whether this CPU runs an LSTM in bfloat16 (forward and backward of a two-step one, probed once per
+/// process and cached); when not, `reason` gets LibTorch's message. Thread-safe.
+bool cpuRunsBf16Recurrent(std::string* reason = nullptr);
+
+/// `layer(input)` for the recurrent layer `name`. Where bf16 CPU autocast is on and
+/// cpuRunsBf16Recurrent() is false, CPU autocast is off around the call and `input` is cast to
+/// float32, so the layer computes (and returns) float32; the first such call in a process logs a
+/// warning naming the layer and the reason. Otherwise the call as it is.
+at::Tensor runRecurrentLayer(const std::string& name, const at::Tensor& input,
+                             const std::function<at::Tensor(const at::Tensor&)>& layer);
 
 class AutocastGuard {
  public:
