@@ -41,9 +41,9 @@ std::string tryBf16Lstm() {
     const auto options = at::TensorOptions().dtype(at::kFloat);
     at::Tensor input = at::linspace(-1, 1, 8, options).view({1, 2, 4});
     at::Tensor state = at::zeros({1, 1, 4}, options);
-    std::vector<at::Tensor> weights{at::full({16, 4}, 0.1, options).requires_grad_(),
-                                    at::full({16, 4}, -0.1, options).requires_grad_(),
-                                    at::zeros({16}, options).requires_grad_(), at::zeros({16}, options).requires_grad_()};
+    std::vector<at::Tensor> weights{
+        at::full({16, 4}, 0.1, options).requires_grad_(), at::full({16, 4}, -0.1, options).requires_grad_(),
+        at::zeros({16}, options).requires_grad_(), at::zeros({16}, options).requires_grad_()};
     at::Tensor out = std::get<0>(at::lstm(input, {state, state}, weights, /*has_biases=*/true, /*num_layers=*/1,
                                           /*dropout=*/0.0, /*train=*/true, /*bidirectional=*/false,
                                           /*batch_first=*/true));

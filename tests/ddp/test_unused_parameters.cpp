@@ -112,14 +112,15 @@ TEST(UnusedParameters, NoRankUsedLeavesTheGradientAsItWas) {
 }
 
 void expectWorkersLikeOneProcess(const std::string& backend, int world, const std::string& front) {
-  auto r = test::runProcess({test::lockstepBin(), "run", "-np", std::to_string(world), "--backend", backend,
-                             "--comm-timeout", "60", "--", test::helperBin("unused_worker"), front,
-                             fmt::format("{}", kTolerance)},
-                            {.timeout = std::chrono::seconds(180)});
+  auto r = test::runProcess(
+      {test::lockstepBin(), "run", "-np", std::to_string(world), "--backend", backend, "--comm-timeout", "60", "--",
+       test::helperBin("unused_worker"), front, fmt::format("{}", kTolerance)},
+      {.timeout = std::chrono::seconds(180)});
   EXPECT_EQ(r.exitCode, 0) << r.out << r.err;
   for (int rank = 0; rank < world; ++rank) {
     for (const char* optimizer : {"sgd", "adamw"}) {
-      std::string prefix = fmt::format("rank {} {} {} on {}: max relative difference ", rank, optimizer, front, backend);
+      std::string prefix =
+          fmt::format("rank {} {} {} on {}: max relative difference ", rank, optimizer, front, backend);
       size_t at = r.out.find(prefix);
       ASSERT_NE(at, std::string::npos) << prefix << "\n" << r.out << r.err;
       std::string line = r.out.substr(at, r.out.find('\n', at) - at);

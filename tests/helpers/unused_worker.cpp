@@ -41,9 +41,9 @@ int main(int argc, char** argv) {
       test::UnusedResult r = test::runUnusedScenario(ctx.comm, scenario);
       const bool ok = r.maxRelativeDifference <= tolerance;
       failed = failed || !ok;
-      std::cout << "rank " << ctx.comm->rank() << " " << optimizer << " " << front << " on "
-                << ctx.comm->backendName() << ": max relative difference " << r.maxRelativeDifference << " at "
-                << r.worst << (ok ? " ok" : " FAILED") << std::endl;
+      std::cout << "rank " << ctx.comm->rank() << " " << optimizer << " " << front << " on " << ctx.comm->backendName()
+                << ": max relative difference " << r.maxRelativeDifference << " at " << r.worst
+                << (ok ? " ok" : " FAILED") << std::endl;
     }
     return failed ? 1 : 0;
   } catch (const std::exception& e) {

@@ -23,8 +23,8 @@ struct UnusedScenario {
   UnusedFront front = UnusedFront::kDdp;
   std::string optimizer = "sgd";  ///< sgd (momentum 0.9) or adamw (weight decay 0.1)
   int steps = 12;
-  int batch = 4;                  ///< rows per rank and micro-batch
-  double bucketCapMb = 0.0001;    ///< small: a bucket per parameter or two
+  int batch = 4;                ///< rows per rank and micro-batch
+  double bucketCapMb = 0.0001;  ///< small: a bucket per parameter or two
 };
 
 struct UnusedResult {
