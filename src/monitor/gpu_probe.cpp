@@ -5,12 +5,10 @@
 #include <cstdlib>
 #include <vector>
 
-#ifdef LOCKSTEP_HAVE_NVML
 #include <dlfcn.h>
-#include <nvml.h>
 
 #include "lockstep/common/logging.h"
-#endif
+#include "monitor/nvml_abi.h"
 
 namespace lockstep::detail {
 
@@ -50,8 +48,6 @@ std::optional<GpuRef> gpuFor(int localRank, const char* visible, unsigned device
   if (end == mine.c_str() || *end != '\0' || index < 0) return std::nullopt;
   return GpuRef{static_cast<int>(index), {}};
 }
-
-#ifdef LOCKSTEP_HAVE_NVML
 
 struct GpuProbe::Impl {
   void* library = nullptr;
@@ -145,14 +141,5 @@ std::optional<GpuSample> GpuProbe::sample() {
   }
   return s;
 }
-
-#else  // no NVML in this build
-
-struct GpuProbe::Impl {};
-GpuProbe::GpuProbe(int /*localRank*/) {}
-GpuProbe::~GpuProbe() = default;
-std::optional<GpuSample> GpuProbe::sample() { return std::nullopt; }
-
-#endif
 
 }  // namespace lockstep::detail

@@ -1,9 +1,9 @@
 // gpu_probe.h — the GPU of one worker through NVML (internal).
 //
-// Compiled with NVML only when CMake found nvml.h (LOCKSTEP_HAVE_NVML); even
-// then the driver's libnvidia-ml.so.1 is opened at run time, so a build made
-// on a CUDA machine still runs on one without a driver. Without either,
-// sample() returns nothing and the system files carry no GPU fields.
+// Always built (NVML's interface is declared in monitor/nvml_abi.h); the
+// driver's libnvidia-ml.so.1 is opened at run time, so the build runs on
+// machines without a driver. Where it does not load or names no GPU of the
+// worker, sample() returns nothing and the system files carry no GPU fields.
 //
 // The worker's GPU is the one CUDA gives it (common/device.h: cuda:(localRank
 // mod visible devices)): CUDA_VISIBLE_DEVICES's entry for it, an NVML index or

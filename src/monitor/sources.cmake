@@ -14,15 +14,8 @@ target_sources(lockstep PRIVATE
 # JSON lines and run.json are written with nlohmann-json (header only).
 target_link_libraries(lockstep PRIVATE nlohmann_json::nlohmann_json)
 
-# GPU utilisation and memory in system/rank<R>.jsonl: only where nvml.h is
-# installed (CUDA toolkit or Debian's libnvidia-ml-dev). The driver's
-# libnvidia-ml.so.1 is dlopen()ed at run time, not linked, so the library
-# still loads on machines without an NVIDIA driver. Absent here: not an error.
-find_path(LOCKSTEP_NVML_INCLUDE_DIR nvml.h
-  PATHS /usr/local/cuda/include /usr/local/cuda/targets/x86_64-linux/include)
-if(LOCKSTEP_NVML_INCLUDE_DIR)
-  message(STATUS "lockstep: NVML header found in ${LOCKSTEP_NVML_INCLUDE_DIR}: GPU fields in system samples")
-  target_compile_definitions(lockstep PRIVATE LOCKSTEP_HAVE_NVML)
-  target_include_directories(lockstep SYSTEM PRIVATE ${LOCKSTEP_NVML_INCLUDE_DIR})
-  target_link_libraries(lockstep PRIVATE ${CMAKE_DL_LIBS})
-endif()
+# GPU utilisation and memory in system/rank<R>.jsonl: the probe declares the
+# part of NVML's C interface it uses (monitor/nvml_abi.h) and dlopen()s the
+# driver's libnvidia-ml.so.1 at run time, so it is built everywhere and the
+# library still loads on machines without an NVIDIA driver.
+target_link_libraries(lockstep PRIVATE ${CMAKE_DL_LIBS})

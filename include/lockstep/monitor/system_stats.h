@@ -4,8 +4,8 @@
 // {"time","rank","pid","cpu_percent","rss_bytes","threads"}, plus the
 // worker's GPU — "gpu_index", "gpu_util" (%), "gpu_mem_bytes",
 // "gpu_mem_total_bytes", "gpu_power_watts", "gpu_sm_clock_mhz", "gpu_temp_c",
-// each where the device reports it — in builds where CMake found NVML
-// (nvml.h) and the driver's libnvidia-ml loads at run time. cpu_percent is
+// each where the device reports it — where the driver's libnvidia-ml loads at
+// run time. cpu_percent is
 // process CPU time over wall time, so two busy threads read 200. With
 // `tensorboard`, the same figures go to TensorBoard as scalars of the run
 // system/rank<R> (an event file in that folder), at the last finished step.
