@@ -87,9 +87,17 @@ bool openDevice(void* library, int localRank, nvmlDevice_t* device) {
 
 }  // namespace
 
+const char* nvmlLibrary() {
+  const char* path = std::getenv("LOCKSTEP_NVML_LIBRARY");
+  return path != nullptr && *path != '\0' ? path : "libnvidia-ml.so.1";
+}
+
 GpuProbe::GpuProbe(int localRank) {
-  void* library = ::dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (!library) return;  // no driver: no GPU fields
+  void* library = ::dlopen(nvmlLibrary(), RTLD_NOW | RTLD_LOCAL);
+  if (!library) {  // no driver: no GPU fields
+    log::debug(fmt::format("monitor: no NVML ({}); system samples carry no GPU fields", ::dlerror()));
+    return;
+  }
   auto init = symbolOf<decltype(&nvmlInit_v2)>(library, "nvmlInit_v2");
   auto impl = new Impl;
   impl->library = library;

@@ -42,6 +42,12 @@ struct GpuRef {
 };
 std::optional<GpuRef> gpuFor(int localRank, const char* visible, unsigned devices);
 
+/// The NVML library the probe opens: $LOCKSTEP_NVML_LIBRARY when set (a path, or a name the
+/// loader searches for), else the driver's "libnvidia-ml.so.1".
+const char* nvmlLibrary();
+
+/// The worker's GPU through NVML, opened at run time; no library, no device or a failing
+/// call gives no sample, never an error.
 class GpuProbe {
  public:
   explicit GpuProbe(int localRank);

@@ -130,9 +130,9 @@ void expectChartsDrawn(const std::string& dom, const std::string& where) {
   EXPECT_GT(intAttribute(state, "data-model-state"), 0) << "model state of the first row";
 }
 
-/// The page drew a GPU panel per worker of the GPU fixture: utilisation and memory over time,
-/// the last memory, power, clock and temperature in the caption.
-void expectGpuPanels(const std::string& dom, const std::string& where) {
+/// The page drew a GPU panel per worker: utilisation and memory over time, the last memory, power,
+/// clock and temperature in the caption (rank 1's is `rank1Caption`).
+void expectGpuPanels(const std::string& dom, const std::string& where, const std::string& rank1Caption) {
   SCOPED_TRACE(where);
   auto gpus = tagAttributes(dom, "class=\"gpus");
   EXPECT_EQ(intAttribute(gpus, "data-panels"), 2) << dom.substr(0, 4000);
@@ -143,19 +143,29 @@ void expectGpuPanels(const std::string& dom, const std::string& where) {
     DrawnLine line = drawnLine(dom, chart);
     EXPECT_GE(line.distinctX, 2) << chart << " drew no line over time";
   }
+  EXPECT_NE(dom.find(rank1Caption), std::string::npos) << rank1Caption;
+}
+
+/// Rank 1's GPU caption of the recorded GPU fixture (run_fixture.h).
+std::string fixtureGpuCaption() {
   const test::RunFixture f;
   const double lastMemGiB = (1e9 + 1e8 * (f.steps - 1)) / (1024.0 * 1024 * 1024);
-  EXPECT_NE(dom.find(fmt::format("rank 1 · GPU 1: utilisation and memory used, % (last: {:.1f} / 80.0 GiB, 301 W, "
-                                 "1980 MHz SM, {} °C)",
-                                 lastMemGiB, 40 + (f.steps - 1) % 3)),
-            std::string::npos);
+  return fmt::format(
+      "rank 1 · GPU 1: utilisation and memory used, % (last: {:.1f} / 80.0 GiB, 301 W, 1980 MHz SM, {} °C)", lastMemGiB,
+      40 + (f.steps - 1) % 3);
 }
+
+/// Rank 1's GPU caption of the real run under the scripted NVML: CUDA_VISIBLE_DEVICES=1,0 gives
+/// rank 1 device 0, which tests/helpers/fake_nvml.cpp makes use 1 GiB at 100 W, 1400 MHz, 40 °C.
+const char* kFakeNvmlCaption =
+    "rank 1 · GPU 0: utilisation and memory used, % (last: 1.0 / 80.0 GiB, 100 W, 1400 MHz SM, 40 °C)";
 
 const std::string kTinyConfig =
     test::tinyNamesConfig("  max_steps: 120\n  log_every: 2\n", "checkpoint:\n  dir: ckpt\n");
 
 /// The run directory of a real 2-worker training:
-/// `lockstep run -np 2 -- lockstep train tiny.yaml monitor.dir=LOGDIR/tiny`.
+/// `lockstep run -np 2 -- lockstep train tiny.yaml monitor.dir=LOGDIR/tiny`, its GPU samples from
+/// the suite's scripted NVML (tests/helpers/fake_nvml.cpp) with CUDA_VISIBLE_DEVICES=1,0.
 std::string trainTinyRun(const std::string& workDir, const std::string& logdir) {
   test::writeText(workDir + "/tiny.yaml", kTinyConfig);
   std::string bin = test::lockstepBin();
@@ -164,8 +174,9 @@ std::string trainTinyRun(const std::string& workDir, const std::string& logdir) 
   options.timeout = std::chrono::seconds(180);
   auto result = test::runProcess(
       {"sh", "-c",
-       "cd '" + workDir + "' && exec '" + bin + "' run -np 2 --comm-timeout 60 -- '" + bin +
-           "' train tiny.yaml monitor.dir='" + dir + "' monitor.system_interval=0.05 monitor.progress=off"},
+       "cd '" + workDir + "' && LOCKSTEP_NVML_LIBRARY='" + LOCKSTEP_FAKE_NVML + "' CUDA_VISIBLE_DEVICES=1,0 exec '" +
+           bin + "' run -np 2 --comm-timeout 60 -- '" + bin + "' train tiny.yaml monitor.dir='" + dir +
+           "' monitor.system_interval=0.05 monitor.progress=off"},
       options);
   EXPECT_EQ(result.exitCode, 0) << result.out << result.err;
   return dir;
@@ -202,12 +213,13 @@ TEST(DashboardEndToEnd, ChromiumRendersTheDashboardAndTheReport) {
 
   {
     test::DashboardProcess dashboard(logdir);
-    expectGpuPanels(dumpDom(dashboard.url() + "#runs=gpu"), "dashboard");
+    expectGpuPanels(dumpDom(dashboard.url() + "#runs=gpu"), "dashboard, GPU fixture", fixtureGpuCaption());
     const std::string tinyDom = dumpDom(dashboard.url() + "#runs=tiny");
     expectChartsDrawn(tinyDom, "dashboard");
+    expectGpuPanels(tinyDom, "dashboard, real run", kFakeNvmlCaption);
     EXPECT_EQ(tagAttributes(tinyDom, "class=\"staleness-table").count("hidden"), 1u) << "no histogram for DDP";
-    EXPECT_EQ(tagAttributes(tinyDom, "class=\"gpus").count("hidden"), 1u) << "no GPU panels for a CPU run";
     const std::string asyncDom = dumpDom(dashboard.url() + "#runs=async");
+    EXPECT_EQ(tagAttributes(asyncDom, "class=\"gpus").count("hidden"), 1u) << "no GPU panels without GPU fields";
     auto staleness = tagAttributes(asyncDom, "class=\"staleness-table");
     EXPECT_EQ(staleness.count("hidden"), 0u) << asyncDom.substr(0, 4000);
     EXPECT_EQ(intAttribute(staleness, "data-updates"), 9);
@@ -228,10 +240,11 @@ TEST(DashboardEndToEnd, ChromiumRendersTheDashboardAndTheReport) {
   ASSERT_EQ(written.exitCode, 0) << written.err;
   std::string dom = dumpDom("file://" + report);
   expectChartsDrawn(dom, "report");
+  expectGpuPanels(dom, "report, real run", kFakeNvmlCaption);
   EXPECT_NE(dom.find("static report"), std::string::npos);
   const std::string gpuReport = tmp + "/gpu-report.html";
   ASSERT_EQ(test::runProcess({test::lockstepBin(), "report", logdir + "/gpu", "-o", gpuReport}).exitCode, 0);
-  expectGpuPanels(dumpDom("file://" + gpuReport), "report");
+  expectGpuPanels(dumpDom("file://" + gpuReport), "report, GPU fixture", fixtureGpuCaption());
 }
 
 /// A sweep directory as `lockstep sweep` writes it: four trials of a 2-parameter space, ASHA rungs on

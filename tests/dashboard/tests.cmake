@@ -12,3 +12,6 @@ add_dependencies(test_dashboard_server lockstep_cli)
 lockstep_add_test(NAME test_dashboard_e2e SOURCES dashboard/test_dashboard_e2e.cpp LABELS multiprocess TIMEOUT 300)
 target_link_libraries(test_dashboard_e2e PRIVATE lockstep_dashboard)
 add_dependencies(test_dashboard_e2e lockstep_cli)
+# Its real run samples GPUs through the suite's scripted NVML (tests/monitor/tests.cmake).
+target_compile_definitions(test_dashboard_e2e PRIVATE LOCKSTEP_FAKE_NVML="$<TARGET_SONAME_FILE:fake_nvml>")
+add_dependencies(test_dashboard_e2e fake_nvml)
