@@ -14,6 +14,7 @@
 
 #include "cli/commands.h"
 #include "cli/parse_args.h"
+#include "common/worker_thread.h"
 #include "dashboard/server.h"
 #include "lockstep/common/error.h"
 #include "lockstep/common/logging.h"
@@ -89,7 +90,7 @@ int dashboardCommand(const std::vector<std::string>& args) {
                            runs == 1 ? "" : "s", o.logdir, server->url())
             << std::flush;
 
-  std::thread waiter([&] {
+  std::thread waiter = detail::startThread([&] {
     char byte = 0;
     while (::read(pipeFds[0], &byte, 1) < 0 && errno == EINTR) {}
     server->stop();

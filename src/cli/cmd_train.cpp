@@ -88,8 +88,9 @@ int train(const std::string& configFile, const std::vector<std::string>& overrid
   TrainConfig config = loadTrainConfig(configFile, overrides);
   // Count tensor bytes from the start: the result's forward+backward peak (bench memory).
   trackTensorMemory();
-  Context ctx = init();
-  pickDevice(config.trainer.device, ctx.world.localRank);  // no GPU for `device: cuda`: an error before any file
+  InitOptions initOptions;
+  initOptions.device = config.trainer.device;  // no GPU for `device: cuda`: an error before any file
+  Context ctx = init(initOptions);
   if (config.monitor.dir.empty()) config.monitor.dir = defaultRunDir(configFile);
   std::string& checkpointDir = config.trainer.checkpoint.dir;
   if (checkpointDir.empty()) checkpointDir = defaultRunDir(configFile) + "/checkpoints";

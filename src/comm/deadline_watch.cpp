@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "comm/work_access.h"
+#include "common/worker_thread.h"
 #include "lockstep/common/logging.h"
 
 namespace lockstep::detail {
@@ -20,7 +21,7 @@ void DeadlineWatch::watch(WorkHandle work) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (stopping_) return;
   works_.push_back(std::move(work));
-  if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
+  if (!thread_.joinable()) thread_ = detail::startThread([this] { run(); });
 }
 
 size_t DeadlineWatch::watching() const {

@@ -29,6 +29,7 @@
 #include "comm/desync_fingerprint.h"
 #include "comm/failure.h"
 #include "comm/work_access.h"
+#include "common/worker_thread.h"
 #include "lockstep/common/error.h"
 
 namespace lockstep {
@@ -100,8 +101,8 @@ class DesyncCheckingCommunicator final : public Communicator {
     args_.setGroup(inner->groupName(), inner->globalRanks());
     state_->inner = std::move(inner);
     state_->options = options;
-    issuer_ = std::thread(&DesyncCheckingCommunicator::runIssuer, state_);
-    finisher_ = std::thread(&DesyncCheckingCommunicator::runFinisher, state_);
+    issuer_ = detail::startThread(&DesyncCheckingCommunicator::runIssuer, state_);
+    finisher_ = detail::startThread(&DesyncCheckingCommunicator::runFinisher, state_);
   }
 
   /// Joins the threads: they only ever wait on inner Works, which end by their deadlines, so

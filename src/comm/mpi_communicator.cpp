@@ -40,6 +40,7 @@
 #include "comm/mpi_runtime.h"
 #include "comm/split_plan.h"
 #include "comm/work_access.h"
+#include "common/worker_thread.h"
 #include "lockstep/comm/communicator.h"
 #include "lockstep/common/env.h"
 #include "lockstep/common/error.h"
@@ -70,9 +71,9 @@ class MpiCommunicator final : public Communicator {
         globalRanks_(std::move(globalRanks)) {
     if (globalRanks_.empty()) globalRanks_ = Communicator::globalRanks();
     args_.setGroup(group_, globalRanks_);
-    commThread_ = std::thread([engine = engine_] { engine->runQueue(); });
+    commThread_ = detail::startThread([engine = engine_] { engine->runQueue(); });
     if (options.progressIntervalUs > 0) {
-      progress_ = std::thread(&MpiCommunicator::runProgress, engine_, options.progressIntervalUs);
+      progress_ = detail::startThread(&MpiCommunicator::runProgress, engine_, options.progressIntervalUs);
     }
   }
 

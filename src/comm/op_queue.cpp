@@ -2,6 +2,7 @@
 
 #include "comm/failure.h"
 #include "comm/work_access.h"
+#include "common/worker_thread.h"
 
 #include <c10/core/GradMode.h>
 
@@ -10,8 +11,8 @@
 namespace lockstep::detail {
 
 OpQueue::OpQueue(int rank, int worldSize) : rank_(rank), worldSize_(worldSize), state_(std::make_shared<State>()) {
-  issuer_ = std::thread(&OpQueue::runIssuer, state_);
-  finisher_ = std::thread(&OpQueue::runFinisher, state_);
+  issuer_ = detail::startThread(&OpQueue::runIssuer, state_);
+  finisher_ = detail::startThread(&OpQueue::runFinisher, state_);
 }
 
 OpQueue::~OpQueue() {

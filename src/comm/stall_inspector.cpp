@@ -14,6 +14,7 @@
 #include "comm/collective.h"
 #include "comm/forwarding.h"
 #include "common/byte_text.h"
+#include "common/worker_thread.h"
 #include "lockstep/common/logging.h"
 
 namespace lockstep {
@@ -61,7 +62,7 @@ class StallInspectingCommunicator final : public detail::ForwardingCommunicator 
       : ForwardingCommunicator(std::move(inner)), root_(store), store_(store.withPrefix("lockstep/stall")),
         options_(std::move(options)) {
     if (!options_.report) options_.report = [](const std::string& m) { log::warn(m); };
-    thread_ = std::thread([this] { run(); });
+    thread_ = detail::startThread([this] { run(); });
   }
 
   ~StallInspectingCommunicator() override {

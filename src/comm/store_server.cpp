@@ -18,6 +18,7 @@
 #include <fmt/format.h>
 
 #include "common/socket_address.h"
+#include "common/worker_thread.h"
 #include "lockstep/comm/comm_error.h"
 #include "lockstep/common/logging.h"
 #include "lockstep/common/token.h"
@@ -39,7 +40,7 @@ StoreServer::StoreServer(int listenFd, int port, std::string token, StoreLimits 
     ::close(listen_);
     fail(CommErrorKind::kBackend, "serve rendezvous store", std::string("pipe: ") + std::strerror(errno));
   }
-  thread_ = std::thread([this] { loop(); });
+  thread_ = detail::startThread([this] { loop(); });
 }
 
 StoreServer::~StoreServer() {

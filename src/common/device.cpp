@@ -1,11 +1,13 @@
 // The device choice of common/device.h.
 #include "lockstep/common/device.h"
 
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/cuda.h>
 
 #include <fmt/format.h>
 
 #include <cstdlib>
+#include <mutex>
 
 #include "lockstep/common/enum_names.h"
 #include "lockstep/common/error.h"
@@ -15,6 +17,9 @@ namespace lockstep {
 namespace {
 constexpr EnumName<DeviceChoice> kDeviceNames[] = {
     {DeviceChoice::kAuto, "auto"}, {DeviceChoice::kCpu, "cpu"}, {DeviceChoice::kCuda, "cuda"}};
+
+std::mutex gWorkerDeviceMutex;
+c10::Device gWorkerDevice{c10::kCPU};
 }  // namespace
 
 const char* toString(DeviceChoice choice) { return enumName(kDeviceNames, choice); }
@@ -43,6 +48,24 @@ c10::Device pickDevice(DeviceChoice choice, int localRank, int visibleDevices, c
 c10::Device pickDevice(DeviceChoice choice, int localRank, const std::string& what) {
   // The CPU needs no question to the CUDA runtime.
   return pickDevice(choice, localRank, choice == DeviceChoice::kCpu ? 0 : visibleCudaDevices(), what);
+}
+
+void useDevice(c10::Device device) {
+  if (device.is_cpu()) return;
+  c10::impl::getDeviceGuardImpl(device.type())->setDevice(device);
+}
+
+void setWorkerDevice(c10::Device device) {
+  {
+    std::lock_guard<std::mutex> lock(gWorkerDeviceMutex);
+    gWorkerDevice = device;
+  }
+  useDevice(device);
+}
+
+c10::Device workerDevice() {
+  std::lock_guard<std::mutex> lock(gWorkerDeviceMutex);
+  return gWorkerDevice;
 }
 
 }  // namespace lockstep

@@ -22,7 +22,7 @@ namespace lockstep {
 
 namespace {
 
-constexpr char kMagic[16] = {'L', 'O', 'C', 'K', 'S', 'T', 'E', 'P', '-', 'T', 'E', 'N', 'S', 'O', 'R', 'S'};
+constexpr char kArchiveMagic[16] = {'L', 'O', 'C', 'K', 'S', 'T', 'E', 'P', '-', 'T', 'E', 'N', 'S', 'O', 'R', 'S'};
 constexpr uint32_t kVersion = 1;
 constexpr size_t kMaxKeyBytes = 4096;
 constexpr int kMaxDims = 32;
@@ -297,7 +297,7 @@ size_t TensorArchive::size() const { return impl_->entries.size(); }
 const std::string& TensorArchive::label() const { return impl_->label; }
 
 size_t TensorArchive::serializedSize() const {
-  size_t total = sizeof(kMagic) + 4 + 4 + 8;
+  size_t total = sizeof(kArchiveMagic) + 4 + 4 + 8;
   for (const auto& [key, value] : impl_->entries) {
     total += 4 + key.size() + 1;
     if (const auto* t = std::get_if<at::Tensor>(&value)) {
@@ -318,7 +318,7 @@ size_t TensorArchive::serializedSize() const {
 
 void TensorArchive::writeTo(const std::function<void(std::string_view)>& sink) const {
   std::string head;  // the bytes before the next tensor's data
-  head.append(kMagic, sizeof(kMagic));
+  head.append(kArchiveMagic, sizeof(kArchiveMagic));
   appendU32(head, kVersion);
   appendU32(head, 0);
   appendU64(head, impl_->entries.size());
@@ -384,8 +384,9 @@ TensorArchive TensorArchive::parse(std::string_view bytes, std::string label) {
     throw ObsoleteCheckpointError::about(name);
   }
   Reader r(bytes, name);
-  std::string_view magic = r.take(sizeof(kMagic), "the magic number");
-  if (magic != std::string_view(kMagic, sizeof(kMagic))) r.fail(0, "it does not start with LOCKSTEP-TENSORS");
+  std::string_view magic = r.take(sizeof(kArchiveMagic), "the magic number");
+  if (magic != std::string_view(kArchiveMagic, sizeof(kArchiveMagic)))
+    r.fail(0, "it does not start with LOCKSTEP-TENSORS");
   size_t at = r.pos();
   uint32_t version = r.u32("the version");
   if (version != kVersion) {

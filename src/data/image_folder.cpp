@@ -13,6 +13,7 @@
 #include <memory>
 #include <thread>
 
+#include "common/worker_thread.h"
 #include "lockstep/common/error.h"
 #include "lockstep/data/image_dataset.h"
 
@@ -116,9 +117,9 @@ void parallelFor(size_t n, Fn fn) {
   std::atomic<size_t> next{0};
   std::vector<std::thread> pool;
   for (size_t t = 0; t < threads; ++t) {
-    pool.emplace_back([&] {
+    pool.push_back(detail::startThread([&] {
       for (size_t i = next++; i < n; i = next++) fn(i);
-    });
+    }));
   }
   for (auto& thread : pool) thread.join();
 }

@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "common/worker_thread.h"
 #include "lockstep/common/error.h"
 
 namespace lockstep {
@@ -89,7 +90,7 @@ DataLoader::DataLoader(const Dataset& dataset, LoaderOptions options) : state_(s
   state_->dataset = &dataset;
   state_->options = options;
   for (int i = 0; i < options.numWorkers; ++i) {
-    state_->workers.emplace_back([s = state_.get()] { s->work(); });
+    state_->workers.push_back(detail::startThreadOn(options.device, [s = state_.get()] { s->work(); }));
   }
 }
 

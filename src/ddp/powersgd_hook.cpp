@@ -38,6 +38,17 @@ class StepRandom {
   std::optional<at::Generator> generator_;
 };
 
+/// Fills `t` with standard normal draws from `random`: drawn on the CPU and copied to where `t`
+/// lives, so that every device gets the same numbers and a CUDA tensor never meets the CPU
+/// generator.
+void fillNormal(const at::Tensor& t, StepRandom& random) {
+  if (t.is_cpu()) {
+    t.normal_(0, 1, random.get());
+  } else {
+    t.copy_(at::empty(t.sizes(), t.options().device(at::kCPU)).normal_(0, 1, random.get()));
+  }
+}
+
 /// Orthonormalises the columns of `matrix` (n x r, r <= n, r small) in place,
 /// left to right, each projected off the earlier ones twice (Gram-Schmidt
 /// "twice is enough"). A column left with less than kDependent of its norm lies
@@ -58,7 +69,7 @@ void orthogonalize(const at::Tensor& matrix, StepRandom* refill) {
     projectOff();
     double norm = column.norm().item<double>();
     if (!(norm > kDependent * before) && refill != nullptr) {
-      column.normal_(0, 1, refill->get());
+      fillNormal(column, *refill);
       before = column.norm().item<double>();
       projectOff();
       norm = column.norm().item<double>();
@@ -132,14 +143,7 @@ WorkHandle PowerSgdHook::start(Communicator& comm, GradBucket& bucket) {
   StepRandom random(options_, bucket.index, s.steps);
   const bool fresh = !s.q.defined() || !options_.warmStart;
   if (!s.prepared) prepare(s, grads);
-  if (fresh) {
-    // The same draws on every device: from the CPU generator, copied over where q is elsewhere.
-    if (s.q.is_cpu()) {
-      s.q.normal_(0, 1, random.get());
-    } else {
-      s.q.copy_(at::empty(s.q.sizes(), s.q.options().device(at::kCPU)).normal_(0, 1, random.get()));
-    }
-  }
+  if (fresh) fillNormal(s.q, random);
   int64_t offset = 0;
   for (size_t i : s.plain) {
     s.pack.narrow(0, offset, grads[i].numel()).copy_(grads[i].reshape({-1}));

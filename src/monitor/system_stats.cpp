@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "common/worker_thread.h"
 #include "lockstep/monitor/tensorboard.h"
 #include "monitor/gpu_probe.h"
 #include "monitor/run_files.h"
@@ -85,7 +86,7 @@ SystemMonitor::SystemMonitor(const std::string& dir, int rank, double intervalSe
   gpu_ = std::make_unique<detail::GpuProbe>(localRank);
   lastWall_ = detail::unixNow();
   lastCpu_ = readProcessStats().cpuSeconds;
-  thread_ = std::thread([this] { run(); });
+  thread_ = detail::startThread([this] { run(); });
 }
 
 SystemMonitor::~SystemMonitor() { stop(); }

@@ -18,13 +18,6 @@
 
 namespace lockstep {
 
-namespace {
-
-/// The tag of zero1's gather messages (within MPI's guaranteed 0..32767).
-constexpr int kGatherTag = 32001;
-
-}  // namespace
-
 std::vector<GradientPiece> gradientPieces(const std::vector<std::vector<size_t>>& groups,
                                           const std::vector<int64_t>& numels, int worldSize, int rank) {
   LOCKSTEP_CHECK(worldSize >= 1 && rank >= 0 && rank < worldSize, "gradientPieces: rank ", rank, " of ", worldSize);
@@ -66,6 +59,8 @@ ShardedOptimizer::ShardedOptimizer(std::unique_ptr<torch::optim::Optimizer> opti
   std::vector<size_t> all(s.params.size());
   std::iota(all.begin(), all.end(), size_t{0});
   s.plan = {all};
+  const int64_t elements = std::accumulate(s.numels.begin(), s.numels.end(), int64_t{0});
+  partElements_ = (elements + s.world() - 1) / s.world();
   piecesOf_.resize(static_cast<size_t>(s.world()));
   for (int r = 0; r < s.world(); ++r) {
     auto pieces = gradientPieces(s.plan, s.numels, s.world(), r);
@@ -97,17 +92,28 @@ void ShardedOptimizer::step() {
   s.optimizer->step();
   for (auto& view : s.pieceViews) view.mutable_grad() = at::Tensor();  // no alias of the gradients kept
   if (s.world() == 1) return;
-  // Each rank's updated pieces to every other rank, point to point and all in flight at once:
-  // the bytes of N broadcasts without their staging copies (a rank's pieces are views of
-  // several parameters; a broadcast of a list packs them into one buffer and unpacks it).
-  // Between two ranks the messages pair up in order, as both cut the same pieces.
-  std::vector<WorkHandle> works;
+  // Every rank's updated part to every other rank in one all-gather over a flat buffer of equal,
+  // zero-padded parts (a rank's pieces follow each other in its part). Point-to-point messages
+  // would pair up by tag on Gloo but not on NCCL, which runs a pair's sends and receives in
+  // issue order: both ranks of a pair sending first deadlock there.
+  const int64_t part = piecesOf_.empty() ? 0 : partElements_;
+  const auto options = s.params.front().options();
+  at::Tensor mine = at::zeros({part}, options);
+  int64_t offset = 0;
+  for (const auto& view : piecesOf_[static_cast<size_t>(s.rank())]) {
+    mine.narrow(0, offset, view.numel()).copy_(view);
+    offset += view.numel();
+  }
+  at::Tensor all = at::empty({part * s.world()}, options);
+  s.comm->allgather(mine, all)->wait();
   for (int r = 0; r < s.world(); ++r) {
     if (r == s.rank()) continue;
-    for (auto& view : piecesOf_[static_cast<size_t>(s.rank())]) works.push_back(s.comm->send(view, r, kGatherTag));
-    for (auto& view : piecesOf_[static_cast<size_t>(r)]) works.push_back(s.comm->recv(view, r, kGatherTag));
+    offset = part * r;
+    for (auto& view : piecesOf_[static_cast<size_t>(r)]) {
+      view.copy_(all.narrow(0, offset, view.numel()));
+      offset += view.numel();
+    }
   }
-  for (auto& work : works) work->wait();
 }
 
 void ShardedOptimizer::saveState(TensorArchive* archive) { impl_->save(archive); }

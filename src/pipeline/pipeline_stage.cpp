@@ -174,11 +174,25 @@ void PipelineStage::sendActivation(const std::vector<int64_t>& key, const at::Te
   pendingSends_.push_back(comm_->send(y.contiguous(), next, kActivationTag));
 }
 
-/// Posts micro-batch `mb`'s activation receive when its shape is known (its header came earlier).
-void PipelineStage::postActivationReceive(Micro& mb) {
+/// Posts micro-batch `mb`'s activation receive, after receiving its header when its shape is new.
+/// The header is waited for here, before this stage sends anything else back: NCCL pairs the
+/// messages of two stages in the order each issued them, whatever their tags, so the previous
+/// stage's header and activation must meet this stage's receives before its next gradient send.
+/// That wait cannot block the previous stage, which computes this micro-batch's forward before it
+/// needs the gradient this stage sends next (GPipe and 1F1B alike).
+void PipelineStage::postActivationReceive(Micro& mb, double* waited) {
   if (isFirst() || mb.inputRecv) return;
   auto it = received_.find(mb.key);
-  if (it == received_.end()) return;
+  if (it == received_.end()) {
+    const auto t0 = Clock::now();
+    at::Tensor header = at::zeros({kHeaderSize}, at::kLong);
+    comm_->recv(header, stage_ - 1, kHeaderTag)->wait();
+    *waited += since(t0);
+    it =
+        received_
+            .emplace(mb.key, std::vector<int64_t>(header.data_ptr<int64_t>(), header.data_ptr<int64_t>() + kHeaderSize))
+            .first;
+  }
   const auto& h = it->second;
   std::vector<int64_t> sizes(h.begin() + 2, h.begin() + 2 + h[1]);
   mb.input = at::empty(sizes, at::TensorOptions().dtype(static_cast<at::ScalarType>(h[0])).device(options_.device));
@@ -186,16 +200,8 @@ void PipelineStage::postActivationReceive(Micro& mb) {
 }
 
 at::Tensor PipelineStage::receiveActivation(Micro& mb, double* waited) {
+  postActivationReceive(mb, waited);
   const auto t0 = Clock::now();
-  if (!mb.inputRecv) {
-    if (received_.find(mb.key) == received_.end()) {
-      at::Tensor header = at::zeros({kHeaderSize}, at::kLong);
-      comm_->recv(header, stage_ - 1, kHeaderTag)->wait();
-      received_.emplace(mb.key,
-                        std::vector<int64_t>(header.data_ptr<int64_t>(), header.data_ptr<int64_t>() + kHeaderSize));
-    }
-    postActivationReceive(mb);
-  }
   mb.inputRecv->wait();
   mb.inputRecv.reset();
   *waited += since(t0);
@@ -212,7 +218,9 @@ void PipelineStage::runForward(std::vector<Micro>& micro, const std::vector<Batc
     x = receiveActivation(mb, &rec.waitSeconds);
     x.requires_grad_(true);
     mb.input = x;
-    if (static_cast<size_t>(m) + 1 < micro.size()) postActivationReceive(micro[static_cast<size_t>(m) + 1]);
+    if (static_cast<size_t>(m) + 1 < micro.size()) {
+      postActivationReceive(micro[static_cast<size_t>(m) + 1], &rec.waitSeconds);
+    }
   }
   AutocastGuard amp(options_.precision, options_.device.type());
   at::Tensor y = runLayers(x);

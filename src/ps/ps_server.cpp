@@ -30,6 +30,7 @@
 #include <mutex>
 #include <thread>
 
+#include "common/worker_thread.h"
 #include "lockstep/common/error.h"
 #include "ps/ps_server_state.h"
 
@@ -75,7 +76,7 @@ void ParameterServer::serve() {
   std::vector<std::exception_ptr> errors(s.pairs->peers.size());
   std::vector<std::thread> threads;
   for (size_t w = 0; w < s.pairs->peers.size(); ++w) {
-    threads.emplace_back([&, w] {
+    threads.push_back(detail::startThread([&, w] {
       try {
         if (s.leader()) {
           s.serveWorker(w);
@@ -90,7 +91,7 @@ void ParameterServer::serve() {
         s.failed = true;
         s.changed.notify_all();
       }
-    });
+    }));
   }
   for (auto& t : threads) t.join();
   for (auto& e : errors) {

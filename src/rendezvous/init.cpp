@@ -18,6 +18,7 @@
 #include "common/socket_address.h"
 #include "lockstep/comm/desync_check.h"
 #include "lockstep/comm/nccl.h"
+#include "lockstep/comm/nccl_order.h"
 #include "lockstep/comm/stall_inspector.h"
 #include "lockstep/common/device.h"
 #include "lockstep/common/error.h"
@@ -97,6 +98,16 @@ int workerThreads(const Environment& env, int localWorldSize) {
 
 namespace {
 
+/// `comm` with NCCL's order when LOCKSTEP_NCCL_ORDER asks for it (a test aid, comm/nccl_order.h).
+std::shared_ptr<Communicator> withNcclOrderFromEnv(std::shared_ptr<Communicator> comm, const Store& store,
+                                                   const Environment& env) {
+  auto order = detail::ncclOrderFromEnv(env);
+  if (!order) return comm;
+  log::info(fmt::format("LOCKSTEP_NCCL_ORDER: {} runs its operations in NCCL's order (stall limit {} s)",
+                        comm->backendName(), order->stallLimit.count() / 1000.0));
+  return detail::withNcclOrder(std::move(comm), store.withPrefix("lockstep"), *order);
+}
+
 /// NCCL needs this build to have it and a GPU of its own for every worker of this node.
 void checkNcclFits(const WorldInfo& world, const std::string& source) {
   if (!ncclBackendBuilt()) {
@@ -163,6 +174,8 @@ Context init(const InitOptions& options, const Environment& env) {
   std::string backend =
       chooseBackend(options.backend.empty() ? env.get(env::kBackend).value_or("auto") : options.backend, world,
                     options.backend.empty() ? env::kBackend : "InitOptions::backend", env);
+  setWorkerDevice(backend == "nccl" ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(world.localRank))
+                                    : pickDevice(options.device, world.localRank));
   auto timeout =
       options.timeout ? *options.timeout : env.getSeconds(env::kCommTimeout).value_or(std::chrono::seconds(300));
   if (timeout.count() <= 0) throw ConfigError(fmt::format("{} must be positive", env::kCommTimeout));
@@ -218,6 +231,7 @@ Context init(const InitOptions& options, const Environment& env) {
     if (world.worldSize == 1) gloo.hostname = "127.0.0.1";
     comm = makeGlooCommunicator(store, gloo);
   }
+  if (world.worldSize > 1 && backend != "nccl") comm = withNcclOrderFromEnv(std::move(comm), store, env);
   if (world.worldSize > 1) comm = withDesyncCheck(std::move(comm), desync);
   if (world.worldSize > 1) {
     std::chrono::milliseconds warn = env.getSeconds("LOCKSTEP_STALL_WARN_SECONDS").value_or(std::chrono::seconds(60));

@@ -34,6 +34,7 @@ Placement placeOn(const TrainerOptions& o, std::shared_ptr<Communicator> comm, t
   const int localRank = o.localRank >= 0 ? o.localRank : detectWorld(Environment::fromProcess()).localRank;
   c10::Device device = pickDevice(o.device, localRank);
   if (device.is_cuda()) {
+    setWorkerDevice(device);  // this thread's and every later lockstep thread's current device
     if (o.strategy == StrategyType::kAsyncPs && comm->backendName() == "nccl") {
       // Its servers keep their shards in host memory and talk to each worker on its own.
       throw ConfigError(

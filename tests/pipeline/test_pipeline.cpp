@@ -243,6 +243,20 @@ TEST(PipelineStage, TrainsLikeTheUnsplitModel) {
   }
 }
 
+// 10 rows in 4 micro-batches are 3, 3, 2 and 2 rows: a new shape in the middle of the batch, whose
+// header the next stage must receive in the order NCCL pairs the messages (LOCKSTEP_NCCL_ORDER=1).
+TEST(PipelineStage, UnevenMicroBatchesTrainLikeTheUnsplitModel) {
+  const auto reference = trainUnsplit(false, 6, 10, 4);
+  for (int p : {2, 3}) {
+    for (auto schedule : {PipelineSchedule::kGpipe, PipelineSchedule::k1f1b}) {
+      SCOPED_TRACE(fmt::format("P={} {}", p, toString(schedule)));
+      auto got = trainPipelined(false, 6, 10, {p, 4, schedule});
+      ASSERT_EQ(got.size(), reference.size());
+      for (size_t i = 0; i < got.size(); ++i) EXPECT_LE(maxRelative(got[i], reference[i]), 1e-6) << "tensor " << i;
+    }
+  }
+}
+
 TEST(PipelineStage, ReportsTheBatchLossOnEveryStage) {
   std::vector<double> losses;
   trainPipelined(false, 3, 12, {3, 4}, &losses);  // rank 0 is the first stage: the loss came from the last

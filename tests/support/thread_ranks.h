@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "lockstep/comm/communicator.h"
+#include "lockstep/comm/nccl_order.h"
 
 namespace lockstep::test {
 
@@ -35,7 +36,11 @@ inline void runRanks(int world, const std::function<void(int, Communicator&)>& f
         o.worldSize = world;
         o.timeout = timeout;
         if (addressEach) o.hostname = "127.0.0." + std::to_string(r + 1);
-        auto comm = makeGlooCommunicator(store, o);
+        std::shared_ptr<Communicator> comm = makeGlooCommunicator(store, o);
+        // LOCKSTEP_NCCL_ORDER=1: NCCL's order over Gloo (src/comm/nccl_order.h).
+        if (auto order = detail::ncclOrderFromEnv(Environment::fromProcess())) {
+          comm = detail::withNcclOrder(std::move(comm), store, *order);
+        }
         fn(r, *comm);
       } catch (...) { errors[static_cast<size_t>(r)] = std::current_exception(); }
     });

@@ -7,13 +7,15 @@
 // shorter by the padding): rank r updates part r only — a piece of each
 // parameter the part covers, a view into the parameter — so it keeps optimizer
 // state for 1/N of the elements whatever the sizes of the parameters (one
-// 4096×4096 layer does not land on one rank). After the update every rank
-// broadcasts its part, so each rank ends the step with the parameters a DDP run
+// 4096×4096 layer does not land on one rank). After the update the ranks
+// all-gather their parts (one flat buffer of N parts, as NCCL and every other
+// backend order it alike), so each rank ends the step with the parameters a DDP run
 // with the whole optimizer would have: bit for bit, since SGD, Adam and AdamW
 // update each element from its own gradient and state only.
 //
 // The optimizer passed in is over ALL parameters, as for DDP (SGD, Adam or
-// AdamW, any parameter groups; contiguous float32 CPU parameters); it is
+// AdamW, any parameter groups; contiguous float32 parameters on one device, the
+// CPU or a GPU); it is
 // rebuilt over this rank's pieces with the same type, groups and options, and
 // optimizer() is that one (set learning rates there).
 //
@@ -96,7 +98,8 @@ class ShardedOptimizer {
 
  private:
   std::unique_ptr<detail::PieceOptimizer> impl_;
-  std::vector<std::vector<at::Tensor>> piecesOf_;  ///< each rank's pieces: views of the parameters it broadcasts
+  std::vector<std::vector<at::Tensor>> piecesOf_;  ///< each rank's pieces: views of the parameters it updates
+  int64_t partElements_ = 0;                       ///< elements of each rank's part, the last one padded
 };
 
 }  // namespace lockstep

@@ -156,7 +156,7 @@ class PipelineStage {
   struct Micro;
   at::Tensor runLayers(const at::Tensor& x) const;
   int64_t gradientBytes() const;
-  void postActivationReceive(Micro& mb);
+  void postActivationReceive(Micro& mb, double* waited);
   at::Tensor receiveActivation(Micro& mb, double* waited);
   void sendActivation(const std::vector<int64_t>& key, const at::Tensor& y);
   void runForward(std::vector<Micro>& micro, const std::vector<Batch>& parts, int m, const OutputLossFn& loss,

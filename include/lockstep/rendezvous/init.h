@@ -24,6 +24,7 @@
 #include <string>
 
 #include "lockstep/comm/communicator.h"
+#include "lockstep/common/device.h"
 #include "lockstep/common/env.h"
 #include "lockstep/rendezvous/world.h"
 
@@ -39,6 +40,13 @@ struct InitOptions {
   std::string backend;
   /// Set LibTorch's intra-op thread count (see above).
   bool setThreads = true;
+  /// The worker's device (lockstep/common/device.h, setWorkerDevice): made current in the
+  /// calling thread and in every thread lockstep starts, as torchrun's scripts call
+  /// torch.cuda.set_device(LOCAL_RANK). auto: cuda:(local rank mod visible GPUs) where the
+  /// process sees a GPU, else the CPU; cuda without a visible GPU: ConfigError naming "device".
+  /// The nccl backend always takes cuda:(local rank). A program that trains on the CPU on a GPU
+  /// machine passes kCpu, so that its workers open no CUDA context.
+  DeviceChoice device = DeviceChoice::kAuto;
 };
 
 struct Context {
