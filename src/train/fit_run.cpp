@@ -254,7 +254,9 @@ double FitRun::trainStep() {
   strategy_->finishGradientSync();
   timer_.endPhase(Phase::kCommWait);
   injectInfGradient();
-  if (agreeLossIsFinite(stepLoss) && unscaleGradients()) strategy_->step(o_.clipGradNorm);
+  // The scaler first, as PyTorch's GradScaler: an infinite fp16 loss makes infinite gradients,
+  // an overflow it skips on every rank; nan_policy judges the losses of steps it let through.
+  if (unscaleGradients() && agreeLossIsFinite(stepLoss)) strategy_->step(o_.clipGradNorm);
   timer_.endPhase(Phase::kOptimizer);
   return stepLoss;
 }

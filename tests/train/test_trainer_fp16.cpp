@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -37,8 +38,9 @@ TrainerOptions fp16Options(int64_t steps) {
   return o;
 }
 
-/// Two ranks train the same MLP from the same start; `faults` on both.
-Fp16Run train(const TrainerOptions& options, FaultInjection faults = {}) {
+/// Two ranks train the same MLP from the same start; `faults` on both; rank 1's loss of step
+/// `infLossStep` (1-based) is infinite.
+Fp16Run train(const TrainerOptions& options, FaultInjection faults = {}, int64_t infLossStep = -1) {
   torch::manual_seed(11);
   const at::Tensor x = at::randn({200, 12});
   const at::Tensor y = at::randn({200, 5});
@@ -52,8 +54,10 @@ Fp16Run train(const TrainerOptions& options, FaultInjection faults = {}) {
     TensorDataset data(x, y);
     Trainer trainer(test::borrow(comm), options);
     trainer.injectFaults(faults);
-    LossFn mse = [](torch::nn::Module& m, const Batch& b) {
-      return at::mse_loss(static_cast<MlpImpl&>(m).forward(b.inputs), b.targets);
+    int64_t calls = 0;
+    LossFn mse = [&, rank](torch::nn::Module& m, const Batch& b) {
+      at::Tensor loss = at::mse_loss(static_cast<MlpImpl&>(m).forward(b.inputs), b.targets);
+      return ++calls == infLossStep && rank == 1 ? loss * std::numeric_limits<double>::infinity() : loss;
     };
     run.results[rank] = trainer.fit(run.models[rank].ptr(), mse, data);
   });
@@ -104,6 +108,22 @@ TEST(TrainerFp16, AnInfOnOneRankSkipsThatStepOnEveryRank) {
     SCOPED_TRACE("rank " + std::to_string(r));
     EXPECT_EQ(skipped.results[r].overflowSteps, 1);
     EXPECT_EQ(skipped.results[r].skippedSteps, 0);  // the loss was finite: not nan_policy's skip
+    EXPECT_EQ(skipped.results[r].lossScale, 32768.0);
+    expectEqualParameters(skipped.models[r], two.models[r], "3 steps with the third skipped against 2 steps");
+  }
+}
+
+TEST(TrainerFp16, AnInfiniteLossIsAnOverflowTheScalerSkips) {
+  // As PyTorch's GradScaler: rank 1's loss of step 3 is infinite, so are its scaled gradients, and
+  // the scaler skips the step on both ranks and backs off; trainer.nan_policy (stop) is not asked.
+  TrainerOptions options = fp16Options(3);
+  ASSERT_EQ(options.nanPolicy, NanPolicy::kStop);
+  Fp16Run skipped = train(options, {}, /*infLossStep=*/3);
+  Fp16Run two = train(fp16Options(2));
+  for (int r = 0; r < 2; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    EXPECT_EQ(skipped.results[r].overflowSteps, 1);
+    EXPECT_EQ(skipped.results[r].skippedSteps, 0);
     EXPECT_EQ(skipped.results[r].lossScale, 32768.0);
     expectEqualParameters(skipped.models[r], two.models[r], "3 steps with the third skipped against 2 steps");
   }
