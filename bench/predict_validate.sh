@@ -11,7 +11,9 @@
 # Environment: LINKS (default "10gbit 1gbit 100mbit"), HOSTS (default "2 3 4"),
 # WORKLOADS (default "convnet mlp"), LOCKSTEP_BUILD_DIR (default build),
 # MAX_ERROR (e.g. 0.3: print FAILED and exit 1 when a point is further off, or
-# missing; default: report only).
+# missing; default: report only), MAX_EFFICIENCY (e.g. 0.6: print FAILED and exit 1
+# when a measured point's scaling efficiency is not below it, i.e. the emulated
+# link did not slow training down; default: report only).
 #
 # The emulated hosts share this machine's cores, so the prediction is told so
 # (--shared-cores): with more hosts than cores, compute stretches by hosts/cores.
@@ -39,15 +41,17 @@ LINKS="$LINKS" HOSTS="$HOSTS" WORKLOADS="$WORKLOADS" LOCKSTEP_BUILD_DIR="$BUILD"
   | tee "$OUT/measured.txt" >&2
 
 # shellcheck disable=SC2086  # WORKLOADS is words
-python3 - "$OUT" "${MAX_ERROR:-}" $WORKLOADS <<'EOF'
+python3 - "$OUT" "${MAX_ERROR:-}" "${MAX_EFFICIENCY:-}" $WORKLOADS <<'EOF'
 import json, sys
-out, limit, workloads = sys.argv[1], sys.argv[2], sys.argv[3:]
+out, limit, max_efficiency, workloads = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
 missing = 0
 measured = {}
+efficiency = {}
 for line in open(f"{out}/measured.txt"):
     f = line.split()
-    if len(f) >= 4 and f[0] in workloads and f[1] != "none" and f[3].isdigit():
+    if len(f) >= 5 and f[0] in workloads and f[1] != "none" and f[3].isdigit():
         measured[(f[0], f[1], int(f[2]))] = float(f[3])
+        efficiency[(f[0], f[1], int(f[2]))] = float(f[4])
 print(f"{'workload':<9} {'link':<8} {'hosts':>5} {'predicted':>10} {'measured':>9} {'error':>7}")
 errors = []
 for w in workloads:
@@ -66,9 +70,17 @@ for w in workloads:
 if errors:
     within = sum(e <= 0.15 for e in errors)
     print(f"{within} of {len(errors)} points within 15%; largest error {100 * max(errors):.0f}%")
+failed = False
 if limit:
     off = sum(e > float(limit) for e in errors)
     if off or missing or not errors:
         print(f"FAILED: {off} point(s) off by more than {100 * float(limit):.0f}%, {missing} without a measurement")
-        sys.exit(1)
+        failed = True
+if max_efficiency:
+    fast = {k: e for k, e in efficiency.items() if e >= float(max_efficiency)}
+    if fast or not efficiency:
+        print(f"FAILED: efficiency not below {max_efficiency} (the link did not show): "
+              + (", ".join(f"{w} {l} {n} hosts: {e:.2f}" for (w, l, n), e in fast.items()) or "no measured point"))
+        failed = True
+sys.exit(1 if failed else 0)
 EOF

@@ -11,8 +11,11 @@
 #
 # DATA_DIR holds names.txt and fashion-mnist/ (bench/gpu/bundle.sh packs both). Environment:
 # ROUNDS (default 3), COMPILED (default 1; 0 leaves torch.compile out), STEPS ("charlstm=150
-# convnet=300 resnet18=80"), DEADLINE (Unix seconds: a torch.compile run starts only with a
-# minute left before it, and is stopped there). Prints one line per workload:
+# convnet=300 resnet18=80"), DEADLINE (Unix seconds: a round after the first starts only while
+# the longest round so far fits before it, with 10 s to spare; a torch.compile run starts only
+# with a minute left before it, and is stopped there), LOCKSTEP_LD_LIBRARY_PATH (the
+# LD_LIBRARY_PATH of lockstep's runs only, bundle_env.sh's lockstep_libs; Python keeps the
+# caller's). Prints one line per workload:
 #   RATIO workload lockstep=MEDIAN[MIN-MAX] eager=MEDIAN[MIN-MAX] ratio=R [compiled=X ratio_compiled=R]
 # (samples/s, global, after the first step; ratios of medians), and its logs go to OUT_DIR.
 set -uo pipefail
@@ -25,6 +28,9 @@ for kv in ${STEPS:-}; do steps[${kv%%=*}]=${kv#*=}; done
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 threads=$(nproc)
+deadline=${DEADLINE:-$(($(date +%s) + 86400))}
+lockstep_env=(env)
+[ -n "${LOCKSTEP_LD_LIBRARY_PATH:-}" ] && lockstep_env=(env "LD_LIBRARY_PATH=$LOCKSTEP_LD_LIBRARY_PATH")
 mkdir -p "$out"
 
 # CIFAR-10's binary format (1 label byte, 3072 pixel bytes per record) with random pixels.
@@ -45,7 +51,7 @@ lockstep() {  # workload: one run; its samples/s on stdout
     convnet) config=fashion_convnet.yaml extra=("data.root=$data/fashion-mnist" data.random_flip=false) ;;
     resnet18) config=cifar_resnet18.yaml extra=("data.root=$work/cifar" data.random_flip=false data.crop_padding=0) ;;
   esac
-  "$bin" train "$root/configs/$config" "device=$device" "trainer.max_steps=${steps[$w]}" trainer.validate=false \
+  "${lockstep_env[@]}" "$bin" train "$root/configs/$config" "device=$device" "trainer.max_steps=${steps[$w]}" trainer.validate=false \
     checkpoint.dir=off checkpoint.resume=none generate.samples=0 "monitor.dir=$work/run-$w" monitor.progress=off \
     "${extra[@]}" --result-json "$work/$w.json" >"$log" 2>&1 &&
     "$python" -c "import json; print(round(json.load(open('$work/$w.json'))['samples_per_second']))"
@@ -59,7 +65,13 @@ pytorch() {  # workload tag [--compile]: one run (stopped after $limit seconds w
 }
 
 declare -A rates
+longest=0
 for ((r = 1; r <= rounds; r++)); do
+  if ((r > 1 && $(date +%s) + longest + 10 > deadline)); then
+    echo "ROUNDS $((r - 1)) of $rounds: the next would end past the deadline" >&2
+    break
+  fi
+  started=$(date +%s)
   for w in charlstm convnet resnet18; do
     if ((r % 2)); then
       rates[$w/lockstep]+=" $(lockstep "$w" "$r")" rates[$w/eager]+=" $(pytorch "$w" "eager-$r")"
@@ -67,10 +79,11 @@ for ((r = 1; r <= rounds; r++)); do
       rates[$w/eager]+=" $(pytorch "$w" "eager-$r")" rates[$w/lockstep]+=" $(lockstep "$w" "$r")"
     fi
   done
+  (($(date +%s) - started > longest)) && longest=$(($(date +%s) - started))
 done
 if [ "$compiled" = 1 ]; then
   for w in charlstm convnet resnet18; do
-    left=$((${DEADLINE:-$(($(date +%s) + 86400))} - $(date +%s)))
+    left=$((deadline - $(date +%s)))
     ((left > 60)) && rates[$w/compiled]=" $(limit=$left pytorch "$w" compiled --compile)"
   done
 fi

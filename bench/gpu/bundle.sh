@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Packs what bench/gpu/check_all.sh needs on a GPU machine into .gpu-bundle/ (ignored by git; the
-# device tool carries it, 64 MiB at most with the working tree):
+# device tool carries it, 64 MiB at most with the working tree), or into $BUNDLE_DIR when set
+# (check_all.sh reads the same variable; bench/gpu/dry_run_test.sh bundles into a directory of its
+# own that way):
 #   bin/, lib/   lockstep and its two libraries, stripped, and the shared libraries they need that
 #                such a machine's image lacks (Debian's yaml-cpp, fmt, OpenMPI, httplib, ...); not
 #                LibTorch, CUDA, NCCL or glibc, which the machine's PyTorch and system provide
@@ -8,17 +10,24 @@
 #                as a small training set too (the machine has no network and no Debian datasets)
 # The GPU machine's PyTorch must be the torch==2.11.0 this was built against (it is: cu130).
 #
-#   scripts/build.sh && bench/gpu/bundle.sh [BUILD_DIR]
+#   scripts/build.sh && [BUNDLE_DIR=DIR] bench/gpu/bundle.sh [BUILD_DIR]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-$root/build}
-out=$root/.gpu-bundle
+out=${BUNDLE_DIR:-$root/.gpu-bundle}
 for f in lockstep liblockstep.so liblockstep_workloads.so; do
   [ -f "$build/$f" ] || { echo "bundle.sh: $build/$f is missing: run scripts/build.sh first" >&2; exit 2; }
 done
+# What is replaced: an earlier bundle or an empty directory, never another directory.
+if [ -d "$out" ] && [ -n "$(ls -A "$out")" ] && [ ! -f "$out/torch-version.txt" ]; then
+  echo "bundle.sh: $out is not empty and holds no bundle; not replacing it" >&2
+  exit 2
+fi
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib" "$out/data/fashion-mnist"
-grep -qx '/.gpu-bundle/' "$root/.git/info/exclude" 2>/dev/null || echo '/.gpu-bundle/' >>"$root/.git/info/exclude"
+if [ "$out" = "$root/.gpu-bundle" ] && [ -d "$root/.git/info" ]; then
+  grep -qx '/.gpu-bundle/' "$root/.git/info/exclude" 2>/dev/null || echo '/.gpu-bundle/' >>"$root/.git/info/exclude"
+fi
 
 cp "$build/lockstep" "$out/bin/"
 cp "$build/liblockstep.so" "$build/liblockstep_workloads.so" "$out/lib/"

@@ -72,7 +72,8 @@ nlohmann::json toJson(const FitResult& r, int rank, int threads) {
            b.pipelineIdleFractionMax >= 0 ? nlohmann::json(b.pipelineIdleFractionMax) : nullptr},
           {"memory", {{"ranks", ranks}}},
           {"ps_staleness", r.ps.staleness.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.ps.staleness)},
-          {"ps_wait_seconds", r.ps.waitSeconds.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.ps.waitSeconds)}};
+          {"ps_wait_seconds", r.ps.waitSeconds.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.ps.waitSeconds)},
+          {"ps_max_staleness", r.ps.staleness.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.ps.maxStaleness)}};
 }
 
 class ResultJsonWriter : public TrainerCallback {

@@ -64,6 +64,7 @@ void MetricsWriter::writeRunJson(const char* status) {
   if (!staleness_.empty()) {
     run["ps"] = {{"staleness_bound", static_cast<int64_t>(staleness_.size()) - 1},
                  {"staleness", staleness_},
+                 {"max_staleness", maxStaleness_},
                  {"wait_seconds", psWaitSeconds_}};
   }
   try {
@@ -133,6 +134,7 @@ void MetricsWriter::onFitEnd(const FitResult& result) {
   ended_ = true;
   memory_ = result.memory;
   staleness_ = result.ps.staleness;
+  maxStaleness_ = result.ps.maxStaleness;
   psWaitSeconds_ = result.ps.waitSeconds;
   writeRunJson("finished");
 }

@@ -108,25 +108,36 @@ std::shared_ptr<Communicator> withNcclOrderFromEnv(std::shared_ptr<Communicator>
   return detail::withNcclOrder(std::move(comm), store.withPrefix("lockstep"), *order);
 }
 
+}  // namespace
+
+namespace detail {
+
+std::optional<std::string> ncclMisfit(const WorldInfo& world, int visibleGpus, bool built, const std::string& source) {
+  if (!built) {
+    return fmt::format("{}=nccl: this lockstep was built against a LibTorch without NCCL; use gloo", source);
+  }
+  if (visibleGpus == 0) {
+    return fmt::format(
+        "{}=nccl: no CUDA device is visible to rank {} ({}); use gloo, which takes CUDA tensors through host "
+        "memory",
+        source, world.rank, describeCudaVisibleDevices());
+  }
+  if (world.localWorldSize > visibleGpus) {
+    return fmt::format(
+        "{}=nccl: {} workers on this node share {} GPU(s), and NCCL cannot put two ranks on one GPU; start at "
+        "most {} worker(s) per node (-np gpu), or use gloo",
+        source, world.localWorldSize, visibleGpus, visibleGpus);
+  }
+  return std::nullopt;
+}
+
+}  // namespace detail
+
+namespace {
+
 /// NCCL needs this build to have it and a GPU of its own for every worker of this node.
 void checkNcclFits(const WorldInfo& world, const std::string& source) {
-  if (!ncclBackendBuilt()) {
-    throw ConfigError(
-        fmt::format("{}=nccl: this lockstep was built against a LibTorch without NCCL; use gloo", source));
-  }
-  const int visible = visibleCudaDevices();
-  if (visible == 0) {
-    throw ConfigError(
-        fmt::format("{}=nccl: no CUDA device is visible to rank {} ({}); use "
-                    "gloo, which takes CUDA tensors through host memory",
-                    source, world.rank, describeCudaVisibleDevices()));
-  }
-  if (world.localWorldSize > visible) {
-    throw ConfigError(
-        fmt::format("{}=nccl: {} workers on this node share {} GPU(s), and NCCL cannot put two ranks on "
-                    "one GPU; start at most {} worker(s) per node (-np gpu), or use gloo",
-                    source, world.localWorldSize, visible, visible));
-  }
+  if (auto why = detail::ncclMisfit(world, visibleCudaDevices(), ncclBackendBuilt(), source)) throw ConfigError(*why);
 }
 
 }  // namespace

@@ -267,11 +267,12 @@ void AsyncPsRun::validate() {
 }
 
 /// Collective, one allreduce: server 0's staleness histogram and update count, each worker's wait
-/// and last train loss, each rank's training seconds (the run's: the longest).
+/// and last train loss, each rank's training seconds (the run's: the longest) and each server's
+/// largest staleness.
 void AsyncPsRun::gather() {
   const int64_t bins = o_.ps.staleness + 1, workers = role_.workers, world = comm_->size();
-  const int64_t wait = bins + 1, loss = wait + workers, seconds = loss + workers;  // offsets
-  at::Tensor all = at::zeros({seconds + world}, at::kDouble);
+  const int64_t wait = bins + 1, loss = wait + workers, seconds = loss + workers, stalest = seconds + world;
+  at::Tensor all = at::zeros({stalest + world}, at::kDouble);
   auto* a = all.data_ptr<double>();
   if (role_.server && role_.index == 0) {
     for (size_t g = 0; g < stats_.staleness.size(); ++g) {
@@ -286,6 +287,7 @@ void AsyncPsRun::gather() {
     a[loss + role_.index] = result_.lastTrainLoss;
   }
   a[seconds + rank_] = result_.seconds;
+  if (role_.server) a[stalest + rank_] = static_cast<double>(stats_.maxStaleness() + 1);  // 0: none applied
   std::vector<at::Tensor> t{all};
   comm_->allreduce(t, ReduceOp::kSum)->wait();
   result_.ps.staleness.assign(a, a + bins);
@@ -293,6 +295,7 @@ void AsyncPsRun::gather() {
   result_.ps.waitSeconds.assign(a + wait, a + loss);
   result_.lastTrainLoss = std::accumulate(a + loss, a + seconds, 0.0) / static_cast<double>(workers);
   result_.seconds = *std::max_element(a + seconds, a + seconds + world);
+  result_.ps.maxStaleness = static_cast<int64_t>(*std::max_element(a + stalest, a + stalest + world)) - 1;
 }
 
 void AsyncPsRun::finish() {
@@ -312,9 +315,10 @@ void AsyncPsRun::finish() {
       waits += fmt::format("{}{:.1f}", w == 0 ? "" : " / ", result_.ps.waitSeconds[w]);
     }
     log::info(
-        fmt::format("done: {} updates in {:.1f} s, {:.0f} samples/s; staleness of the updates (bound {}): {}; "
-                    "seconds each worker waited for the servers: {}",
-                    result_.steps, result_.seconds, result_.samplesPerSecond, o_.ps.staleness, histogram, waits));
+        fmt::format("done: {} updates in {:.1f} s, {:.0f} samples/s; staleness of the updates (bound {}, largest "
+                    "{}): {}; seconds each worker waited for the servers: {}",
+                    result_.steps, result_.seconds, result_.samplesPerSecond, o_.ps.staleness, result_.ps.maxStaleness,
+                    histogram, waits));
   }
   events_.fitEnd(result_);
 }

@@ -5,9 +5,27 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "lockstep/common/checksum.h"
 #include "lockstep/common/error.h"
+#include "lockstep/common/logging.h"
 
 namespace lockstep {
+
+namespace {
+
+/// CRC-32C of the bytes of `model`'s parameters, in order, as float32 on the CPU.
+uint32_t parameterChecksum(torch::nn::Module& model, size_t* tensors) {
+  uint32_t crc = 0;
+  *tensors = 0;
+  for (const auto& p : model.parameters()) {
+    const at::Tensor host = p.detach().to(at::kCPU, at::kFloat).contiguous();
+    crc = crc32c(host.data_ptr(), static_cast<size_t>(host.nbytes()), crc);
+    ++*tensors;
+  }
+  return crc;
+}
+
+}  // namespace
 
 void TaskRegistry::add(const std::string& dataset, Factory factory) {
   LOCKSTEP_CHECK(!dataset.empty() && factory, "TaskRegistry::add needs a dataset name and a factory");
@@ -57,6 +75,10 @@ FitResult trainTask(const TaskRegistry& tasks, const TrainConfig& config, Traine
   } else {
     result = trainer.fit(parts.model, parts.loss, *parts.train, parts.validation.get(), parts.correct);
   }
+  // Every rank, so that a test (or a user) can compare the replicas a run ended with.
+  size_t tensors = 0;
+  const uint32_t checksum = parameterChecksum(*parts.model, &tensors);
+  log::info(fmt::format("final parameters of this rank's model: crc32c {:08x} over {} tensors", checksum, tensors));
   task->afterFit(config, result, rank);
   return result;
 }

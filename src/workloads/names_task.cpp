@@ -91,6 +91,13 @@ class NamesTask final : public Task {
 
 std::vector<std::string> sampleNames(CharLstmImpl& model, const CharVocab& vocab, int64_t window, int64_t count,
                                      double temperature, int64_t maxLength, uint64_t seed) {
+  // One character of one name per step: work too small to share, so more intra-op threads only
+  // meet at oneDNN's barriers (on a busy machine, seconds per name). One thread, restored after.
+  struct OneThread {
+    int before = at::get_num_threads();
+    OneThread() { at::set_num_threads(1); }
+    ~OneThread() { at::set_num_threads(before); }
+  } oneThread;
   at::Generator generator = at::detail::createCPUGenerator(seed);
   std::vector<std::string> out;
   for (int64_t i = 0; i < count; ++i) {

@@ -1,6 +1,7 @@
 // Who-am-I from each of the four sources, their precedence, and the errors.
 #include <gtest/gtest.h>
 
+#include "lockstep/comm/nccl.h"
 #include "lockstep/common/device.h"
 #include "lockstep/common/error.h"
 #include "lockstep/rendezvous/init.h"
@@ -249,23 +250,32 @@ TEST(Init, AutoPicksMpiOnlyForWorkersStartedByMpirun) {
 }
 
 TEST(Init, NcclBackendNeedsAGpuPerWorker) {
-  const int visible = visibleCudaDevices();
-  Vars ours{{"LOCKSTEP_RANK", "0"},
+  // The rule for every count of visible GPUs, whatever this machine has.
+  Vars vars{{"LOCKSTEP_RANK", "1"},
             {"LOCKSTEP_WORLD_SIZE", "2"},
-            {"LOCKSTEP_LOCAL_WORLD_SIZE", std::to_string(std::max(1, visible))},
+            {"LOCKSTEP_LOCAL_RANK", "0"},
+            {"LOCKSTEP_LOCAL_WORLD_SIZE", "2"},
             {"LOCKSTEP_MASTER_ADDR", "127.0.0.1"},
             {"LOCKSTEP_MASTER_PORT", "29500"}};
-  Environment fits(ours);
-  if (visible == 0) {
-    EXPECT_HAS(test::errorOf([&] { chooseBackend("nccl", detectWorld(fits), "LOCKSTEP_BACKEND", fits); }),
-               "LOCKSTEP_BACKEND=nccl: no CUDA device is visible to rank 0 (CUDA_VISIBLE_DEVICES is");
-    return;
+  const WorldInfo twoLocal = detectWorld(Environment(vars));
+  using detail::ncclMisfit;
+  EXPECT_EQ(ncclMisfit(twoLocal, 2, true, "LOCKSTEP_BACKEND"), std::nullopt) << "a GPU per worker fits";
+  EXPECT_EQ(ncclMisfit(twoLocal, 8, true, "LOCKSTEP_BACKEND"), std::nullopt);
+  EXPECT_HAS(ncclMisfit(twoLocal, 0, true, "LOCKSTEP_BACKEND").value_or(""),
+             "LOCKSTEP_BACKEND=nccl: no CUDA device is visible to rank 1 (CUDA_VISIBLE_DEVICES is");
+  EXPECT_HAS(ncclMisfit(twoLocal, 1, true, "--backend").value_or(""),
+             "--backend=nccl: 2 workers on this node share 1 GPU(s), and NCCL cannot put two ranks on one GPU");
+  EXPECT_HAS(ncclMisfit(twoLocal, 2, false, "LOCKSTEP_BACKEND").value_or(""), "built against a LibTorch without NCCL");
+  // And chooseBackend applies it with this machine's GPUs and build.
+  const int visible = visibleCudaDevices();
+  vars["LOCKSTEP_LOCAL_WORLD_SIZE"] = std::to_string(std::max(1, visible));
+  Environment env(vars);
+  const auto expected = ncclMisfit(detectWorld(env), visible, ncclBackendBuilt(), "LOCKSTEP_BACKEND");
+  if (expected) {
+    EXPECT_EQ(test::errorOf([&] { chooseBackend("nccl", detectWorld(env), "LOCKSTEP_BACKEND", env); }), *expected);
+  } else {
+    EXPECT_EQ(chooseBackend("nccl", detectWorld(env), "LOCKSTEP_BACKEND", env), "nccl");
   }
-  EXPECT_EQ(chooseBackend("nccl", detectWorld(fits), "LOCKSTEP_BACKEND", fits), "nccl");
-  ours["LOCKSTEP_WORLD_SIZE"] = ours["LOCKSTEP_LOCAL_WORLD_SIZE"] = std::to_string(visible + 1);
-  Environment crowded(ours);
-  EXPECT_HAS(test::errorOf([&] { chooseBackend("nccl", detectWorld(crowded), "LOCKSTEP_BACKEND", crowded); }),
-             "NCCL cannot put two ranks on one GPU");
 }
 
 TEST(Init, MpiBackendNeedsMpirunWorkers) {

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "support/expect.h"
+#include "support/replicas.h"
 #include "support/subprocess.h"
 #include "support/tiny_config.h"
 
@@ -41,6 +42,13 @@ TEST(PipelineMultiprocess, TwoPipelinesOfTwoStagesLearnFashionMnist) {
                     "parallel.pipeline=2 parallel.microbatches=4 trainer.max_steps=40 trainer.log_every=20 "
                     "checkpoint.dir=ckpt monitor.dir=run monitor.trace_steps=3 optimizer.lr=0.003");
   ASSERT_EQ(r.exitCode, 0) << r.err;
+  // Each rank logs the checksum of its whole model object. A stage trains its own layers, and rank 0
+  // also holds the last stage's after gathering the checkpoint, so the last stage's replicas (ranks 1
+  // and 3, one per pipeline) are the ones to compare: DDP across the pipelines keeps them equal.
+  const auto checksums = test::finalChecksums(r.err);
+  ASSERT_EQ(checksums.size(), 4u) << r.err;
+  EXPECT_EQ(checksums.at(1), checksums.at(3)) << r.err;
+  EXPECT_NE(checksums.at(1), checksums.at(2)) << "stage 0's rank holds untrained last-stage layers";
   EXPECT_HAS(r.err, "pipeline of 2 stages x 4 micro-batches (1f1b)");
   EXPECT_HAS(r.err, "2 pipelines, each stage's gradients averaged by DDP");
   EXPECT_HAS(r.err, "global batch 256");  // 128 per pipeline x 2 pipelines

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "support/replicas.h"
 #include "support/subprocess.h"
 #include "support/tiny_config.h"
 
@@ -43,6 +44,7 @@ void expectResumeIsBitIdentical(const std::string& runArgs, const std::string& a
   std::string straight = makeRunDir();
   auto a = train(straight, runArgs, args);
   ASSERT_EQ(a.exitCode, 0) << a.err;
+  EXPECT_TRUE(test::sameFinalParameters(a.err, 2)) << a.err;
   EXPECT_NE(a.err.find("powersgd compression (rank 2 from synchronised step 3)"), std::string::npos) << a.err;
   EXPECT_NE(a.err.find("powersgd_rank2: "), std::string::npos) << "no bytes line: " << a.err;
   EXPECT_NE(a.err.find("x fewer bytes)"), std::string::npos) << a.err;
@@ -57,6 +59,7 @@ void expectResumeIsBitIdentical(const std::string& runArgs, const std::string& a
   ASSERT_FALSE(fs::exists(ckpt(interrupted, 15)));
   auto b2 = train(interrupted, runArgs, args);
   ASSERT_EQ(b2.exitCode, 0) << b2.err;
+  EXPECT_EQ(test::finalChecksums(b2.err), test::finalChecksums(a.err)) << "every replica as in the uninterrupted run";
   EXPECT_NE(b2.err.find("resumed from ckpt/step-000000010.ckpt: step 10"), std::string::npos) << b2.err;
   EXPECT_EQ(b2.err.find("holds no PowerSGD state"), std::string::npos) << b2.err;
   EXPECT_TRUE(readAll(ckpt(straight, 15)) == readAll(ckpt(interrupted, 15)))

@@ -61,15 +61,19 @@ TEST(PsMultiprocess, ThreeWorkersAndAServerLearnFashionMnistWithAStraggler) {
   ASSERT_EQ(r.exitCode, 0) << r.err;
   EXPECT_HAS(r.err, "3 worker(s) and 1 parameter server(s) (ranks 3..3), staleness bound 3");
   EXPECT_HAS(r.err, "done: 120 updates");
-  // The histogram has bins 0..3 only: no update passed the bound.
+  // No update of any server passed the bound (the histogram has bins 0..3 by construction).
   std::smatch m;
-  ASSERT_TRUE(std::regex_search(r.err, m, std::regex(R"(staleness of the updates \(bound 3\): ([^;]*);)"))) << r.err;
-  EXPECT_TRUE(std::regex_match(m[1].str(), std::regex(R"(0: \d+, 1: \d+, 2: \d+, 3: \d+)"))) << m[1];
+  ASSERT_TRUE(
+      std::regex_search(r.err, m, std::regex(R"(staleness of the updates \(bound 3, largest (\d+)\): ([^;]*);)")))
+      << r.err;
+  EXPECT_LE(std::stoi(m[1].str()), 3) << "an update passed the bound";
+  EXPECT_TRUE(std::regex_match(m[2].str(), std::regex(R"(0: \d+, 1: \d+, 2: \d+, 3: \d+)"))) << m[2];
   // The run directory keeps the histogram for the dashboard: every update, bins 0..3, a wait per worker.
   std::ifstream runJson(dir + "/run/run.json");
   ASSERT_TRUE(runJson.good()) << "no run.json under monitor.dir";
   const auto ps = nlohmann::json::parse(runJson).at("ps");
   EXPECT_EQ(ps.at("staleness_bound").get<int>(), 3);
+  EXPECT_LE(ps.at("max_staleness").get<int>(), 3);
   const auto counts = ps.at("staleness").get<std::vector<int64_t>>();
   ASSERT_EQ(counts.size(), 4u) << ps.dump();
   EXPECT_EQ(std::accumulate(counts.begin(), counts.end(), int64_t{0}), 120) << ps.dump();

@@ -97,7 +97,10 @@ TEST(PsTrainer, StragglerStaysWithinTheBoundAndEveryUpdateIsCounted) {
   o.maxSteps = 10;
   Outcome ps = train(5, o, {.slowRank = 2, .slowFactor = 4});  // 3 workers, 2 servers
   EXPECT_EQ(ps.result.steps, 30);
-  ASSERT_EQ(ps.result.ps.staleness.size(), 3u);  // bins 0..2: nothing staler can be counted
+  // Every server's largest staleness, not the histogram's bins (0..2 by construction).
+  EXPECT_LE(ps.result.ps.maxStaleness, 2) << "an update passed the bound";
+  EXPECT_GE(ps.result.ps.maxStaleness, 1) << "a 4x straggler made no update stale: the bound was not exercised";
+  ASSERT_EQ(ps.result.ps.staleness.size(), 3u);
   EXPECT_EQ(std::accumulate(ps.result.ps.staleness.begin(), ps.result.ps.staleness.end(), int64_t(0)), 30);
   EXPECT_GT(ps.result.lastValidationLoss, 0);
 }

@@ -20,6 +20,7 @@
 #include <sstream>
 
 #include "support/expect.h"
+#include "support/replicas.h"
 #include "support/subprocess.h"
 #include "support/tiny_config.h"
 
@@ -55,6 +56,7 @@ TEST(TrainMultiprocess, ResumeAfterAKilledRunIsBitIdentical) {
   std::string straight = makeRunDir();
   auto a = train(straight, 2, "");
   ASSERT_EQ(a.exitCode, 0) << a.err;
+  EXPECT_TRUE(test::sameFinalParameters(a.err, 2)) << a.err;
   EXPECT_NE(a.err.find("training on 2 worker(s)"), std::string::npos) << a.err;
   EXPECT_NE(a.err.find("per-worker batch 16, global batch 32; lr 0.01 scaled to 0.02 (linear rule, base batch 16)"),
             std::string::npos)
@@ -72,6 +74,8 @@ TEST(TrainMultiprocess, ResumeAfterAKilledRunIsBitIdentical) {
 
   auto b2 = train(interrupted, 2, "");
   ASSERT_EQ(b2.exitCode, 0) << b2.err;
+  EXPECT_TRUE(test::sameFinalParameters(b2.err, 2)) << b2.err;
+  EXPECT_EQ(test::finalChecksums(b2.err), test::finalChecksums(a.err)) << "every replica as in the uninterrupted run";
   EXPECT_NE(b2.err.find("resumed from ckpt/step-000000012.ckpt: step 12"), std::string::npos) << b2.err;
   ASSERT_TRUE(fs::exists(ckpt(interrupted, 26)));
   // Same config text, same relative paths: the files must be identical to the bit —
@@ -101,6 +105,7 @@ TEST(TrainMultiprocess, WorkerKilledAtARandomStepIsRestartedAndEndsBitIdentical)
   // Gloo: the launcher owns the workers and names each one's pid (under mpirun, mpirun restarts them all).
   auto b = train(restarted, 2, "", kill, "--max-restarts 1 --backend gloo");
   ASSERT_EQ(b.exitCode, 0) << b.err;
+  EXPECT_EQ(test::finalChecksums(b.err), test::finalChecksums(a.err)) << "every replica as in the uninterrupted run";
   EXPECT_NE(b.err.find("lockstep run: rank " + std::to_string(rank) + " (pid"), std::string::npos) << b.err;
   EXPECT_NE(b.err.find("was killed by SIGKILL"), std::string::npos) << b.err;
   EXPECT_NE(b.err.find("restarting all 2 worker(s) of node 0 (restart 1 of 1)"), std::string::npos) << b.err;
@@ -282,6 +287,7 @@ TEST(TrainMultiprocess, FashionConvnetLearnsOnTwoWorkers) {
                     quote(config) + " trainer.max_steps=40 trainer.log_every=20 checkpoint.dir=ckpt";
   auto r = test::runProcess({"sh", "-c", cmd});
   ASSERT_EQ(r.exitCode, 0) << r.err;
+  EXPECT_TRUE(test::sameFinalParameters(r.err, 2)) << r.err;
   EXPECT_NE(r.err.find("model: convnet with 421642 parameters"), std::string::npos) << r.err;
   auto pos = r.out.find("validation accuracy ");
   ASSERT_NE(pos, std::string::npos) << r.out;
@@ -370,6 +376,7 @@ TEST(TrainMultiprocess, SavingACheckpointDoesNotRaiseThePeakResidentSet) {
                       " monitor.dir=off strategy.type=" + strategy;
     auto r = test::runProcess({"sh", "-c", cmd});
     ASSERT_EQ(r.exitCode, 0) << r.err;
+    EXPECT_TRUE(test::sameFinalParameters(r.err, np)) << r.err;
     std::smatch m;
     ASSERT_TRUE(std::regex_search(r.err, m, std::regex("peak RSS while saving (\\d+) MB, training's (\\d+) MB")))
         << r.err;

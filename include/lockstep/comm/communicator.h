@@ -12,8 +12,10 @@
 //   CommError within that time, never a hang. After a failure the
 //   communicator is unusable (see comm_error.h).
 // - Supported dtypes: float32, float64, float16, bfloat16 for every operation;
-//   int8/uint8/int32/int64 for all but ReduceOp::kAvg. Tensors must be CPU,
-//   dense and contiguous. Lists may mix dtypes and sizes.
+//   int8/uint8/int32/int64 for all but ReduceOp::kAvg. Tensors must be dense
+//   and contiguous; Gloo and MPI take CPU tensors (host_staging.h brings GPU
+//   tensors to them through host memory), NCCL takes tensors on its GPU and
+//   stages CPU tensors there (nccl.h). Lists may mix dtypes and sizes.
 // - Methods may be called from any one thread at a time; a Communicator is
 //   not meant to be shared by threads that submit concurrently.
 #pragma once

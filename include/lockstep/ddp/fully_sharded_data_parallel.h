@@ -43,7 +43,7 @@
 //
 // Construction and finishGradientSync(), clipGradNorm(), step(), saveState(),
 // forward(), gatherAll() and restoreModule() are collective. Not thread-safe. Parameters must
-// be contiguous float32 CPU tensors, each in one unit; compression and comm
+// be contiguous float32 tensors on the CPU or one GPU, each in one unit; compression and comm
 // hooks are not supported (Error). Unused parameters: as DistributedDataParallel;
 // with findUnusedParameters a unit gathered for a micro-batch stays gathered
 // until finishGradientSync() (whether all of its gradients arrive differs between

@@ -42,7 +42,8 @@
 // comm hooks are not supported (Error). Construction is collective (the
 // parameter check and rank 0's broadcast, as DistributedDataParallel); so are
 // finishGradientSync(), clipGradNorm(), step(), saveState() and loadState().
-// Not thread-safe. Parameters must be float32 CPU tensors.
+// Not thread-safe. Parameters must be float32 tensors on one device, the CPU or a
+// GPU (on Gloo or MPI the communicator stages GPU tensors through host memory).
 #pragma once
 
 #include <cstdint>

@@ -53,6 +53,7 @@ class MetricsWriter : public TrainerCallback {
   std::vector<RankMemory> memory_;  ///< every rank's, from the FitResult; run.json "memory" once finished
   std::vector<int64_t> staleness_;  ///< async_ps: updates by staleness; run.json "ps" once finished
   std::vector<double> psWaitSeconds_;
+  int64_t maxStaleness_ = -1;  ///< async_ps: the largest staleness any server applied
   std::unique_ptr<detail::AppendFile> jsonl_;
   std::unique_ptr<detail::AppendFile> csv_;
   std::unique_ptr<TensorBoardWriter> events_;

@@ -66,6 +66,12 @@ Context init(const InitOptions& options, const Environment& env);
 std::string chooseBackend(const std::string& requested, const WorldInfo& world, const std::string& source,
                           const Environment& env);
 
+namespace detail {
+/// Why the nccl backend cannot serve this rank of `world` when the process sees `visibleGpus`
+/// GPUs and the build has NCCL (`built`): the ConfigError text naming `source`; nullopt when it fits.
+std::optional<std::string> ncclMisfit(const WorldInfo& world, int visibleGpus, bool built, const std::string& source);
+}  // namespace detail
+
 /// The job token: LOCKSTEP_JOB_TOKEN, else the file LOCKSTEP_JOB_TOKEN_FILE names,
 /// else (when `mpi` is given, i.e. mpirun started the ranks) one rank 0 draws
 /// and broadcasts. ConfigError naming the rank and the variables otherwise.

@@ -9,10 +9,11 @@
 //   strategy.step(clipGradNorm);       // the "optimizer" phase
 //
 // and around the loop: saveState/loadState for checkpoints, start() once
-// after a resume restored the state. Data parallelism (ddp) and sharded
-// optimizer state (zero1) are the strategies of today; gradient and parameter
-// sharding, pipeline stages and a parameter server are further
-// implementations of this interface, so the loop never changes for them.
+// after a resume restored the state. The implementations: data parallelism
+// (ddp), sharded optimizer state (zero1), sharded gradients (zero2), sharded
+// parameters (zero3) and pipeline stages (with ddp across pipelines); the
+// asynchronous parameter server (async_ps) runs a loop of its own and is not
+// a Strategy object.
 //
 // All methods are called from the training thread, on every rank, in the same
 // order; start(), finishGradientSync(), step() and saveState() may be collective.

@@ -4,7 +4,9 @@
 //   lockstep::Trainer trainer(ctx.comm, options);
 //   trainer.fit(model, lossFn, trainSet, &valSet);
 //
-// fit() wraps the model in DistributedDataParallel, shards every epoch with a
+// fit() puts the model on the worker's device and hands it to the configured
+// Strategy (strategy.h: DDP, ZeRO 1-3, pipeline stages, or the asynchronous
+// parameter server as a schedule of its own), shards every epoch with a
 // DistributedSampler (seed + epoch), scales the learning rate for the global
 // batch, accumulates micro-batches without communication, clips the averaged
 // gradients by global norm, validates with the loss averaged over every
@@ -195,6 +197,9 @@ struct PsResult {
   std::vector<int64_t> staleness;
   /// Each worker's seconds waiting for the servers (its pushes and the bound), in worker order.
   std::vector<double> waitSeconds;
+  /// The largest staleness any server applied an update with (every server's, not only the
+  /// histogram's bins); -1 when no update was applied.
+  int64_t maxStaleness = -1;
 };
 
 struct FitResult {
