@@ -18,6 +18,13 @@
 
 namespace lockstep {
 
+namespace {
+
+/// The tag of zero1's gather messages (within MPI's guaranteed 0..32767).
+constexpr int kGatherTag = 32001;
+
+}  // namespace
+
 std::vector<GradientPiece> gradientPieces(const std::vector<std::vector<size_t>>& groups,
                                           const std::vector<int64_t>& numels, int worldSize, int rank) {
   LOCKSTEP_CHECK(worldSize >= 1 && rank >= 0 && rank < worldSize, "gradientPieces: rank ", rank, " of ", worldSize);
@@ -59,8 +66,6 @@ ShardedOptimizer::ShardedOptimizer(std::unique_ptr<torch::optim::Optimizer> opti
   std::vector<size_t> all(s.params.size());
   std::iota(all.begin(), all.end(), size_t{0});
   s.plan = {all};
-  const int64_t elements = std::accumulate(s.numels.begin(), s.numels.end(), int64_t{0});
-  partElements_ = (elements + s.world() - 1) / s.world();
   piecesOf_.resize(static_cast<size_t>(s.world()));
   for (int r = 0; r < s.world(); ++r) {
     auto pieces = gradientPieces(s.plan, s.numels, s.world(), r);
@@ -92,28 +97,29 @@ void ShardedOptimizer::step() {
   s.optimizer->step();
   for (auto& view : s.pieceViews) view.mutable_grad() = at::Tensor();  // no alias of the gradients kept
   if (s.world() == 1) return;
-  // Every rank's updated part to every other rank in one all-gather over a flat buffer of equal,
-  // zero-padded parts (a rank's pieces follow each other in its part). Point-to-point messages
-  // would pair up by tag on Gloo but not on NCCL, which runs a pair's sends and receives in
-  // issue order: both ranks of a pair sending first deadlock there.
-  const int64_t part = piecesOf_.empty() ? 0 : partElements_;
-  const auto options = s.params.front().options();
-  at::Tensor mine = at::zeros({part}, options);
-  int64_t offset = 0;
-  for (const auto& view : piecesOf_[static_cast<size_t>(s.rank())]) {
-    mine.narrow(0, offset, view.numel()).copy_(view);
-    offset += view.numel();
-  }
-  at::Tensor all = at::empty({part * s.world()}, options);
-  s.comm->allgather(mine, all)->wait();
+  // Each rank's updated pieces to every other rank, point to point straight from and into the
+  // parameters, all in flight at once. NCCL pairs the messages of two ranks in the order each
+  // issued them, whatever their tags, and a send completes only once its receive is posted: of
+  // each pair the lower rank sends first and the higher receives first, so that the two orders
+  // match (both sending first deadlocks there; Gloo, which pairs by tag, hides it).
+  std::vector<WorkHandle> works;
   for (int r = 0; r < s.world(); ++r) {
     if (r == s.rank()) continue;
-    offset = part * r;
-    for (auto& view : piecesOf_[static_cast<size_t>(r)]) {
-      view.copy_(all.narrow(0, offset, view.numel()));
-      offset += view.numel();
+    auto sendMine = [&] {
+      for (auto& view : piecesOf_[static_cast<size_t>(s.rank())]) works.push_back(s.comm->send(view, r, kGatherTag));
+    };
+    auto receiveTheirs = [&] {
+      for (auto& view : piecesOf_[static_cast<size_t>(r)]) works.push_back(s.comm->recv(view, r, kGatherTag));
+    };
+    if (s.rank() < r) {
+      sendMine();
+      receiveTheirs();
+    } else {
+      receiveTheirs();
+      sendMine();
     }
   }
+  for (auto& work : works) work->wait();
 }
 
 void ShardedOptimizer::saveState(TensorArchive* archive) { impl_->save(archive); }

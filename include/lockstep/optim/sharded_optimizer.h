@@ -7,9 +7,10 @@
 // shorter by the padding): rank r updates part r only — a piece of each
 // parameter the part covers, a view into the parameter — so it keeps optimizer
 // state for 1/N of the elements whatever the sizes of the parameters (one
-// 4096×4096 layer does not land on one rank). After the update the ranks
-// all-gather their parts (one flat buffer of N parts, as NCCL and every other
-// backend order it alike), so each rank ends the step with the parameters a DDP run
+// 4096×4096 layer does not land on one rank). After the update every rank
+// sends its pieces to every other rank, point to point from and into the
+// parameters themselves (of each pair the lower rank sends first, the order
+// NCCL needs), so each rank ends the step with the parameters a DDP run
 // with the whole optimizer would have: bit for bit, since SGD, Adam and AdamW
 // update each element from its own gradient and state only.
 //
@@ -99,7 +100,6 @@ class ShardedOptimizer {
  private:
   std::unique_ptr<detail::PieceOptimizer> impl_;
   std::vector<std::vector<at::Tensor>> piecesOf_;  ///< each rank's pieces: views of the parameters it updates
-  int64_t partElements_ = 0;                       ///< elements of each rank's part, the last one padded
 };
 
 }  // namespace lockstep
