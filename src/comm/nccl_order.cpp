@@ -245,8 +245,7 @@ class PairStream {
 class NcclOrderCommunicator final : public ForwardingCommunicator {
  public:
   NcclOrderCommunicator(std::shared_ptr<Communicator> inner, Store store, NcclOrderOptions options)
-      : ForwardingCommunicator(std::move(inner)), shared_(std::make_shared<Shared>(std::move(store))),
-        options_(options) {
+      : ForwardingCommunicator(std::move(inner)), shared_(std::make_shared<Shared>(std::move(store))) {
     shared_->options = options;
     shared_->rank = inner_->rank();
     if (inner_->size() > 1) shared_->data = inner_->split(0, inner_->rank(), "ncclorder-data");
@@ -293,7 +292,7 @@ class NcclOrderCommunicator final : public ForwardingCommunicator {
     auto group = inner_->split(color, key, name);
     if (!group) return nullptr;
     return std::make_shared<NcclOrderCommunicator>(
-        std::move(group), shared_->store.withPrefix(fmt::format("split{}-color{}", index, color)), options_);
+        std::move(group), shared_->store.withPrefix(fmt::format("split{}-color{}", index, color)), shared_->options);
   }
 
  private:
@@ -339,7 +338,6 @@ class NcclOrderCommunicator final : public ForwardingCommunicator {
   }
 
   std::shared_ptr<Shared> shared_;
-  NcclOrderOptions options_;
   std::mutex mutex_;  // submissions: the desync check submits from two threads
   std::map<int, std::unique_ptr<PairStream>> pairs_;
   int splits_ = 0;
