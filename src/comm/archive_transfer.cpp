@@ -32,6 +32,18 @@ TensorArchive receiveArchive(Communicator& comm, int src, std::string label) {
                               std::move(label));
 }
 
+TensorArchive broadcastArchive(Communicator& comm, const TensorArchive* archive, int root, std::string label) {
+  const bool isRoot = comm.rank() == root;
+  LOCKSTEP_CHECK(!isRoot || archive != nullptr, "broadcastArchive: the root, rank ", root, ", has no archive");
+  std::string bytes = isRoot ? archive->serialize() : std::string();
+  std::vector<at::Tensor> length{at::tensor({static_cast<int64_t>(bytes.size())}, at::kLong)};
+  comm.broadcast(length, root)->wait();
+  bytes.resize(static_cast<size_t>(length[0].item<int64_t>()));
+  std::vector<at::Tensor> payload{at::from_blob(bytes.data(), {static_cast<int64_t>(bytes.size())}, at::kByte)};
+  comm.broadcast(payload, root)->wait();
+  return TensorArchive::parse(bytes, std::move(label));
+}
+
 void copyArchiveEntry(const TensorArchive& from, const std::string& key, TensorArchive& to, const std::string& toKey) {
   const std::string& target = toKey.empty() ? key : toKey;
   switch (from.kind(key)) {

@@ -7,7 +7,6 @@
 
 #include <fmt/format.h>
 
-#include "lockstep/common/enum_names.h"
 #include "lockstep/common/error.h"
 #include "lockstep/common/logging.h"
 #include "lockstep/optim/grad_clip.h"
@@ -23,31 +22,24 @@ namespace lockstep {
 
 namespace {
 
-constexpr EnumName<StrategyType> kStrategyNames[] = {{StrategyType::kDdp, "ddp"},
-                                                     {StrategyType::kZero1, "zero1"},
-                                                     {StrategyType::kZero2, "zero2"},
-                                                     {StrategyType::kZero3, "zero3"},
-                                                     {StrategyType::kAsyncPs, "async_ps"}};
-
 class DdpStrategy final : public detail::SyncedStrategy {
  public:
-  DdpStrategy(std::shared_ptr<torch::nn::Module> model, std::shared_ptr<Communicator> comm, DdpOptions options,
-              std::unique_ptr<torch::optim::Optimizer> optimizer, bool shardOptimizer)
-      : model_(std::move(model)), comm_(std::move(comm)), options_(std::move(options)),
-        optimizer_(std::move(optimizer)) {
-    LOCKSTEP_CHECK(model_ != nullptr && comm_ != nullptr && optimizer_ != nullptr,
-                   "the DDP strategy needs a model, a communicator and an optimizer");
-    if (shardOptimizer) sharded_ = std::make_unique<ShardedOptimizer>(std::move(optimizer_), comm_);
+  /// `sharded` (zero1) steps the optimizer when given; `optimizer` otherwise.
+  DdpStrategy(LayeredModel model, std::shared_ptr<Communicator> comm, const StrategyOptions& options,
+              std::unique_ptr<torch::optim::Optimizer> optimizer, std::unique_ptr<ShardedOptimizer> sharded)
+      : SyncedStrategy(sharded ? sharded->optimizer() : *optimizer, std::move(model), options), module_(model_.model),
+        comm_(std::move(comm)), options_(options.sync), optimizer_(std::move(optimizer)), sharded_(std::move(sharded)) {
     // The strategy keeps the hook so that a checkpoint can carry its state (PowerSGD's).
     if (!options_.hook) options_.hook = makeCommHook(options_.compression, options_.powerSgd);
   }
 
-  void start() override { ddp_ = std::make_unique<DistributedDataParallel>(model_, comm_, options_); }
-
-  torch::optim::Optimizer& optimizer() override { return sharded_ ? sharded_->optimizer() : *optimizer_; }
+  std::string start() override {
+    ddp_ = std::make_unique<DistributedDataParallel>(module_, comm_, options_);
+    return describe();
+  }
 
   void step(double clipGradNorm) override {
-    if (clipGradNorm > 0) lockstep::clipGradNorm(gradientsOf(model_->parameters()), clipGradNorm);
+    if (clipGradNorm > 0) lockstep::clipGradNorm(gradientsOf(module_->parameters()), clipGradNorm);
     if (sharded_) {
       sharded_->step();
     } else {
@@ -55,7 +47,7 @@ class DdpStrategy final : public detail::SyncedStrategy {
     }
   }
 
-  std::string describe() const override {
+  std::string describe() const {
     std::string text =
         fmt::format("DDP {} bucket(s), {} compression", ddp_ ? ddp_->numBuckets() : 0, toString(options_.compression));
     if (options_.compression == GradCompression::kPowerSgd) {
@@ -63,13 +55,13 @@ class DdpStrategy final : public detail::SyncedStrategy {
     }
     if (sharded_) {
       text += fmt::format(", ZeRO-1: optimizer state sharded over {} rank(s), this one updates {} of {} elements",
-                          comm_->size(), sharded_->ownedElements(), detail::elementsOf(model_->parameters()));
+                          comm_->size(), sharded_->ownedElements(), detail::elementsOf(module_->parameters()));
     }
     return text;
   }
 
   void saveState(TensorArchive* archive) override {
-    if (archive) saveModelState(*model_, *archive);
+    if (archive) saveModelState(*module_, *archive);
     if (sharded_) {
       sharded_->saveState(archive);  // collective: the shards travel to the writer
     } else if (archive) {
@@ -91,7 +83,7 @@ class DdpStrategy final : public detail::SyncedStrategy {
 
   RankMemory memory() const override {
     RankMemory m;
-    for (const auto& p : model_->parameters()) m.parameterBytes += static_cast<int64_t>(p.nbytes());
+    for (const auto& p : module_->parameters()) m.parameterBytes += static_cast<int64_t>(p.nbytes());
     // The .grad are views of DDP's buckets: it counts them once (none before start()).
     m.gradientBytes = ddp_ ? ddp_->gradientBytes() : 0;
     m.optimizerBytes = sharded_ ? sharded_->stateBytes() : optimizerStateBytes(*optimizer_);
@@ -100,7 +92,7 @@ class DdpStrategy final : public detail::SyncedStrategy {
   }
 
   void loadState(const TensorArchive& archive, bool report) override {
-    loadModelState(archive, *model_);
+    loadModelState(archive, *module_);
     if (sharded_) {
       sharded_->loadState(archive, report);
     } else {
@@ -110,7 +102,7 @@ class DdpStrategy final : public detail::SyncedStrategy {
   }
 
  private:
-  std::shared_ptr<torch::nn::Module> model_;
+  std::shared_ptr<torch::nn::Module> module_;
   std::shared_ptr<Communicator> comm_;
   DdpOptions options_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
@@ -122,36 +114,14 @@ class DdpStrategy final : public detail::SyncedStrategy {
 
 }  // namespace
 
-double Strategy::trainBatch(const Batch& /*batch*/, double /*scale*/, bool /*sync*/) {
-  throw Error("this strategy does not run the model itself; call backward() with the loss");
-}
-
-at::Tensor Strategy::evaluate(const Batch& /*batch*/) {
-  throw Error("this strategy does not run the model itself; validate with the loss function");
-}
-
-const char* toString(StrategyType type) { return enumName(kStrategyNames, type); }
-
-StrategyType parseStrategyType(const std::string& text, const std::string& what) {
-  return parseEnum(kStrategyNames, text, what);
-}
-
-std::unique_ptr<Strategy> makeStrategy(StrategyType type, std::shared_ptr<torch::nn::Module> model,
-                                       std::shared_ptr<Communicator> comm, DdpOptions options,
-                                       std::unique_ptr<torch::optim::Optimizer> optimizer) {
-  if (type == StrategyType::kAsyncPs) {
-    throw InternalError("makeStrategy: async_ps has no synchronous strategy (Trainer::fit runs it on its own)");
-  }
-  if (type == StrategyType::kZero3) {
-    throw Error(
-        "makeStrategy: zero3 gathers the parameters around every use of the model, so the Trainer builds it with the "
-        "model's calls (strategy.type zero3); in a loop of your own use FullyShardedDataParallel");
-  }
-  if (type == StrategyType::kZero2) {
-    return detail::makeZero2Strategy(std::move(model), std::move(comm), std::move(options), std::move(optimizer));
-  }
-  return std::make_unique<DdpStrategy>(std::move(model), std::move(comm), std::move(options), std::move(optimizer),
-                                       type == StrategyType::kZero1);
+std::unique_ptr<Strategy> detail::makeDdpStrategy(LayeredModel model, std::shared_ptr<Communicator> comm,
+                                                  const StrategyOptions& options,
+                                                  std::unique_ptr<torch::optim::Optimizer> optimizer,
+                                                  bool shardOptimizer) {
+  std::unique_ptr<ShardedOptimizer> sharded;
+  if (shardOptimizer) sharded = std::make_unique<ShardedOptimizer>(std::move(optimizer), comm);
+  return std::make_unique<DdpStrategy>(std::move(model), std::move(comm), options, std::move(optimizer),
+                                       std::move(sharded));
 }
 
 }  // namespace lockstep

@@ -45,8 +45,11 @@ ValidationSums sumValidation(torch::nn::Module& model, const Dataset& data, int 
 
 void addValidationBatch(const LossFn& loss, const CorrectFn& correct, torch::nn::Module& model, const Batch& batch,
                         ValidationSums& sums) {
-  const at::Tensor mean = loss(model, batch);  // before `correct`: the model runs in a fixed order
-  sums.add(mean, correct ? correct(model, batch) : 0, batch);
+  Evaluation e;
+  e.computed = true;
+  e.meanLoss = loss(model, batch).item<double>();  // before `correct`: the model runs in a fixed order
+  e.correct = correct ? correct(model, batch) : 0;
+  sums.add(e, batch);
 }
 
 void reduceValidation(Communicator& comm, const ValidationSums& sums, bool withAccuracy, FitResult& result) {
@@ -64,22 +67,13 @@ std::string validationLine(const std::string& when, const FitResult& result) {
 }
 
 void FitRun::validate(const std::string& when, int64_t ofEpoch) {
-  const ValidationSums sums = sumValidation(*model_, *validation_, dataRank_, dataWorld_, o_,
-                                            [this](const Batch& batch, ValidationSums& s) { validateBatch(batch, s); });
-  reduceValidation(comm_, sums, strategy_->runsTheModel() ? layered_->correct != nullptr : correct_ != nullptr,
-                   result_);
+  const ValidationSums sums =
+      sumValidation(*model_, *validation_, dataRank_, dataWorld_, o_,
+                    [this](const Batch& batch, ValidationSums& s) { s.add(strategy_->evaluate(batch), batch); });
+  reduceValidation(comm_, sums, withAccuracy_, result_);
   validatedStep_ = at_.step;
   events_.validation(at_.step, ofEpoch, result_.lastValidationLoss, result_.lastValidationAccuracy);
   if (master_) log::info(validationLine(when, result_));
-}
-
-/// Adds one batch's loss sum, rows and right answers (pipeline stages: on the last stage only).
-void FitRun::validateBatch(const Batch& batch, ValidationSums& sums) {
-  if (!strategy_->runsTheModel()) return addValidationBatch(lossFn_, correct_, *model_, batch, sums);
-  at::Tensor out = strategy_->evaluate(batch);
-  if (!out.defined()) return;
-  const at::Tensor mean = layered_->loss(out, batch);
-  sums.add(mean, layered_->correct ? layered_->correct(out, batch) : 0, batch);
 }
 
 void FitRun::saveCheckpoint() {

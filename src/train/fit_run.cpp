@@ -17,7 +17,6 @@
 #include "lockstep/common/logging.h"
 #include "lockstep/data/sampler.h"
 #include "lockstep/train/strategy.h"
-#include "train/strategies.h"
 #include "train/test_slowdown.h"
 
 namespace lockstep::detail {
@@ -31,22 +30,43 @@ DistributedSampler makeSampler(const Dataset& train, int dataRank, int dataWorld
       SamplerOptions{train.size(), dataRank, dataWorld, /*shuffle=*/true, o.seed, /*dropLast=*/false});
 }
 
-int stagesOf(const TrainerOptions& o, const LayeredModel* layered) {
-  return layered != nullptr ? static_cast<int>(o.pipeline.stages) : 1;
-}
+/// The loop's marks on a micro-batch a Strategy trains, and fp16's loss scaling.
+class LoopHooks final : public MicroBatchHooks {
+ public:
+  LoopHooks(StepTimer& timer, LossScaler* scaler, const FaultInjection& faults, int rank, bool last,
+            Clock::time_point computeStart)
+      : timer_(timer), scaler_(scaler), faults_(faults), rank_(rank), last_(last), computeStart_(computeStart) {}
+
+  at::Tensor forwardDone(const at::Tensor& loss) override {
+    timer_.endPhase(Phase::kForward);
+    return scaler_ ? scaler_->scale(loss) : loss;
+  }
+  void backwardDone() override {
+    if (last_) applyTestSlowdown(faults_, rank_, computeStart_);  // a straggler: counted as backward
+    timer_.endPhase(Phase::kBackward);
+  }
+  void pipelineDone(const PipelineTimings& timings) override { timer_.endPipelineBatch(timings); }
+
+ private:
+  StepTimer& timer_;
+  LossScaler* scaler_;
+  const FaultInjection& faults_;
+  const int rank_;
+  const bool last_;
+  const Clock::time_point computeStart_;
+};
 
 }  // namespace
 
-FitRun::FitRun(std::shared_ptr<Communicator> comm, const TrainerOptions& options,
-               std::shared_ptr<torch::nn::Module> model, const FaultInjection& faults, const LossFn& loss,
-               const Dataset& train, const Dataset* validation, const CorrectFn& correct, const LayeredModel* layered)
+FitRun::FitRun(std::shared_ptr<Communicator> comm, const TrainerOptions& options, const LayeredModel& model,
+               const FaultInjection& faults, const Dataset& train, const Dataset* validation)
     : commPtr_(std::move(comm)), comm_(*commPtr_), o_(options), faults_(faults), events_(options.callbacks),
-      model_(std::move(model)), lossFn_(loss), train_(train), validation_(validation), correct_(correct),
-      layered_(layered), rank_(comm_.rank()), world_(comm_.size()), master_(rank_ == 0),
-      dataRank_(rank_ / stagesOf(options, layered)), dataWorld_(world_ / stagesOf(options, layered)),
-      deviceType_(options.loader.device.type()), sampler_(makeSampler(train, dataRank_, dataWorld_, options)),
-      loader_(train, options.loader), timer_(events_.origin(), events_.listening(), options.loader.device),
-      memory_(options.loader.device) {
+      model_(model.model), withAccuracy_(model.correct != nullptr), train_(train), validation_(validation),
+      rank_(comm_.rank()), world_(comm_.size()), master_(rank_ == 0),
+      dataRank_(rank_ / static_cast<int>(options.pipeline.stages)),
+      dataWorld_(world_ / static_cast<int>(options.pipeline.stages)),
+      sampler_(makeSampler(train, dataRank_, dataWorld_, options)), loader_(train, options.loader),
+      timer_(events_.origin(), events_.listening(), options.loader.device), memory_(options.loader.device) {
   microPerEpoch_ = sampler_.numBatches(o_.batchSize, /*dropLastBatch=*/true);
   stepsPerEpoch_ = microPerEpoch_ / o_.accumulation;
   if (stepsPerEpoch_ == 0) {
@@ -60,44 +80,20 @@ FitRun::FitRun(std::shared_ptr<Communicator> comm, const TrainerOptions& options
   scaling_ = o_.lrScaling;
   if (scaling_.baseBatch == 0) scaling_.baseBatch = o_.batchSize * o_.accumulation;
 
-  if (o_.precision == Precision::kFp16) {  // before the strategy: nothing built, nothing broadcast
-    if (o_.strategy != StrategyType::kDdp || layered != nullptr) {
-      throw ConfigError(
-          fmt::format("precision fp16 scales the loss with strategy ddp only, not with {}; use "
-                      "precision bf16 there",
-                      o_.strategy != StrategyType::kDdp ? toString(o_.strategy) : "parallel.pipeline"));
-    }
-    scaler_ = std::make_unique<LossScaler>(commPtr_, o_.lossScaler);
-  }
-  strategy_ = buildStrategy();
+  strategy_ = buildStrategy(model);
+  if (o_.precision == Precision::kFp16) scaler_ = std::make_unique<LossScaler>(commPtr_, o_.lossScaler);
   if (!o_.checkpoint.dir.empty())
     checkpoints_ = std::make_unique<CheckpointDir>(o_.checkpoint.dir, o_.checkpoint.keepLast);
 }
 
-std::unique_ptr<Strategy> FitRun::buildStrategy() {
+std::unique_ptr<Strategy> FitRun::buildStrategy(const LayeredModel& model) {
   auto optimizer = o_.optimizerFactory ? o_.optimizerFactory(model_->parameters())
                                        : makeOptimizer(o_.optimizer, model_->parameters());
   LOCKSTEP_CHECK(optimizer != nullptr, "TrainerOptions::optimizerFactory returned no optimizer");
   for (auto& group : optimizer->param_groups()) baseLrs_.push_back(group.options().get_lr());
   LOCKSTEP_CHECK(!baseLrs_.empty(), "the optimizer has no parameter groups");
-  if (o_.strategy == StrategyType::kZero3 && o_.pipeline.stages <= 1) {
-    auto parts = makeZero3Strategy(model_, layered_, lossFn_, correct_, commPtr_, o_.ddp, std::move(optimizer));
-    lossFn_ = std::move(parts.loss);
-    correct_ = std::move(parts.correct);
-    return std::move(parts.strategy);
-  }
-  if (layered_ == nullptr) return makeStrategy(o_.strategy, model_, commPtr_, o_.ddp, std::move(optimizer));
-  if (o_.strategy != StrategyType::kDdp) {
-    throw ConfigError(
-        fmt::format("strategy.type {} cannot be combined with parallel.pipeline {}: the pipelines "
-                    "average each stage's gradients with ddp",
-                    toString(o_.strategy), o_.pipeline.stages));
-  }
-  PipelineOptions pipeline = o_.pipeline;
-  pipeline.precision = o_.precision;
-  pipeline.device = o_.loader.device;
-  return makePipelineStrategy(model_, layered_->layers, commPtr_, pipeline, layered_->loss, o_.ddp,
-                              std::move(optimizer));
+  StrategyOptions strategy{o_.strategy, o_.ddp, o_.pipeline, o_.precision, o_.loader.device};
+  return makeStrategy(model, commPtr_, std::move(strategy), std::move(optimizer));
 }
 
 FitResult FitRun::run() {
@@ -123,8 +119,8 @@ FitResult FitRun::run() {
     windowLoss_ = metrics.windowLoss[rank_];
     windowSteps_ = metrics.windowSteps;
   }
-  strategy_->start();
-  announce();
+  const std::string description = strategy_->start();
+  announce(description);
   model_->train();
   windowStart_ = Clock::now();
   const auto runStart = Clock::now();
@@ -152,7 +148,7 @@ FitResult FitRun::run() {
   return result_;
 }
 
-void FitRun::announce() {
+void FitRun::announce(const std::string& strategy) {
   if (master_) {
     if (o_.precision == Precision::kBf16) {
       // Measured, not read from the CPU's flags: the flags do not say whether LibTorch's bf16 kernels for
@@ -167,7 +163,7 @@ void FitRun::announce() {
         o_.accumulation > 1 ? fmt::format(" x {} accumulated", o_.accumulation) : "", globalBatch_, baseLrs_[0],
         scaledLearningRate(baseLrs_[0], globalBatch_, scaling_), toString(scaling_.rule), scaling_.baseBatch,
         scaling_.warmupSteps > 0 ? fmt::format(", warmup {} steps", scaling_.warmupSteps) : "", totalSteps_,
-        stepsPerEpoch_, strategy_->describe(),
+        stepsPerEpoch_, strategy,
         o_.precision == Precision::kFp32 ? "" : fmt::format("; {} autocast, float32 weights", toString(o_.precision))));
   }
   FitInfo info;
@@ -192,10 +188,11 @@ void FitRun::runEpoch() {
   loader_.start(std::move(plan), at_.epoch);
   while (at_.batchInEpoch + o_.accumulation <= microPerEpoch_ && at_.step < totalSteps_) {
     const double lr = applyLearningRate();
-    const double loss = trainStep();
+    std::vector<BucketTiming> messages;
+    const double loss = trainStep(messages);
     at_.batchInEpoch += o_.accumulation;
     ++at_.step;
-    timer_.endStep(strategy_->lastSyncTimings());
+    timer_.endStep(messages);
     timer_.record().devicePeakBytes = memory_.deviceStepPeak();
     events_.stepEnd(timer_.record(), at_.step, at_.epoch, loss, lr);
     windowLoss_ += loss;
@@ -219,8 +216,9 @@ double FitRun::applyLearningRate() {
   return groups[0].options().get_lr();
 }
 
-/// One optimizer step over `accumulation` micro-batches; returns this rank's loss.
-double FitRun::trainStep() {
+/// One optimizer step over `accumulation` micro-batches; returns this rank's loss and sets
+/// `messages` to the step's communication.
+double FitRun::trainStep(std::vector<BucketTiming>& messages) {
   // Undefined rather than zeroed (zero_grad(false) fills zeros): autograd then
   // hands its gradient over without a copy, and DDP has no zeros to add into its
   // buckets (80 MB of them per step on a 20M-parameter model).
@@ -229,29 +227,16 @@ double FitRun::trainStep() {
   memory_.beginCompute();
   timer_.beginStep();
   const auto computeStart = Clock::now();
+  const double scale = 1.0 / static_cast<double>(o_.accumulation);
   for (int64_t m = 0; m < o_.accumulation; ++m) {
     Batch batch = loader_.next();
     timer_.endPhase(Phase::kDataWait);
-    if (strategy_->runsTheModel()) {
-      const double scale = 1.0 / static_cast<double>(o_.accumulation);
-      stepLoss += strategy_->trainBatch(batch, scale, /*sync=*/m + 1 == o_.accumulation) * scale;
-      timer_.endPipelineBatch(*strategy_->pipelineTimings());
-      continue;
-    }
-    at::Tensor loss;
-    {
-      AutocastGuard amp(o_.precision, deviceType_);
-      loss = lossFn_(*model_, batch);
-    }
-    loss = loss.to(at::kFloat) / static_cast<double>(o_.accumulation);
-    stepLoss += loss.item<double>();
-    timer_.endPhase(Phase::kForward);
-    strategy_->backward(scaler_ ? scaler_->scale(loss) : loss, /*sync=*/m + 1 == o_.accumulation);
-    if (m + 1 == o_.accumulation) applyTestSlowdown(faults_, rank_, computeStart);  // a straggler: counted as backward
-    timer_.endPhase(Phase::kBackward);
+    const bool last = m + 1 == o_.accumulation;
+    LoopHooks hooks(timer_, scaler_.get(), faults_, rank_, last, computeStart);
+    stepLoss += strategy_->trainMicroBatch(batch, scale, /*sync=*/last, hooks);
   }
   memory_.endCompute();
-  strategy_->finishGradientSync();
+  messages = strategy_->finishGradientSync();
   timer_.endPhase(Phase::kCommWait);
   injectInfGradient();
   // The scaler first, as PyTorch's GradScaler: an infinite fp16 loss makes infinite gradients,

@@ -22,22 +22,21 @@ using Clock = std::chrono::steady_clock;
 
 class FitRun {
  public:
-  FitRun(std::shared_ptr<Communicator> comm, const TrainerOptions& options, std::shared_ptr<torch::nn::Module> model,
-         const FaultInjection& faults, const LossFn& loss, const Dataset& train, const Dataset* validation,
-         const CorrectFn& correct, const LayeredModel* layered = nullptr);
+  /// `options.loader.device` is the run's device, where `model` already is.
+  FitRun(std::shared_ptr<Communicator> comm, const TrainerOptions& options, const LayeredModel& model,
+         const FaultInjection& faults, const Dataset& train, const Dataset* validation);
   FitResult run();
 
  private:
-  void announce();
+  void announce(const std::string& strategy);
   void runEpoch();
-  double trainStep();
+  double trainStep(std::vector<BucketTiming>& messages);
   bool agreeLossIsFinite(double stepLoss);
   bool unscaleGradients();
   void injectInfGradient();
   void logWindow();
   void validate(const std::string& when, int64_t ofEpoch);
-  void validateBatch(const Batch& batch, ValidationSums& sums);
-  std::unique_ptr<Strategy> buildStrategy();
+  std::unique_ptr<Strategy> buildStrategy(const LayeredModel& model);
   void saveCheckpoint();
   std::vector<double> gatherLogWindow();
   void finish();
@@ -49,17 +48,14 @@ class FitRun {
   const FaultInjection& faults_;
   const FitEvents events_;  // before timer_, which takes its origin
   std::shared_ptr<torch::nn::Module> model_;
-  LossFn lossFn_;  // zero3 replaces it (and correct_) with calls that gather the parameters
+  const bool withAccuracy_;  // the model has an accuracy function
   const Dataset& train_;
   const Dataset* validation_;
-  CorrectFn correct_;
-  const LayeredModel* layered_;  // set for pipeline stages and zero3 over layers
   const int rank_;
   const int world_;
   const bool master_;
-  const int dataRank_;                // this rank's pipeline (rank / stages); the rank without pipeline stages
-  const int dataWorld_;               // pipelines (world / stages)
-  const c10::DeviceType deviceType_;  // where autocast runs: the loader's device
+  const int dataRank_;   // this rank's pipeline (rank / stages); the rank without pipeline stages
+  const int dataWorld_;  // pipelines (world / stages)
 
   DistributedSampler sampler_;
   int64_t microPerEpoch_ = 0;

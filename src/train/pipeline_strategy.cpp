@@ -21,23 +21,25 @@
 #include "lockstep/train/checkpoint.h"
 #include "lockstep/train/strategy.h"
 #include "train/elements.h"
+#include "train/strategies.h"
 #include "train/synced_strategy.h"
 
 namespace lockstep {
 
 namespace {
 
-using Impl = const void*;
+/// A tensor by the address of its TensorImpl, shared by every view of the same parameter.
+using TensorIdentity = const void*;
 
 class PipelineStrategy final : public detail::SyncedStrategy {
  public:
-  PipelineStrategy(std::shared_ptr<torch::nn::Module> model, std::vector<PipelineLayer> layers,
-                   std::shared_ptr<Communicator> comm, PipelineOptions pipeline, OutputLossFn loss, DdpOptions options,
+  /// The stage moves its layers to `options.device` and runs them under `options.precision`.
+  PipelineStrategy(LayeredModel model, std::shared_ptr<Communicator> comm, const StrategyOptions& options,
                    std::unique_ptr<torch::optim::Optimizer> optimizer)
-      : model_(std::move(model)), world_(std::move(comm)), options_(std::move(options)), pipeline_(pipeline),
-        optimizer_(std::move(optimizer)), loss_(std::move(loss)) {
-    LOCKSTEP_CHECK(model_ != nullptr && world_ != nullptr && optimizer_ != nullptr,
-                   "the pipeline strategy needs a model, a communicator and an optimizer");
+      : SyncedStrategy(*optimizer, model, options), module_(model_.model), world_(std::move(comm)),
+        options_(options.sync), pipeline_(stageOptions(options)), optimizer_(std::move(optimizer)) {
+    const PipelineOptions& pipeline = pipeline_;
+    std::vector<PipelineLayer> layers = model_.layers;
     checkPipelineOptions(pipeline, static_cast<int64_t>(layers.size()), world_->size());
     const int p = static_cast<int>(pipeline.stages);
     const int rank = world_->rank();
@@ -55,30 +57,33 @@ class PipelineStrategy final : public detail::SyncedStrategy {
     }
   }
 
-  void start() override {
-    if (!data_) return;
-    ddp_ = std::make_unique<DistributedDataParallel>(holder_, data_, options_);
-    stage_->setDataParallel(ddp_.get());
+  std::string start() override {
+    if (data_) {
+      ddp_ = std::make_unique<DistributedDataParallel>(holder_, data_, options_);
+      stage_->setDataParallel(ddp_.get());
+    }
+    return describe();
   }
 
-  torch::optim::Optimizer& optimizer() override { return *optimizer_; }
-
-  void backward(const at::Tensor& /*loss*/, bool /*sync*/) override {
-    throw Error("pipeline stages run forward and backward themselves (trainBatch)");
-  }
-
-  bool runsTheModel() const override { return true; }
-
-  double trainBatch(const Batch& batch, double scale, bool sync) override {
+  /// The stage's schedule over the micro-batch's parts; the loss is the same on every stage.
+  double trainMicroBatch(const Batch& batch, double scale, bool sync, MicroBatchHooks& hooks) override {
     double loss = 0;
-    runSynced(sync, [&] { loss = stage_->trainBatch(batch, loss_, scale); });
+    runSynced(sync, [&] { loss = stage_->trainBatch(batch, model_.loss, scale); });
     activationPeak_ = std::max(activationPeak_, stage_->lastTimings().peakStoredBytes);
-    return loss;
+    hooks.pipelineDone(stage_->lastTimings());
+    return loss * scale;
   }
 
-  at::Tensor evaluate(const Batch& batch) override { return stage_->forward(batch); }
-
-  const PipelineTimings* pipelineTimings() const override { return &stage_->lastTimings(); }
+  /// Computed on the last stage, which holds the model's output.
+  Evaluation evaluate(const Batch& batch) override {
+    const at::Tensor out = stage_->forward(batch);
+    Evaluation e;
+    if (!out.defined()) return e;
+    e.computed = true;
+    e.meanLoss = model_.loss(out, batch).item<double>();
+    e.correct = model_.correct ? model_.correct(out, batch) : 0;
+    return e;
+  }
 
   /// Clipping by the norm over every stage's gradients (one allreduce over the pipeline).
   void step(double clipGradNorm) override {
@@ -86,7 +91,7 @@ class PipelineStrategy final : public detail::SyncedStrategy {
     optimizer_->step();
   }
 
-  std::string describe() const override {
+  std::string describe() const {
     const int64_t elements = detail::elementsOf(stage_->parameters());
     std::string text = fmt::format(
         "pipeline of {} stages x {} micro-batches ({}), balance [{}]; this rank: stage {} of pipeline {}, layers "
@@ -123,18 +128,24 @@ class PipelineStrategy final : public detail::SyncedStrategy {
   TensorArchive stagePiece();
   void mergePiece(const TensorArchive& piece, TensorArchive& archive);
 
-  std::shared_ptr<torch::nn::Module> model_;
+  static PipelineOptions stageOptions(const StrategyOptions& options) {
+    PipelineOptions pipeline = options.pipeline;
+    pipeline.precision = options.precision;
+    pipeline.device = options.device;
+    return pipeline;
+  }
+
+  std::shared_ptr<torch::nn::Module> module_;
   std::shared_ptr<Communicator> world_, pipe_, data_;
   DdpOptions options_;
   PipelineOptions pipeline_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::unique_ptr<PipelineStage> stage_;
   std::shared_ptr<torch::nn::Module> holder_;  // this stage's modules, for DDP
-  OutputLossFn loss_;
   std::unique_ptr<DistributedDataParallel> ddp_;
   int pipelines_ = 1;
   int64_t activationPeak_ = -1;
-  std::set<Impl> owned_, ownedBuffers_;
+  std::set<TensorIdentity> owned_, ownedBuffers_;
 
   GradientSync* gradientSync() const override { return ddp_.get(); }
 };
@@ -142,7 +153,7 @@ class PipelineStrategy final : public detail::SyncedStrategy {
 /// This stage's model tensors and optimizer state, under the unsplit model's keys.
 TensorArchive PipelineStrategy::stagePiece() {
   TensorArchive piece("pipeline stage");
-  for (const auto& [key, tensor] : modelEntries(*model_)) {
+  for (const auto& [key, tensor] : modelEntries(*module_)) {
     if (owns(tensor)) piece.putTensor(key, tensor);
   }
   saveOptimizerState(*optimizer_, piece);  // state exists for this stage's parameters only
@@ -153,7 +164,7 @@ TensorArchive PipelineStrategy::stagePiece() {
 void PipelineStrategy::mergePiece(const TensorArchive& piece, TensorArchive& archive) {
   c10::NoGradGuard noGrad;
   std::map<std::string, at::Tensor> tensors;
-  for (auto& [key, tensor] : modelEntries(*model_)) tensors.emplace(std::move(key), std::move(tensor));
+  for (auto& [key, tensor] : modelEntries(*module_)) tensors.emplace(std::move(key), std::move(tensor));
   for (const auto& key : piece.keys(kModelEntryPrefix)) {
     auto it = tensors.find(key);
     LOCKSTEP_CHECK(it != tensors.end(), "a pipeline stage sent '", key, "', which rank 0's model lacks");
@@ -183,11 +194,11 @@ void PipelineStrategy::saveState(TensorArchive* archive) {
   }
   saveOptimizerState(*optimizer_, *archive);
   for (const auto& piece : pieces) mergePiece(piece, *archive);
-  saveModelState(*model_, *archive);
+  saveModelState(*module_, *archive);
 }
 
 void PipelineStrategy::loadState(const TensorArchive& archive, bool report) {
-  loadModelState(archive, *model_);
+  loadModelState(archive, *module_);
   loadOptimizerState(*optimizer_, archive, report);
   for (const auto& group : optimizer_->param_groups()) {
     for (const auto& p : group.params()) {
@@ -198,12 +209,10 @@ void PipelineStrategy::loadState(const TensorArchive& archive, bool report) {
 
 }  // namespace
 
-std::unique_ptr<Strategy> makePipelineStrategy(std::shared_ptr<torch::nn::Module> model,
-                                               std::vector<PipelineLayer> layers, std::shared_ptr<Communicator> comm,
-                                               PipelineOptions pipeline, OutputLossFn loss, DdpOptions options,
-                                               std::unique_ptr<torch::optim::Optimizer> optimizer) {
-  return std::make_unique<PipelineStrategy>(std::move(model), std::move(layers), std::move(comm), std::move(pipeline),
-                                            std::move(loss), std::move(options), std::move(optimizer));
+std::unique_ptr<Strategy> detail::makePipelineStrategy(LayeredModel model, std::shared_ptr<Communicator> comm,
+                                                       const StrategyOptions& options,
+                                                       std::unique_ptr<torch::optim::Optimizer> optimizer) {
+  return std::make_unique<PipelineStrategy>(std::move(model), std::move(comm), options, std::move(optimizer));
 }
 
 }  // namespace lockstep

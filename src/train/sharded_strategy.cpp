@@ -17,11 +17,10 @@
 
 namespace lockstep::detail {
 
-ShardedStrategy::ShardedStrategy(std::shared_ptr<ShardedGradientSync> zero, std::shared_ptr<torch::nn::Module> model,
-                                 std::shared_ptr<Communicator> comm)
-    : zero_(std::move(zero)), model_(std::move(model)), comm_(std::move(comm)) {}
-
-torch::optim::Optimizer& ShardedStrategy::optimizer() { return zero_->optimizer(); }
+ShardedStrategy::ShardedStrategy(std::shared_ptr<ShardedGradientSync> zero, LayeredModel model,
+                                 std::shared_ptr<Communicator> comm, const StrategyOptions& options)
+    : SyncedStrategy(zero->optimizer(), std::move(model), options), zero_(std::move(zero)), module_(model_.model),
+      comm_(std::move(comm)) {}
 
 void ShardedStrategy::step(double clipGradNorm) {
   if (clipGradNorm > 0) zero_->clipGradNorm(clipGradNorm);
@@ -39,7 +38,7 @@ RankMemory ShardedStrategy::memory() const {
 
 std::string ShardedStrategy::shardSummary(const std::string& what, const std::string& verb) const {
   return fmt::format("{} sharded over {} rank(s), this one {} {} of {} elements", what, comm_->size(), verb,
-                     zero_->ownedElements(), elementsOf(model_->parameters()));
+                     zero_->ownedElements(), elementsOf(module_->parameters()));
 }
 
 namespace {
@@ -49,17 +48,16 @@ class Zero2Strategy final : public ShardedStrategy {
   // Built when the Trainer builds its strategy, on every rank at the same
   // point: the construction is collective (rank 0's model is broadcast), and
   // a resume then restores the pieces' optimizer state.
-  Zero2Strategy(std::shared_ptr<torch::nn::Module> model, std::shared_ptr<Communicator> comm, DdpOptions options,
+  Zero2Strategy(LayeredModel model, std::shared_ptr<Communicator> comm, const StrategyOptions& options,
                 std::unique_ptr<torch::optim::Optimizer> optimizer)
-      : ShardedStrategy(std::make_shared<ShardedDataParallel>(model, comm, std::move(optimizer), options), model,
-                        comm) {}
+      : ShardedStrategy(std::make_shared<ShardedDataParallel>(model.model, comm, std::move(optimizer), options.sync),
+                        model, comm, options) {}
 
   // The model was broadcast at construction; a resume restored the same
   // checkpoint on every rank. Broadcast again so a model changed in between
   // (a callback, a user's own loading) still starts equal everywhere.
-  void start() override { broadcastModule(*model_, *comm_); }
-
-  std::string describe() const override {
+  std::string start() override {
+    broadcastModule(*module_, *comm_);
     const int buckets = static_cast<const ShardedDataParallel&>(*zero_).numBuckets();
     return shardSummary(fmt::format("ZeRO-2 {} bucket(s) reduce-scattered: gradients and optimizer state", buckets),
                         "updates");
@@ -67,22 +65,22 @@ class Zero2Strategy final : public ShardedStrategy {
 
   // Every rank holds the model whole: the archive takes it from this one.
   void saveState(TensorArchive* archive) override {
-    if (archive) saveModelState(*model_, *archive);
+    if (archive) saveModelState(*module_, *archive);
     zero_->saveState(archive);
   }
 
   void loadState(const TensorArchive& archive, bool report) override {
-    loadModelState(archive, *model_);
+    loadModelState(archive, *module_);
     zero_->loadState(archive, report);
   }
 };
 
 }  // namespace
 
-std::unique_ptr<Strategy> makeZero2Strategy(std::shared_ptr<torch::nn::Module> model,
-                                            std::shared_ptr<Communicator> comm, DdpOptions options,
+std::unique_ptr<Strategy> makeZero2Strategy(LayeredModel model, std::shared_ptr<Communicator> comm,
+                                            const StrategyOptions& options,
                                             std::unique_ptr<torch::optim::Optimizer> optimizer) {
-  return std::make_unique<Zero2Strategy>(std::move(model), std::move(comm), std::move(options), std::move(optimizer));
+  return std::make_unique<Zero2Strategy>(std::move(model), std::move(comm), options, std::move(optimizer));
 }
 
 }  // namespace lockstep::detail

@@ -17,10 +17,9 @@ namespace lockstep::detail {
 
 class ShardedStrategy : public SyncedStrategy {
  public:
-  ShardedStrategy(std::shared_ptr<ShardedGradientSync> zero, std::shared_ptr<torch::nn::Module> model,
-                  std::shared_ptr<Communicator> comm);
+  ShardedStrategy(std::shared_ptr<ShardedGradientSync> zero, LayeredModel model, std::shared_ptr<Communicator> comm,
+                  const StrategyOptions& options);
 
-  torch::optim::Optimizer& optimizer() override;
   void step(double clipGradNorm) override;
   RankMemory memory() const override;
 
@@ -29,7 +28,7 @@ class ShardedStrategy : public SyncedStrategy {
   std::string shardSummary(const std::string& what, const std::string& verb) const;
 
   std::shared_ptr<ShardedGradientSync> zero_;
-  std::shared_ptr<torch::nn::Module> model_;
+  std::shared_ptr<torch::nn::Module> module_;
   std::shared_ptr<Communicator> comm_;
 
  private:

@@ -7,9 +7,36 @@
 
 namespace lockstep::detail {
 
-void SyncedStrategy::backward(const at::Tensor& loss, bool sync) {
-  LOCKSTEP_ASSERT(gradientSync() != nullptr, "backward() before start()");
-  runSynced(sync, [&] { loss.backward(); });
+SyncedStrategy::SyncedStrategy(torch::optim::Optimizer& optimizer, LayeredModel model, const StrategyOptions& options)
+    : Strategy(optimizer), model_(std::move(model)), precision_(options.precision), deviceType_(options.device.type()) {
+  LOCKSTEP_CHECK(model_.model != nullptr && model_.loss != nullptr, "a strategy needs a model and its loss function");
+}
+
+at::Tensor SyncedStrategy::chainOutput(const Batch& batch) { return runChain(model_, batch.inputs); }
+
+double SyncedStrategy::trainMicroBatch(const Batch& batch, double scale, bool sync, MicroBatchHooks& hooks) {
+  LOCKSTEP_ASSERT(gradientSync() != nullptr, "trainMicroBatch() before start()");
+  at::Tensor loss;
+  {
+    AutocastGuard amp(precision_, deviceType_);
+    loss = model_.loss(chainOutput(batch), batch);
+  }
+  // 1 / scale is the step's count of micro-batches, a whole number float32 holds exactly.
+  loss = loss.to(at::kFloat) / (1.0 / scale);
+  const double value = loss.item<double>();
+  const at::Tensor start = hooks.forwardDone(loss);
+  runSynced(sync, [&] { start.backward(); });
+  hooks.backwardDone();
+  return value;
+}
+
+Evaluation SyncedStrategy::evaluate(const Batch& batch) {
+  const at::Tensor out = chainOutput(batch);
+  Evaluation e;
+  e.computed = true;
+  e.meanLoss = model_.loss(out, batch).item<double>();  // before `correct`: the model runs in a fixed order
+  e.correct = model_.correct ? model_.correct(out, batch) : 0;
+  return e;
 }
 
 void SyncedStrategy::runSynced(bool sync, const std::function<void()>& backward) {
@@ -19,14 +46,11 @@ void SyncedStrategy::runSynced(bool sync, const std::function<void()>& backward)
   backward();
 }
 
-void SyncedStrategy::finishGradientSync() {
-  if (GradientSync* front = gradientSync()) front->finishGradientSync();
-}
-
-const std::vector<BucketTiming>& SyncedStrategy::lastSyncTimings() const {
-  static const std::vector<BucketTiming> kNone;
-  const GradientSync* front = gradientSync();
-  return front ? front->lastSyncTimings() : kNone;
+std::vector<BucketTiming> SyncedStrategy::finishGradientSync() {
+  GradientSync* front = gradientSync();
+  if (front == nullptr) return {};
+  front->finishGradientSync();
+  return front->lastSyncTimings();
 }
 
 }  // namespace lockstep::detail

@@ -62,18 +62,17 @@ FitResult trainTask(const TaskRegistry& tasks, const TrainConfig& config, Traine
   Trainer trainer(std::move(comm), std::move(options));
   trainer.injectFaults(config.testing);
   FitResult result;
-  const bool zero3Units = config.trainer.strategy == StrategyType::kZero3 && !parts.layers.empty() && parts.outputLoss;
-  if (config.trainer.pipeline.stages > 1 || zero3Units) {
-    if (parts.layers.empty() || !parts.outputLoss) {
+  if (parts.layers.empty() || !parts.outputLoss) {
+    if (config.trainer.pipeline.stages > 1) {
       throw ConfigError(fmt::format(
           "parallel.pipeline {}: model.type {} cannot be split into pipeline stages (it is not offered as a chain of "
           "layers; the image models are)",
           config.trainer.pipeline.stages, config.model.type));
     }
+    result = trainer.fit(parts.model, parts.loss, *parts.train, parts.validation.get(), parts.correct);
+  } else {
     LayeredModel layered{parts.model, parts.layers, parts.outputLoss, parts.outputCorrect};
     result = trainer.fit(layered, *parts.train, parts.validation.get());
-  } else {
-    result = trainer.fit(parts.model, parts.loss, *parts.train, parts.validation.get(), parts.correct);
   }
   // Every rank, so that a test (or a user) can compare the replicas a run ended with.
   size_t tensors = 0;

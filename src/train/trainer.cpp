@@ -88,53 +88,44 @@ Trainer::Trainer(std::shared_ptr<Communicator> comm, TrainerOptions options)
 FitResult Trainer::fit(std::shared_ptr<torch::nn::Module> model, const LossFn& loss, const Dataset& train,
                        const Dataset* validation, const CorrectFn& correct) {
   LOCKSTEP_CHECK(model != nullptr, "Trainer::fit needs a model");
-  if (options_.pipeline.stages > 1) {
-    throw ConfigError(
-        fmt::format("parallel.pipeline {} needs the model as a chain of layers: call Trainer::fit with "
-                    "a LayeredModel",
-                    options_.pipeline.stages));
-  }
-  const Placement placed = placeOn(options_, comm_, *model);
-  if (options_.strategy == StrategyType::kAsyncPs) {
-    return detail::AsyncPsRun(placed.comm, placed.options, std::move(model), faults_, loss, train, validation, correct)
-        .run();
-  }
-  return detail::FitRun(placed.comm, placed.options, std::move(model), faults_, loss, train, validation, correct).run();
+  return fit(wholeModel(std::move(model), loss, correct), train, validation);
 }
 
 FitResult Trainer::fit(const LayeredModel& model, const Dataset& train, const Dataset* validation) {
   LOCKSTEP_CHECK(model.model != nullptr && model.loss != nullptr, "Trainer::fit needs a model and a loss function");
-  checkPipelineOptions(options_.pipeline, static_cast<int64_t>(model.layers.size()), comm_->size());
-  if (options_.strategy == StrategyType::kZero3 && options_.pipeline.stages <= 1) {
-    // Each layer a unit, gathered around its use (fit_run.h builds the calls).
-    const Placement placed = placeOn(options_, comm_, *model.model);
-    return detail::FitRun(placed.comm, placed.options, model.model, faults_, nullptr, train, validation, nullptr,
-                          &model)
-        .run();
+  const PipelineOptions& pipeline = options_.pipeline;
+  if (pipeline.stages > 1 && model.layers.empty()) {
+    throw ConfigError(
+        fmt::format("parallel.pipeline {} needs the model as a chain of layers: call Trainer::fit with "
+                    "a LayeredModel",
+                    pipeline.stages));
   }
-  if (options_.pipeline.stages > 1) {
-    if (options_.batchSize < options_.pipeline.microbatchesOrDefault()) {
+  if (!model.layers.empty() || pipeline.stages != 1) {
+    checkPipelineOptions(pipeline, static_cast<int64_t>(model.layers.size()), comm_->size());
+  }
+  if (pipeline.stages > 1 && options_.batchSize < pipeline.microbatchesOrDefault()) {
+    throw ConfigError(
+        fmt::format("trainer.batch_size {} cannot be split into {} micro-batches (parallel.microbatches; 0 means 4 x "
+                    "parallel.pipeline): raise the batch size or lower parallel.microbatches",
+                    options_.batchSize, pipeline.microbatchesOrDefault()));
+  }
+  const Placement placed = placeOn(options_, comm_, *model.model);
+  if (options_.strategy == StrategyType::kAsyncPs) {
+    if (pipeline.stages > 1) {
       throw ConfigError(
-          fmt::format("trainer.batch_size {} cannot be split into {} micro-batches (parallel.microbatches; 0 means 4 x "
-                      "parallel.pipeline): raise the batch size or lower parallel.microbatches",
-                      options_.batchSize, options_.pipeline.microbatchesOrDefault()));
+          fmt::format("strategy.type async_ps cannot be combined with parallel.pipeline {}: the pipelines "
+                      "average each stage's gradients with ddp",
+                      pipeline.stages));
     }
-    const Placement placed = placeOn(options_, comm_, *model.model);
-    return detail::FitRun(placed.comm, placed.options, model.model, faults_, nullptr, train, validation, nullptr,
-                          &model)
+    LossFn loss = [model](torch::nn::Module&, const Batch& b) { return model.loss(runChain(model, b.inputs), b); };
+    CorrectFn correct;
+    if (model.correct) {
+      correct = [model](torch::nn::Module&, const Batch& b) { return model.correct(runChain(model, b.inputs), b); };
+    }
+    return detail::AsyncPsRun(placed.comm, placed.options, model.model, faults_, loss, train, validation, correct)
         .run();
   }
-  auto chain = [layers = model.layers](const at::Tensor& x) {
-    at::Tensor y = x;
-    for (const auto& layer : layers) y = layer.forward(y);
-    return y;
-  };
-  LossFn loss = [chain, fn = model.loss](torch::nn::Module&, const Batch& b) { return fn(chain(b.inputs), b); };
-  CorrectFn correct;
-  if (model.correct) {
-    correct = [chain, fn = model.correct](torch::nn::Module&, const Batch& b) { return fn(chain(b.inputs), b); };
-  }
-  return fit(model.model, loss, train, validation, correct);
+  return detail::FitRun(placed.comm, placed.options, model, faults_, train, validation).run();
 }
 
 }  // namespace lockstep

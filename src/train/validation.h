@@ -18,11 +18,12 @@ struct ValidationSums {
   double loss = 0;
   double rows = 0;
   double right = 0;
-  /// One batch: `meanLoss` over its rows, and `correct` right answers.
-  void add(const at::Tensor& meanLoss, int64_t correct, const Batch& batch) {
+  /// One batch as this rank's model answered it (nothing when it computed no output).
+  void add(const Evaluation& e, const Batch& batch) {
+    if (!e.computed) return;
     const auto n = static_cast<double>(batch.inputs.size(0));
-    loss += meanLoss.item<double>() * n;
-    right += static_cast<double>(correct);
+    loss += e.meanLoss * n;
+    right += static_cast<double>(e.correct);
     rows += n;
   }
 };

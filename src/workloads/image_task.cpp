@@ -51,15 +51,15 @@ class ImageTask final : public Task {
       auto predicted = static_cast<ImageClassifierImpl&>(m).forward(batch.inputs).argmax(1);
       return predicted.eq(batch.targets).sum().item<int64_t>();
     };
-    // Pipeline stages split the layers; zero3 gathers each layer's parameters around its use (with
-    // checkpoint segments it runs the model's own forward as one unit).
-    const bool zero3Units = config.trainer.strategy == StrategyType::kZero3 && config.model.checkpointSegments == 0;
-    if (config.trainer.pipeline.stages > 1 || zero3Units) {
-      if (config.model.checkpointSegments > 0) {
+    // The model as a chain (pipeline stages split it, ZeRO-3 gathers a layer at a time); with
+    // checkpoint segments it runs its own forward, whole.
+    if (config.model.checkpointSegments > 0) {
+      if (config.trainer.pipeline.stages > 1) {
         throw ConfigError(
             "model.checkpoint_segments cannot be combined with parallel.pipeline (the stages run the "
             "model's layers themselves)");
       }
+    } else {
       parts.layers = static_cast<ImageClassifierImpl&>(*parts.model).layers();
       parts.outputLoss = [](const at::Tensor& out, const Batch& batch) {
         return at::cross_entropy_loss(out, batch.targets);

@@ -255,8 +255,12 @@ TEST(Zero3, BadInputNamesTheParameterOrTheStrategy) {
     });
     EXPECT_HAS(message, "'there'");
     EXPECT_HAS(message, "float32 parameters on one device (cpu)");
-    EXPECT_HAS(test::errorOf([&] { makeStrategy(StrategyType::kZero3, local.ptr(), borrow(comm), {}, adam()); }),
-               "FullyShardedDataParallel");
+    StrategyOptions piped;
+    piped.type = StrategyType::kZero3;
+    piped.pipeline.stages = 2;
+    const LossFn noLoss = [](torch::nn::Module&, const Batch&) { return at::Tensor(); };
+    EXPECT_HAS(test::errorOf([&] { makeStrategy(wholeModel(local.ptr(), noLoss), borrow(comm), piped, adam()); }),
+               "strategy.type zero3 cannot be combined with parallel.pipeline 2");
     // What ZeRO does not take, named with the front and the stage.
     EXPECT_HAS(test::errorOf([&] { FullyShardedDataParallel(local.ptr(), layers, borrow(comm), nullptr); }),
                "FullyShardedDataParallel needs a module, a communicator and an optimizer");

@@ -26,6 +26,9 @@ void sendArchive(Communicator& comm, const TensorArchive& archive, int dst);
 /// Receives what rank `src` sent with sendArchive; `label` names it in errors.
 TensorArchive receiveArchive(Communicator& comm, int src, std::string label);
 
+/// Collective: rank `root`'s `archive` (null elsewhere) on every rank, serialized once on the root
+/// (a tensor source is read there: its parts arrive as it is written); `label` names it in errors.
+TensorArchive broadcastArchive(Communicator& comm, const TensorArchive* archive, int root, std::string label);
 /// Copies entry `key` of `from` into `to` under `toKey` (empty: the same key), whatever its kind.
 void copyArchiveEntry(const TensorArchive& from, const std::string& key, TensorArchive& to,
                       const std::string& toKey = {});

@@ -36,7 +36,9 @@ struct TaskParts {
   LossFn loss;
   CorrectFn correct;  ///< null: no accuracy
   /// The model as a chain of layers, with the loss and accuracy of its output: what pipeline
-  /// stages (parallel.pipeline > 1) split. Empty: the model cannot be split.
+  /// stages (parallel.pipeline > 1) split and ZeRO-3 gathers one layer at a time. When given, the
+  /// Trainer trains the chain (`loss` and `correct` are then unused). Empty: the model is trained
+  /// whole with `loss`, and cannot be split.
   std::vector<PipelineLayer> layers;
   OutputLossFn outputLoss;
   OutputCorrectFn outputCorrect;

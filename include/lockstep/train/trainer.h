@@ -60,24 +60,6 @@ class Module;
 
 namespace lockstep {
 
-/// Returns the mean loss of the batch (the Trainer backpropagates it).
-using LossFn = std::function<at::Tensor(torch::nn::Module& model, const Batch& batch)>;
-/// Returns how many samples of the batch the model gets right (validation accuracy).
-using CorrectFn = std::function<int64_t(torch::nn::Module& model, const Batch& batch)>;
-
-/// Returns how many samples of the batch a model's `output` gets right (LayeredModel).
-using OutputCorrectFn = std::function<int64_t(const at::Tensor& output, const Batch& batch)>;
-
-/// A model given as a chain of layers with its loss (and accuracy) on the chain's output: what
-/// pipeline stages split (TrainerOptions::pipeline). Without a pipeline it trains as fit(model, ...)
-/// with the loss of the chain's output.
-struct LayeredModel {
-  std::shared_ptr<torch::nn::Module> model;  ///< owns every layer's modules; names the checkpoint's tensors
-  std::vector<PipelineLayer> layers;
-  OutputLossFn loss;
-  OutputCorrectFn correct;  ///< null: no accuracy
-};
-
 /// Where and how often the Trainer writes checkpoints, and which it resumes from.
 struct CheckpointOptions {
   std::string dir;    ///< empty: no checkpoints
