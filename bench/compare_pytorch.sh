@@ -4,7 +4,7 @@
 #
 #   bench/compare_pytorch.sh [STEPS]        (default 30 optimizer steps per run)
 #
-# Workloads (DESIGN.md "Workloads"; both sides: 2 workers on loopback, Gloo,
+# Workloads (the harness's config_of; both sides: 2 workers on loopback, Gloo,
 # 1 intra-op thread each, the same model, batch, optimizer and step count):
 #   charlstm  configs/charlstm-bench.yaml  (Python side: synthetic windows of the same shape)
 #   convnet   configs/fashion_convnet.yaml (both: Fashion-MNIST)

@@ -131,8 +131,8 @@ json_number() {
 
 # --- set-up ---------------------------------------------------------------------------------
 
-# The workloads the scripts accept by name (DESIGN.md "Workloads"); an unknown
-# name is an error naming the calling script.
+# The workloads the scripts accept by name, each a config in configs/ (bench/README.md lists
+# them); an unknown name is an error naming the calling script.
 config_of() {
   case "$1" in
     charlstm) echo configs/charlstm-bench.yaml ;;

@@ -2,7 +2,7 @@
 # Training throughput of a config with 1 and 2 workers, measured back to back
 # in one run so the ratio is meaningful on a shared machine.
 #   bench/train_scaling.sh [CONFIG] [STEPS]
-# CONFIG defaults to configs/charlstm-bench.yaml (DESIGN.md's charlstm shapes);
+# CONFIG defaults to configs/charlstm-bench.yaml (the charlstm benchmark shapes);
 # configs/fashion_convnet.yaml gives the convnet workload. STEPS defaults to 30.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -4,7 +4,7 @@
     $LOCKSTEP_VENV/bin/python3 bench/pytorch/ddp_bench.py WORKLOAD [--steps 30] [--nproc 2] [--threads 1]
         [--compile] [--device cpu|cuda] [--no-flip]
 
-WORKLOAD is one of (DESIGN.md "Workloads", the same shapes as lockstep's configs):
+WORKLOAD is one of (the same shapes as lockstep's configs):
   charlstm  configs/charlstm-bench.yaml: one-hot characters (vocabulary --vocab, 29 for
             lockstep's pet-name data), window 16, 4 LSTM layers of 128, a dense layer to
             the vocabulary, cross entropy summed over every position and divided by
