@@ -11,8 +11,8 @@
 #   mlp       configs/mlp-bench.yaml       (both: Fashion-MNIST; 20 M parameters, batch 32)
 #   mlp-powersgd  the mlp with PowerSGD at rank 4 from the 3rd step on both sides (lockstep's
 #             ddp.compression powersgd with its default buckets against PyTorch's
-#             powerSGD_hook with ONE bucket: with more, torch 1.13 aborted over Gloo, as
-#             the hook's chained allreduces of two buckets reached the ranks in different orders;
+#             powerSGD_hook with ONE bucket: with more, the hook's chained allreduces of two buckets
+#             can reach the ranks in different orders over Gloo and abort them;
 #             should PyTorch's side fail anyway, its ratio is against PyTorch's plain DDP on the
 #             mlp workload of the same command); not in the default list
 # Rows: PyTorch DDP eager (bench/pytorch/ddp_bench.py, torch.multiprocessing.spawn), the same
