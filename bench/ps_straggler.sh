@@ -6,7 +6,7 @@
 #
 # For ROUNDS rounds (default 5; the order flips every other round) trains the same samples twice:
 #   ddp:      lockstep run -np W -- lockstep train CONFIG trainer.max_steps=STEPS
-#   async_ps: lockstep run -np W+SERVERS -- lockstep train CONFIG strategy.type=async_ps ps.staleness=S
+#   async_ps: lockstep run -np W+SERVERS -- lockstep train CONFIG schedule.type=async_ps ps.staleness=S
 #             ps.servers=SERVERS trainer.max_steps=STEPS   (STEPS x W updates of one worker's batch)
 # with worker SLOW_RANK (default 2) slowed by the documented test knob testing.slow_rank /
 # testing.slow_factor (default 2: it computes at half speed). Reads rank 0's --result-json:
@@ -43,7 +43,7 @@ run() {  # SIDE ROUND [key=value ...] -> trains, leaves $OUT/r<ROUND - 1>-SIDE.j
   shift 2
   if [ "$side" = async_ps ]; then
     np=$((W + SERVERS))
-    extra=(strategy.type=async_ps "ps.staleness=$S" "ps.servers=$SERVERS")
+    extra=(schedule.type=async_ps "ps.staleness=$S" "ps.servers=$SERVERS")
   fi
   local json="$OUT/r$round-$side.json"
   if ! "$BIN" run -np "$np" -- "$BIN" train "$CONFIG" "trainer.max_steps=$STEPS" "testing.slow_rank=$SLOW_RANK" \

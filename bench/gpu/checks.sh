@@ -188,7 +188,7 @@ check_pipeline() {
 check_async_ps() {
   local n first last
   n=$(steps 300 20)
-  shared ps 3 petnames.yaml strategy.type=async_ps ps.servers=1 "trainer.max_steps=$n" \
+  shared ps 3 petnames.yaml schedule.type=async_ps ps.servers=1 "trainer.max_steps=$n" \
     "trainer.log_every=$(steps 20 2)" generate.samples=0 && read -r first last < <(ends ps) &&
     falls "$first" "$last" || { echo "loss ${first:-?} -> ${last:-?}; see $out/ps.log"; return 1; }
   echo "1 server, 2 workers on one device, $n steps each: loss $first -> $last"

@@ -82,7 +82,8 @@ void PsCheckpointWriter::write(int64_t updates, const at::Tensor& shard, torch::
     }
     offset += params[i].numel();
   }
-  const Position at{updates, updates / batchesPerEpoch, updates % batchesPerEpoch};
+  const int64_t batches = updates * accumulation;
+  const Position at{updates, batches / batchesPerEpoch, batches % batchesPerEpoch};
   putTrainingMeta(archive, at, /*worldSize=*/1, *options, RunMetrics{});
   const std::string path = dir->save(updates, archive);
   log::info(fmt::format("checkpoint {} written ({} updates)", path, updates));

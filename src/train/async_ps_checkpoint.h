@@ -34,6 +34,7 @@ struct PsCheckpointWriter {
   const TrainerOptions* options = nullptr;
   CheckpointDir* dir = nullptr;  ///< server 0's
   int64_t batchesPerEpoch = 0;
+  int64_t accumulation = 1;  ///< batches per update
 
   /// Called by every server at the same number of updates (collective over the servers): the
   /// others send their range and optimizer state to server 0, which writes the checkpoint file.

@@ -1,4 +1,4 @@
-// Trainer::fit with strategy async_ps: servers serve, workers train by ticket (async_ps_run.h).
+// Trainer::fit with schedule async_ps: servers serve, workers train by ticket (async_ps_run.h).
 #include "train/async_ps_run.h"
 
 #include <ATen/ATen.h>
@@ -41,18 +41,26 @@ AsyncPsRun::AsyncPsRun(std::shared_ptr<Communicator> comm, const TrainerOptions&
         fmt::format("the training set has {} samples: too few for one batch of {}; lower trainer.batch_size",
                     train.size(), o_.batchSize));
   }
-  // trainer.max_steps keeps the samples of a synchronous run of that many steps: W updates each.
-  totalBatches_ = o_.maxSteps > 0 ? o_.maxSteps * role_.workers : o_.epochs * batchesPerEpoch_;
-  LrScalingOptions scaling = o_.lrScaling;
-  if (scaling.baseBatch == 0) scaling.baseBatch = o_.batchSize;
-  lr_ = scaledLearningRate(o_.optimizer.lr, o_.batchSize, scaling);  // an update is one worker's batch
+  // An update is one worker's `accumulation` batches; trainer.max_steps keeps the samples of a
+  // synchronous run of that many steps: W updates each.
+  updateBatch_ = o_.batchSize * o_.accumulation;
+  totalUpdates_ = o_.maxSteps > 0 ? o_.maxSteps * role_.workers : o_.epochs * batchesPerEpoch_ / o_.accumulation;
+  if (totalUpdates_ == 0) {
+    throw ConfigError(
+        fmt::format("the training set has {} batches of {}: too few for one update of {} accumulated; "
+                    "lower trainer.accumulation or raise trainer.epochs",
+                    batchesPerEpoch_, o_.batchSize, o_.accumulation));
+  }
+  scaling_ = o_.lrScaling;
+  if (scaling_.baseBatch == 0) scaling_.baseBatch = updateBatch_;
+  lr_ = scaledLearningRate(o_.optimizer.lr, updateBatch_, scaling_);
   if (!o_.checkpoint.dir.empty()) {
     checkpoints_ = std::make_unique<CheckpointDir>(o_.checkpoint.dir, o_.checkpoint.keepLast);
     const auto buffers = model_->named_buffers();
     writeCheckpoints_ = buffers.is_empty();
     if (!writeCheckpoints_ && rank_ == 0) {
       log::warn(
-          fmt::format("strategy.type async_ps writes no checkpoints of this model: its buffers ({}, ...) live on "
+          fmt::format("schedule.type async_ps writes no checkpoints of this model: its buffers ({}, ...) live on "
                       "the workers, each its own, and the servers hold only the parameters",
                       buffers.begin()->key()));
     }
@@ -61,18 +69,9 @@ AsyncPsRun::AsyncPsRun(std::shared_ptr<Communicator> comm, const TrainerOptions&
 
 void AsyncPsRun::checkOptions() const {
   LOCKSTEP_CHECK(train_.size() > 0, "the training set is empty");
-  const std::string why = "strategy.type async_ps";
-  if (o_.accumulation > 1) {
-    throw ConfigError(fmt::format("trainer.accumulation {}: {} pushes every batch (use a larger trainer.batch_size)",
-                                  o_.accumulation, why));
-  }
+  const std::string why = "schedule.type async_ps";
   if (o_.pipeline.stages > 1) {
     throw ConfigError(fmt::format("parallel.pipeline {} cannot be combined with {}", o_.pipeline.stages, why));
-  }
-  if (o_.lrScaling.warmupSteps > 0) {
-    throw ConfigError(
-        fmt::format("lr_scaling.warmup_steps {}: {} keeps one learning rate on the servers (no warmup yet)",
-                    o_.lrScaling.warmupSteps, why));
   }
   if (o_.precision == Precision::kFp16) {
     throw ConfigError(why + " does not scale the loss: precision fp16 needs strategy ddp (bf16 works here)");
@@ -114,7 +113,7 @@ void AsyncPsRun::resume() {
         loadModelState(archive, *model_);
       },
       metrics, /*dataWorld=*/1);
-  firstUpdate_ = at.epoch * batchesPerEpoch_ + at.batchInEpoch;
+  firstUpdate_ = (at.epoch * batchesPerEpoch_ + at.batchInEpoch) / o_.accumulation;
   result_.resumedFromStep = firstUpdate_;
 }
 
@@ -122,30 +121,51 @@ void AsyncPsRun::resume() {
 PsOptions AsyncPsRun::psOptions() const {
   PsOptions ps = o_.ps;
   ps.firstUpdate = firstUpdate_;
+  ps.learningRate = [this](int64_t update) { return learningRateOf(update); };
   if (writeCheckpoints_) {
-    ps.checkpointEvery = o_.checkpoint.every > 0 ? o_.checkpoint.every * role_.workers : batchesPerEpoch_;
+    ps.checkpointEvery = o_.checkpoint.every > 0 ? o_.checkpoint.every * role_.workers : updatesPerEpoch();
   }
   return ps;
 }
+
+/// Update u's rate: the rate for one worker's batch, warmed up over lr_scaling.warmup_steps steps of a
+/// synchronous run (W updates each, as trainer.max_steps counts them) by the share of its target
+/// rate the synchronous run has at that step (under the linear rule: its rate / W).
+double AsyncPsRun::learningRateOf(int64_t update) const {
+  const int64_t step = update / role_.workers;
+  if (step >= scaling_.warmupSteps) return lr_;
+  const int64_t stepBatch = updateBatch_ * role_.workers;
+  const double target = scaledLearningRate(o_.optimizer.lr, stepBatch, scaling_);
+  if (target == 0) return lr_;
+  return lr_ * (learningRateAt(step, o_.optimizer.lr, stepBatch, scaling_) / target);
+}
+
+int64_t AsyncPsRun::updatesPerEpoch() const { return std::max<int64_t>(1, batchesPerEpoch_ / o_.accumulation); }
+
+/// The epoch of the first batch of update `ticket`.
+int64_t AsyncPsRun::epochOf(int64_t ticket) const { return ticket * o_.accumulation / batchesPerEpoch_; }
 
 void AsyncPsRun::announce() {
   if (rank_ == 0) {
     log::info(fmt::format(
         "training asynchronously: {} worker(s) and {} parameter server(s) (ranks {}..{}), staleness bound {}; {} "
-        "samples, batch {} per update, lr {} per update; {} updates ({} per epoch){}; {}",
+        "samples, batch {} per update, lr {} per update{}; {} updates ({} per epoch){}; {}",
         role_.workers, role_.servers, role_.workers, role_.workers + role_.servers - 1, o_.ps.staleness, train_.size(),
-        o_.batchSize, lr_, totalBatches_, batchesPerEpoch_,
-        firstUpdate_ > 0 ? fmt::format(", from update {}", firstUpdate_ + 1) : "",
+        o_.accumulation > 1 ? fmt::format("{} x {} accumulated", o_.batchSize, o_.accumulation)
+                            : std::to_string(o_.batchSize),
+        lr_,
+        scaling_.warmupSteps > 0 ? fmt::format(" (warmup {} x {} updates)", scaling_.warmupSteps, role_.workers) : "",
+        totalUpdates_, updatesPerEpoch(), firstUpdate_ > 0 ? fmt::format(", from update {}", firstUpdate_ + 1) : "",
         writeCheckpoints_ ? fmt::format("a checkpoint every {} updates and at the end", psOptions().checkpointEvery)
                           : "no checkpoints"));
   }
   FitInfo info;
   info.rank = rank_;
   info.worldSize = comm_->size();
-  info.totalSteps = totalBatches_;
-  info.stepsPerEpoch = batchesPerEpoch_;
-  info.epochs = (totalBatches_ + batchesPerEpoch_ - 1) / batchesPerEpoch_;
-  info.globalBatch = o_.batchSize;
+  info.totalSteps = totalUpdates_;
+  info.stepsPerEpoch = updatesPerEpoch();
+  info.epochs = (totalUpdates_ + updatesPerEpoch() - 1) / updatesPerEpoch();
+  info.globalBatch = updateBatch_;
   events_.fitStart(info);
 }
 
@@ -159,7 +179,8 @@ void AsyncPsRun::serve() {
     resumedOptimizer_.reset();
     for (auto& group : server.optimizer().param_groups()) group.options().set_lr(lr_);  // the run's, not the file's
   }
-  const PsCheckpointWriter writer{comm_.get(), role_, model_.get(), &o_, checkpoints_.get(), batchesPerEpoch_};
+  const PsCheckpointWriter writer{comm_.get(),      role_,          model_.get(), &o_, checkpoints_.get(),
+                                  batchesPerEpoch_, o_.accumulation};
   int64_t saved = firstUpdate_;
   server.setCheckpointHook([&](int64_t updates) {
     writer.write(updates, server.shard(), server.optimizer());
@@ -180,52 +201,59 @@ void AsyncPsRun::work() {
   trainStart_ = windowStart_ = Clock::now();
   worker.pull();
   int64_t ticket = worker.ticket();
-  while (ticket < totalBatches_) {
+  while (ticket < totalUpdates_) {
     const double loss = trainBatch(ticket);
     worker.push();
     timer_.endPhase(Phase::kCommWait);
     timer_.endPhase(Phase::kOptimizer);
     timer_.endStep({});
-    events_.stepEnd(timer_.record(), ticket + 1, ticket / batchesPerEpoch_, loss, lr_);
+    const double lr = learningRateOf(ticket);
+    events_.stepEnd(timer_.record(), ticket + 1, epochOf(ticket), loss, lr);
     windowLoss_ += loss;
     ++windowSteps_;
-    if (worker.pushes() % o_.logEvery == 0) logWindow(ticket, lr_);
+    if (worker.pushes() % o_.logEvery == 0) logWindow(ticket, lr);
     ticket = worker.ticket();
   }
   worker.finish();
   trainEnd_ = Clock::now();
-  if (windowSteps_ > 0) logWindow(totalBatches_ - 1, lr_);
+  if (windowSteps_ > 0) logWindow(totalUpdates_ - 1, learningRateOf(totalUpdates_ - 1));
   waitSeconds_ = worker.waitSeconds();
 }
 
-/// Forward and backward of batch `ticket` (the gradients are left for the push); returns its loss.
+/// Forward and backward of update `ticket`'s batches (the gradients are left for the push);
+/// returns their mean loss.
 double AsyncPsRun::trainBatch(int64_t ticket) {
-  const int64_t epoch = ticket / batchesPerEpoch_;
-  if (epoch != samplerEpoch_) {
-    sampler_.setEpoch(epoch);
-    samplerEpoch_ = epoch;
-  }
   timer_.beginStep();
   const auto computeStart = Clock::now();
-  Batch batch =
-      onDevice(train_.batch(sampler_.batch(ticket % batchesPerEpoch_, o_.batchSize), epoch), o_.loader.device);
-  timer_.endPhase(Phase::kDataWait);
   for (auto& p : model_->parameters()) p.mutable_grad() = at::Tensor();
-  at::Tensor loss;
-  {
-    AutocastGuard amp(o_.precision, o_.loader.device.type());
-    loss = lossFn_(*model_, batch);
+  double value = 0;
+  for (int64_t m = 0; m < o_.accumulation; ++m) {
+    const int64_t k = ticket * o_.accumulation + m;  // the run's batch k: batch k mod B of epoch k / B
+    const int64_t epoch = k / batchesPerEpoch_;
+    if (epoch != samplerEpoch_) {
+      sampler_.setEpoch(epoch);
+      samplerEpoch_ = epoch;
+    }
+    Batch batch = onDevice(train_.batch(sampler_.batch(k % batchesPerEpoch_, o_.batchSize), epoch), o_.loader.device);
+    timer_.endPhase(Phase::kDataWait);
+    at::Tensor loss;
+    {
+      AutocastGuard amp(o_.precision, o_.loader.device.type());
+      loss = lossFn_(*model_, batch);
+    }
+    loss = loss.to(at::kFloat) / static_cast<double>(o_.accumulation);
+    const double part = loss.item<double>();
+    if (!std::isfinite(part)) {
+      throw Error(
+          fmt::format("the loss of batch {} is not finite on rank {} (worker {}): {}; stopping (async_ps has no "
+                      "skipping yet)",
+                      k + 1, rank_, role_.index, part * static_cast<double>(o_.accumulation)));
+    }
+    value += part;
+    timer_.endPhase(Phase::kForward);
+    loss.backward();
+    timer_.endPhase(Phase::kBackward);
   }
-  loss = loss.to(at::kFloat);
-  const double value = loss.item<double>();
-  if (!std::isfinite(value)) {
-    throw Error(
-        fmt::format("the loss of batch {} is not finite on rank {} (worker {}): {}; stopping (async_ps has no "
-                    "skipping yet)",
-                    ticket + 1, rank_, role_.index, value));
-  }
-  timer_.endPhase(Phase::kForward);
-  loss.backward();
   if (o_.clipGradNorm > 0) clipGradNorm(gradientsOf(model_->parameters()), o_.clipGradNorm);
   applyTestSlowdown(faults_, rank_, computeStart);
   timer_.endPhase(Phase::kBackward);
@@ -237,15 +265,14 @@ void AsyncPsRun::logWindow(int64_t ticket, double lr) {
   const auto now = Clock::now();
   const double seconds = std::chrono::duration<double>(now - windowStart_).count();
   result_.lastTrainLoss = windowLoss_ / static_cast<double>(windowSteps_);
-  const double samplesPerSecond = static_cast<double>(windowSteps_ * o_.batchSize) / seconds;
+  const double samplesPerSecond = static_cast<double>(windowSteps_ * updateBatch_) / seconds;
   if (rank_ == 0) {
     log::info(fmt::format("update {}/{} epoch {} loss {:.4f} (worker 0) lr {:.3g} {:.0f} samples/s (worker 0)",
-                          ticket + 1, totalBatches_, ticket / batchesPerEpoch_ + 1, result_.lastTrainLoss, lr,
-                          samplesPerSecond));
+                          ticket + 1, totalUpdates_, epochOf(ticket) + 1, result_.lastTrainLoss, lr, samplesPerSecond));
   }
   const double stepSeconds = seconds / static_cast<double>(windowSteps_);
-  const int64_t epoch = ticket / batchesPerEpoch_;
-  events_.log({ticket + 1, totalBatches_, epoch, result_.lastTrainLoss, lr, samplesPerSecond, stepSeconds}, now);
+  const int64_t epoch = epochOf(ticket);
+  events_.log({ticket + 1, totalUpdates_, epoch, result_.lastTrainLoss, lr, samplesPerSecond, stepSeconds}, now);
   windowLoss_ = 0;
   windowSteps_ = 0;
   windowStart_ = Clock::now();
@@ -261,7 +288,7 @@ void AsyncPsRun::validate() {
         [this](const Batch& batch, ValidationSums& s) { addValidationBatch(lossFn_, correct_, *model_, batch, s); });
   }
   reduceValidation(*comm_, sums, correct_ != nullptr, result_);
-  events_.validation(totalBatches_, (totalBatches_ - 1) / batchesPerEpoch_, result_.lastValidationLoss,
+  events_.validation(totalUpdates_, epochOf(totalUpdates_ - 1), result_.lastValidationLoss,
                      result_.lastValidationAccuracy);
   if (rank_ == 0) log::info(validationLine("final", result_));
 }
@@ -300,9 +327,9 @@ void AsyncPsRun::gather() {
 
 void AsyncPsRun::finish() {
   result_.worldSize = comm_->size();
-  result_.globalBatch = o_.batchSize;
+  result_.globalBatch = updateBatch_;
   if (result_.seconds > 0) {
-    result_.samplesPerSecond = static_cast<double>((result_.steps - firstUpdate_) * o_.batchSize) / result_.seconds;
+    result_.samplesPerSecond = static_cast<double>((result_.steps - firstUpdate_) * updateBatch_) / result_.seconds;
   }
   result_.breakdown = timer_.breakdown(*comm_);
   if (rank_ == 0) {

@@ -1,4 +1,4 @@
-// async_ps_run.h — one Trainer::fit() call with strategy async_ps (ps/parameter_server.h): the last
+// async_ps_run.h — one Trainer::fit() call with schedule async_ps (ps/parameter_server.h): the last
 // ps.servers ranks serve the weights, the others train at their own pace. Private to train/.
 //
 // Work is handed out by the servers' tickets: batch t of the run is batch t % B of epoch t / B of
@@ -39,6 +39,9 @@ class AsyncPsRun {
   void checkOptions() const;
   void resume();
   PsOptions psOptions() const;
+  double learningRateOf(int64_t update) const;
+  int64_t updatesPerEpoch() const;
+  int64_t epochOf(int64_t ticket) const;
   void announce();
   void serve();
   void work();
@@ -62,9 +65,11 @@ class AsyncPsRun {
 
   DistributedSampler sampler_;  // the whole training set: batch t % B of epoch t / B
   int64_t samplerEpoch_ = -1;
-  int64_t batchesPerEpoch_ = 0;
-  int64_t totalBatches_ = 0;
-  double lr_ = 0;  // the servers' learning rate: for one worker's batch
+  int64_t batchesPerEpoch_ = 0;  // B: the sampler's batches of trainer.batch_size per epoch
+  int64_t totalUpdates_ = 0;     // pushes of the run: each of trainer.accumulation batches
+  int64_t updateBatch_ = 0;      // samples per update
+  double lr_ = 0;                // the servers' learning rate after warmup: for one worker's batch
+  LrScalingOptions scaling_;
 
   std::unique_ptr<CheckpointDir> checkpoints_;
   bool writeCheckpoints_ = false;  // a checkpoint dir, and a model without buffers

@@ -10,6 +10,7 @@
 #include <variant>
 
 #include "lockstep/common/error.h"
+#include "lockstep/common/logging.h"
 #include "lockstep/ddp/comm_hook.h"
 #include "lockstep/optim/lr_scaling.h"
 #include "lockstep/optim/optimizer.h"
@@ -28,6 +29,22 @@ template <typename E>
 Choice choice(E* target, E (*parse)(const std::string&, const std::string&)) {
   return Choice{[target, parse](const std::string& text, const std::string& key) { *target = parse(text, key); },
                 [target] { return std::string(toString(*target)); }};
+}
+
+/// strategy.type's value: a strategy, or async_ps, the schedule's old spelling, for one release.
+void setStrategy(TrainerOptions& o, const std::string& text, const std::string& key) {
+  if (text != "async_ps") {
+    o.strategy = parseStrategyType(text, key);
+    return;
+  }
+  log::warn(key + " async_ps is deprecated: async_ps is a schedule, write schedule.type async_ps");
+  o.schedule = Schedule::kAsyncPs;
+}
+
+Choice strategyChoice(TrainerOptions& o) {
+  auto set = [&o](const std::string& text, const std::string& key) { setStrategy(o, text, key); };
+  auto get = [&o] { return std::string(toString(o.strategy)); };
+  return Choice{set, get};
 }
 
 using Target = std::variant<int64_t*, int*, uint64_t*, double*, bool*, std::string*, std::vector<std::string>*,
@@ -78,7 +95,8 @@ std::vector<Field> fieldsOf(TrainConfig& c) {
       {"lr_scaling.rule", choice(&c.trainer.lrScaling.rule, parseLrScalingRule)},
       {"lr_scaling.base_batch", &c.trainer.lrScaling.baseBatch},
       {"lr_scaling.warmup_steps", &c.trainer.lrScaling.warmupSteps},
-      {"strategy.type", choice(&c.trainer.strategy, parseStrategyType)},
+      {"strategy.type", strategyChoice(c.trainer)},
+      {"schedule.type", choice(&c.trainer.schedule, parseSchedule)},
       {"precision", choice(&c.trainer.precision, parsePrecision)},
       {"device", choice(&c.trainer.device, parseDeviceChoice)},
       {"parallel.pipeline", &c.trainer.pipeline.stages},

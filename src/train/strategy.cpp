@@ -23,8 +23,7 @@ namespace {
 constexpr EnumName<StrategyType> kStrategyNames[] = {{StrategyType::kDdp, "ddp"},
                                                      {StrategyType::kZero1, "zero1"},
                                                      {StrategyType::kZero2, "zero2"},
-                                                     {StrategyType::kZero3, "zero3"},
-                                                     {StrategyType::kAsyncPs, "async_ps"}};
+                                                     {StrategyType::kZero3, "zero3"}};
 
 /// ConfigError for what `options` cannot combine, before anything is built or broadcast.
 void checkStrategyOptions(const StrategyOptions& options) {
@@ -86,9 +85,8 @@ std::unique_ptr<Strategy> makeStrategy(LayeredModel model, std::shared_ptr<Commu
       return detail::makeZero2Strategy(std::move(model), std::move(comm), options, std::move(optimizer));
     case StrategyType::kZero3:
       return detail::makeZero3Strategy(std::move(model), std::move(comm), options, std::move(optimizer));
-    case StrategyType::kAsyncPs: break;
   }
-  throw InternalError("makeStrategy: async_ps is a schedule of its own (Trainer::fit runs it), not a Strategy");
+  throw InternalError("makeStrategy: strategy type " + std::to_string(static_cast<int>(options.type)));
 }
 
 TensorArchive strategyState(Strategy& strategy, Communicator& comm) {

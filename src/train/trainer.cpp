@@ -1,5 +1,5 @@
 // Trainer::fit: checks what it was given and runs one FitRun (fit_run.h), or,
-// for strategy async_ps, one AsyncPsRun (async_ps_run.h).
+// for schedule async_ps, one AsyncPsRun (async_ps_run.h).
 #include "lockstep/train/trainer.h"
 
 #include <ATen/ATen.h>
@@ -20,6 +20,7 @@ namespace lockstep {
 namespace {
 
 constexpr EnumName<NanPolicy> kNanPolicyNames[] = {{NanPolicy::kStop, "stop"}, {NanPolicy::kSkip, "skip"}};
+constexpr EnumName<Schedule> kScheduleNames[] = {{Schedule::kSync, "sync"}, {Schedule::kAsyncPs, "async_ps"}};
 
 /// Where one fit runs: its options with the device resolved (the loader delivers batches
 /// there) and the communicator its tensors go through.
@@ -35,15 +36,15 @@ Placement placeOn(const TrainerOptions& o, std::shared_ptr<Communicator> comm, t
   c10::Device device = pickDevice(o.device, localRank);
   if (device.is_cuda()) {
     setWorkerDevice(device);  // this thread's and every later lockstep thread's current device
-    if (o.strategy == StrategyType::kAsyncPs && comm->backendName() == "nccl") {
+    if (o.schedule == Schedule::kAsyncPs && comm->backendName() == "nccl") {
       // Its servers keep their shards in host memory and talk to each worker on its own.
       throw ConfigError(
-          fmt::format("strategy.type async_ps on {}: its parameter servers hold their shards in host memory and "
+          fmt::format("schedule.type async_ps on {}: its parameter servers hold their shards in host memory and "
                       "exchange them over gloo or mpi, not nccl; start it with --backend gloo",
                       device.str()));
     }
     // A parameter server keeps its shard and optimizer in host memory: it needs no model on the GPU.
-    if (o.strategy == StrategyType::kAsyncPs && psRole(comm->rank(), comm->size(), o.ps).server) {
+    if (o.schedule == Schedule::kAsyncPs && psRole(comm->rank(), comm->size(), o.ps).server) {
       device = c10::Device(c10::kCPU);
     } else if (comm->backendName() != "nccl") {
       comm = withHostStaging(std::move(comm));
@@ -59,6 +60,10 @@ Placement placeOn(const TrainerOptions& o, std::shared_ptr<Communicator> comm, t
 }  // namespace
 
 const char* toString(NanPolicy policy) { return enumName(kNanPolicyNames, policy); }
+const char* toString(Schedule schedule) { return enumName(kScheduleNames, schedule); }
+Schedule parseSchedule(const std::string& text, const std::string& what) {
+  return parseEnum(kScheduleNames, text, what);
+}
 NanPolicy parseNanPolicy(const std::string& text, const std::string& what) {
   return parseEnum(kNanPolicyNames, text, what);
 }
@@ -110,13 +115,7 @@ FitResult Trainer::fit(const LayeredModel& model, const Dataset& train, const Da
                     options_.batchSize, pipeline.microbatchesOrDefault()));
   }
   const Placement placed = placeOn(options_, comm_, *model.model);
-  if (options_.strategy == StrategyType::kAsyncPs) {
-    if (pipeline.stages > 1) {
-      throw ConfigError(
-          fmt::format("strategy.type async_ps cannot be combined with parallel.pipeline {}: the pipelines "
-                      "average each stage's gradients with ddp",
-                      pipeline.stages));
-    }
+  if (options_.schedule == Schedule::kAsyncPs) {
     LossFn loss = [model](torch::nn::Module&, const Batch& b) { return model.loss(runChain(model, b.inputs), b); };
     CorrectFn correct;
     if (model.correct) {

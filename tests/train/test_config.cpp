@@ -55,6 +55,18 @@ TEST(TrainConfig, ResolvedYamlLoadsBackToTheSameValues) {
   EXPECT_EQ(again.trainer.batchSize, 8);
 }
 
+TEST(TrainConfig, TheScheduleIsApartFromTheStrategy) {
+  EXPECT_EQ(loadTrainConfig("", {}).trainer.schedule, Schedule::kSync);
+  auto c = loadTrainConfig("", {"schedule.type=async_ps", "strategy.type=zero1"});
+  EXPECT_EQ(c.trainer.schedule, Schedule::kAsyncPs);
+  EXPECT_EQ(c.trainer.strategy, StrategyType::kZero1);
+  // The schedule's old spelling, for one release: the schedule, the strategy left as it was.
+  auto old = loadTrainConfig("", {"strategy.type=async_ps"});
+  EXPECT_EQ(old.trainer.schedule, Schedule::kAsyncPs);
+  EXPECT_EQ(old.trainer.strategy, StrategyType::kDdp);
+  EXPECT_NE(toYaml(c).find("schedule:\n  type: async_ps"), std::string::npos) << toYaml(c);
+}
+
 TEST(TrainConfig, UnknownKeysAndWrongTypesNameThePath) {
   auto typo = writeConfig("trainer:\n  batchsize: 64\n");
   expectConfigError(typo, {}, typo + ": unknown key 'trainer.batchsize'; known keys here: trainer.epochs");
@@ -68,7 +80,8 @@ TEST(TrainConfig, UnknownKeysAndWrongTypesNameThePath) {
   expectConfigError("", {"trainer.batch_size=0"}, "trainer.batch_size must be positive, got 0");
   expectConfigError("", {"optimizer.type=lion"}, "optimizer.type 'lion' is unknown");
   expectConfigError("", {"strategy.type=zero9"},
-                    "strategy.type 'zero9' is unknown; expected ddp, zero1, zero2, zero3 or async_ps");
+                    "strategy.type 'zero9' is unknown; expected ddp, zero1, zero2 or zero3");
+  expectConfigError("", {"schedule.type=local"}, "schedule.type 'local' is unknown; expected sync or async_ps");
   expectConfigError("", {"trainer.validate=maybe"}, "expects true or false");
   expectConfigError("", {"ddp.compression=powersdg"},
                     "ddp.compression 'powersdg' is unknown; expected none, fp16, bf16 or powersgd");

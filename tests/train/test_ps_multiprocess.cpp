@@ -1,5 +1,5 @@
-// strategy.type async_ps as a user runs it: `lockstep run -np 4 -- lockstep train cfg
-// strategy.type=async_ps` (3 workers and a server on the real Fashion-MNIST, one worker slowed by the
+// schedule.type async_ps as a user runs it: `lockstep run -np 4 -- lockstep train cfg
+// schedule.type=async_ps` (3 workers and a server on the real Fashion-MNIST, one worker slowed by the
 // test knob) learns within the staleness bound; a server killed mid-run ends the run with an error
 // naming it, or with --max-restarts is restarted with the others and the run resumes from the
 // servers' last checkpoint, which a DDP run loads too.
@@ -20,12 +20,12 @@ namespace {
 
 std::string quote(const std::string& s) { return "'" + s + "'"; }
 
-/// `lockstep run -np 4 -- lockstep train fashion_convnet.yaml strategy.type=async_ps ... ARGS` (run in the test's dir).
+/// `lockstep run -np 4 -- lockstep train fashion_convnet.yaml schedule.type=async_ps ... ARGS` (run in the test's dir).
 std::string command(const std::string& args, const std::string& runArgs = "") {
   const std::string bin = test::lockstepBin();
   const std::string config = std::string(LOCKSTEP_SOURCE_DIR) + "/configs/fashion_convnet.yaml";
   return quote(bin) + " run -np 4 --comm-timeout 60 " + runArgs + " -- " + quote(bin) + " train " + quote(config) +
-         " strategy.type=async_ps checkpoint.dir=off monitor.dir=off optimizer.lr=0.003 " + args;
+         " schedule.type=async_ps checkpoint.dir=off monitor.dir=off optimizer.lr=0.003 " + args;
 }
 
 /// Runs a shell script in `dir`: `run` in the background into `log`, wait until `file` exists, SIGKILL

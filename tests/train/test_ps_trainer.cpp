@@ -1,4 +1,4 @@
-// The Trainer with strategy async_ps: with staleness bound 0 it trains exactly like DDP on the same
+// The Trainer with schedule async_ps: with staleness bound 0 it trains exactly like DDP on the same
 // samples; with a straggler (the test knob) no update passes the bound (the Trainer asserts it
 // while gathering the histogram) and every update is counted; the errors name the keys; checkpoints
 // resume, exactly with one worker, and load into DDP runs and back. That each
@@ -76,7 +76,7 @@ TEST(PsTrainer, ZeroStalenessTrainsLikeDdpOnTheSameSamples) {
   // a server, 18 updates of 8 samples at lr 0.05 each; each round of 3 covers one DDP step's samples.
   Outcome ddp = train(3, baseOptions());
   TrainerOptions o = baseOptions();
-  o.strategy = StrategyType::kAsyncPs;
+  o.schedule = Schedule::kAsyncPs;
   o.ps = {2, 0};  // two servers: the parameters in two slices
   Outcome ps = train(5, o);
   ASSERT_EQ(ddp.weights.size(), ps.weights.size());
@@ -92,7 +92,7 @@ TEST(PsTrainer, ZeroStalenessTrainsLikeDdpOnTheSameSamples) {
 
 TEST(PsTrainer, StragglerStaysWithinTheBoundAndEveryUpdateIsCounted) {
   TrainerOptions o = baseOptions();
-  o.strategy = StrategyType::kAsyncPs;
+  o.schedule = Schedule::kAsyncPs;
   o.ps = {2, 2};
   o.maxSteps = 10;
   Outcome ps = train(5, o, {.slowRank = 2, .slowFactor = 4});  // 3 workers, 2 servers
@@ -107,12 +107,49 @@ TEST(PsTrainer, StragglerStaysWithinTheBoundAndEveryUpdateIsCounted) {
 
 TEST(PsTrainer, ErrorsNameTheKeys) {
   TrainerOptions o = baseOptions();
-  o.strategy = StrategyType::kAsyncPs;
+  o.schedule = Schedule::kAsyncPs;
   o.ps = {2, 0};
   EXPECT_HAS(test::errorOf([&] { train(2, o); }), "ps.servers 2");
   o.ps = {1, 0};
+  o.precision = Precision::kFp16;
+  EXPECT_HAS(test::errorOf([&] { train(2, o); }), "schedule.type async_ps does not scale the loss");
+}
+
+// An update of `accumulation` batches is one worker's share of a synchronous step with accumulation.
+TEST(PsTrainer, AccumulatedUpdatesTrainLikeDdpWithAccumulation) {
+  TrainerOptions o = baseOptions();
+  o.batchSize = 4;
   o.accumulation = 2;
-  EXPECT_HAS(test::errorOf([&] { train(2, o); }), "trainer.accumulation 2");
+  Outcome ddp = train(3, o);
+  o.schedule = Schedule::kAsyncPs;
+  o.ps = {1, 0};
+  Outcome ps = train(4, o);
+  for (size_t i = 0; i < ddp.weights.size(); ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_LE(maxRelativeDiff(ps.weights[i], ddp.weights[i]), 1e-6);
+  }
+  EXPECT_EQ(ps.result.steps, 18);
+  EXPECT_EQ(ps.result.globalBatch, 8);
+}
+
+// Warmup counts synchronous steps: update u has the rate of step u / W.
+TEST(PsTrainer, WarmupOnTheServersFollowsTheSynchronousSteps) {
+  TrainerOptions o = baseOptions();
+  o.lrScaling.warmupSteps = 4;
+  Outcome ddp = train(3, o);
+  o.schedule = Schedule::kAsyncPs;
+  o.ps = {2, 0};
+  Outcome ps = train(5, o);
+  Outcome cold = train(5, [&] {
+    TrainerOptions c = o;
+    c.lrScaling.warmupSteps = 0;
+    return c;
+  }());
+  for (size_t i = 0; i < ddp.weights.size(); ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_LE(maxRelativeDiff(ps.weights[i], ddp.weights[i]), 1e-6);
+    EXPECT_GT(maxRelativeDiff(cold.weights[i], ps.weights[i]), 1e-3) << "the warmup changed nothing";
+  }
 }
 
 std::string freshDir(const std::string& name) {
@@ -131,7 +168,7 @@ TEST(PsTrainer, CheckpointsCrossLoadWithDdp) {
   ddp.checkpoint.dir = freshDir("cross");
   ASSERT_EQ(train(3, ddp).result.steps, 4);
   TrainerOptions o = baseOptions();
-  o.strategy = StrategyType::kAsyncPs;
+  o.schedule = Schedule::kAsyncPs;
   o.ps = {2, 0};
   o.checkpoint.dir = ddp.checkpoint.dir;
   o.checkpoint.every = 5;  // 15 updates; the end (18) is written after serving
@@ -159,7 +196,7 @@ TEST(PsTrainer, ResumedRunEndsAsTheUninterruptedOne) {
   o.optimizer.type = OptimizerType::kAdam;
   o.optimizer.lr = 0.01;
   const Outcome ddp = train(1, o);
-  o.strategy = StrategyType::kAsyncPs;
+  o.schedule = Schedule::kAsyncPs;
   o.ps = {1, 0};
   o.checkpoint.dir = freshDir("straight");
   const Outcome straight = train(2, o);

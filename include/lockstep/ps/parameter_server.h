@@ -80,6 +80,10 @@ struct PsOptions {
   int64_t firstUpdate = 0;
   /// lambda0 > 0: delay compensation (config ps.compensation; see "Delay compensation" above); 0: off.
   double compensation = 0;
+  /// When set, every server sets each parameter group's learning rate to learningRate(u) before it
+  /// applies update u (counted from 0 over the whole run, resumed updates included): warmup and
+  /// schedules. Null: the optimizer's own rates. The same function on every server.
+  std::function<double(int64_t update)> learningRate;
 };
 
 /// ConfigError naming ps.servers or ps.staleness unless 1 <= servers < worldSize and staleness >= 0;

@@ -167,18 +167,16 @@ class Strategy {
 ///         all-gathered (ZeRO stage 2, ddp/sharded_data_parallel.h);
 /// zero3 — also the parameters: each rank keeps 1/N of them and a unit (a layer of the
 ///         LayeredModel, or the whole module when it has no layers) is gathered around its forward
-///         and its backward (ZeRO stage 3, ddp/fully_sharded_data_parallel.h);
-/// async_ps — asynchronous: the last ps.servers ranks hold the parameters and the optimizer, the
-///         other ranks push gradients and get weights back at their own pace, within a staleness
-///         bound (ps/parameter_server.h). Not a Strategy object: Trainer::fit runs its own loop.
-enum class StrategyType { kDdp, kZero1, kZero2, kZero3, kAsyncPs };
+///         and its backward (ZeRO stage 3, ddp/fully_sharded_data_parallel.h).
+/// The asynchronous parameter server is a schedule, not a strategy (TrainerOptions::schedule).
+enum class StrategyType { kDdp, kZero1, kZero2, kZero3 };
 const char* toString(StrategyType type);
-/// "ddp", "zero1", "zero2", "zero3" or "async_ps" (any case); ConfigError naming `what` and them otherwise.
+/// "ddp", "zero1", "zero2" or "zero3" (any case); ConfigError naming `what` and them otherwise.
 StrategyType parseStrategyType(const std::string& text, const std::string& what);
 
 /// How the Trainer builds a Strategy (TrainerOptions holds each field under its own name).
 struct StrategyOptions {
-  /// ddp, zero1, zero2 or zero3 (not async_ps). With pipeline stages: ddp, across pipelines.
+  /// ddp, zero1, zero2 or zero3. With pipeline stages: ddp, across pipelines.
   StrategyType type = StrategyType::kDdp;
   DdpOptions sync;  ///< how gradients are averaged: buckets, compression, overlap
   /// stages > 1: pipeline stages on consecutive ranks; the world is pipelines x stages, rank r is

@@ -5,8 +5,8 @@
 //   trainer.fit(model, lossFn, trainSet, &valSet);
 //
 // fit() puts the model on the worker's device and hands it to the configured
-// Strategy (strategy.h: DDP, ZeRO 1-3, pipeline stages, or the asynchronous
-// parameter server as a schedule of its own), shards every epoch with a
+// Strategy (strategy.h: DDP, ZeRO 1-3, pipeline stages) under the sync schedule,
+// or to parameter servers under the async_ps schedule; it shards every epoch with a
 // DistributedSampler (seed + epoch), scales the learning rate for the global
 // batch, accumulates micro-batches without communication, clips the averaged
 // gradients by global norm, validates with the loss averaged over every
@@ -82,6 +82,17 @@ const char* toString(NanPolicy policy);
 /// "stop" or "skip"; ConfigError naming `what` otherwise.
 NanPolicy parseNanPolicy(const std::string& text, const std::string& what);
 
+/// How the workers' updates meet (config schedule.type), whatever keeps the models in step:
+/// sync — every optimizer step averages every worker's gradients (the Strategy: DDP, ZeRO, pipeline
+///        stages), the same weights on every rank after each step;
+/// async_ps — asynchronous: the last ps.servers ranks hold the parameters and the optimizer, the
+///        other ranks push gradients and pull weights at their own pace, within a staleness bound
+///        (ps/parameter_server.h; docs/parameter-server.md lists what it does not combine with).
+enum class Schedule { kSync, kAsyncPs };
+const char* toString(Schedule schedule);
+/// "sync" or "async_ps" (any case); ConfigError naming `what` otherwise.
+Schedule parseSchedule(const std::string& text, const std::string& what);
+
 /// Every setting of a run, each in one place: the embedded structs are the
 /// ones the loader, the optimizer, the LR schedule and DDP take themselves.
 /// `lockstep train` fills this from YAML (config.h; keys in docs/training.md).
@@ -113,6 +124,8 @@ struct TrainerOptions {
   /// How the ranks keep in step: ddp (whole optimizer per rank) or zero1
   /// (optimizer state sharded; strategy.h). Both average gradients with `ddp`.
   StrategyType strategy = StrategyType::kDdp;
+  /// sync (the strategy's steps) or async_ps (parameter servers; `strategy` unused).
+  Schedule schedule = Schedule::kSync;
   /// fp32, bf16 or fp16: the loss function (forward and loss) runs under an
   /// AutocastGuard for the run's device, in training and validation; weights, gradients and
   /// optimizer state stay float32 (nn/precision.h). fp16 scales the loss (optim/loss_scaler.h;
@@ -124,7 +137,7 @@ struct TrainerOptions {
   /// (the world is pipelines x stages; pipeline/pipeline.h); trainer.batch_size is then per
   /// pipeline, split into micro-batches. Needs fit(LayeredModel) and strategy ddp.
   PipelineOptions pipeline;
-  /// ps.*: the servers and staleness bound of strategy async_ps (ps/parameter_server.h).
+  /// ps.*: the servers and staleness bound of schedule async_ps (ps/parameter_server.h).
   PsOptions ps;
   CheckpointOptions checkpoint;
 
@@ -173,7 +186,7 @@ struct StepBreakdown {
   double phase(Phase p) const { return phaseSeconds[static_cast<size_t>(p)]; }
 };
 
-/// What a run of strategy async_ps adds to its FitResult (empty for the other strategies).
+/// What a run of schedule async_ps adds to its FitResult (empty for the sync schedule).
 struct PsResult {
   /// The updates applied by staleness (index: staleness; PsStats).
   std::vector<int64_t> staleness;
@@ -208,7 +221,7 @@ struct FitResult {
   /// Every rank's memory at the end of the run, in rank order (gathered: the
   /// same on every rank). stepPeakBytes needs common/tensor_memory.h tracking.
   std::vector<RankMemory> memory;
-  PsResult ps;  ///< strategy async_ps only
+  PsResult ps;  ///< schedule async_ps only
 };
 
 class Trainer {
