@@ -28,7 +28,7 @@ struct Outcome {
 Outcome train(lockstep::Context& ctx, lockstep::PipelineSchedule schedule) {
   const int stages = ctx.world.worldSize;
   torch::manual_seed(0);  // every worker builds the same model and keeps its stage's layers
-  std::vector<lockstep::PipelineLayer> layers;
+  std::vector<lockstep::Layer> layers;
   for (int i = 0; i < 16; ++i) {
     auto linear = std::make_shared<torch::nn::LinearImpl>(256, i == 15 ? 1 : 256);
     const bool last = i == 15;

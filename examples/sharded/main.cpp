@@ -21,7 +21,7 @@ int main() {
   const int width = 256, depth = 16;
   torch::manual_seed(0);
   auto model = std::make_shared<torch::nn::Module>();
-  std::vector<lockstep::PipelineLayer> layers;
+  std::vector<lockstep::Layer> layers;
   for (int i = 0; i < depth; ++i) {
     auto linear = model->register_module("fc" + std::to_string(i), torch::nn::Linear(width, width));
     const bool last = i + 1 == depth;

@@ -5,7 +5,7 @@
 
 namespace lockstep::detail {
 
-std::vector<std::vector<size_t>> planBuckets(const std::vector<int64_t>& numels, const DdpOptions& options) {
+std::vector<std::vector<size_t>> planBuckets(const std::vector<int64_t>& numels, const SyncOptions& options) {
   const int64_t capBytes = std::max<int64_t>(4, static_cast<int64_t>(options.bucketCapMb * 1024 * 1024));
   const int64_t firstCapBytes =
       std::min(capBytes, std::max<int64_t>(4, static_cast<int64_t>(options.firstBucketCapMb * 1024 * 1024)));

@@ -14,6 +14,6 @@ namespace lockstep::detail {
 /// a bucket closed when the next parameter would take it over
 /// options.bucketCapMb (the first bucket over min(firstBucketCapMb, bucketCapMb));
 /// a parameter larger than the cap gets a bucket of its own.
-std::vector<std::vector<size_t>> planBuckets(const std::vector<int64_t>& numels, const DdpOptions& options);
+std::vector<std::vector<size_t>> planBuckets(const std::vector<int64_t>& numels, const SyncOptions& options);
 
 }  // namespace lockstep::detail

@@ -100,7 +100,7 @@ struct DistributedDataParallel::Impl : detail::BucketCollective {
 
   std::shared_ptr<torch::nn::Module> module;
   std::shared_ptr<Communicator> comm;
-  DdpOptions options;
+  SyncOptions options;
   std::shared_ptr<CommHook> hook;
   std::vector<at::Tensor> params;
   std::vector<std::string> names;
@@ -163,14 +163,14 @@ struct DistributedDataParallel::Impl : detail::BucketCollective {
     return GradBucket{static_cast<int>(b), &bucket.buffer, &bucket.scratch, &bucket.gradients};
   }
 
-  WorkHandle launch(size_t b, DdpStats& stats) override {
+  WorkHandle launch(size_t b, SyncStats& stats) override {
     GradBucket view = viewOf(b);
     WorkHandle work = hook->start(*comm, view);
     stats.bytesSent += view.bytesSent;
     return work;
   }
 
-  void land(size_t b, DdpStats& stats) override {
+  void land(size_t b, SyncStats& stats) override {
     GradBucket view = viewOf(b);
     hook->finish(*comm, view);  // the averages are now in the bucket, that is, in every .grad
     stats.bytesSent += view.bytesSent;
@@ -205,7 +205,7 @@ struct DistributedDataParallel::Impl : detail::BucketCollective {
 };
 
 DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Module> module,
-                                                 std::shared_ptr<Communicator> comm, DdpOptions options)
+                                                 std::shared_ptr<Communicator> comm, SyncOptions options)
     : impl_(std::make_shared<Impl>()) {
   LOCKSTEP_CHECK(module != nullptr, "DistributedDataParallel needs a module");
   LOCKSTEP_CHECK(comm != nullptr, "DistributedDataParallel needs a communicator");

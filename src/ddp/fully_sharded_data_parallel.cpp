@@ -46,7 +46,7 @@ void FullyShardedDataParallel::Impl::Unit::allocate() {
 void FullyShardedDataParallel::Impl::Unit::release() { resizeStorage(whole, 0); }
 
 std::vector<std::vector<size_t>> planUnits(const std::vector<at::Tensor>& params, const std::vector<std::string>& names,
-                                           const std::vector<PipelineLayer>& layers) {
+                                           const std::vector<Layer>& layers) {
   std::vector<std::vector<size_t>> units;
   if (layers.empty()) {
     units.emplace_back();
@@ -212,7 +212,7 @@ void FullyShardedDataParallel::Impl::releaseFinished() {
   }
 }
 
-WorkHandle FullyShardedDataParallel::Impl::launch(size_t u, DdpStats& stats) {
+WorkHandle FullyShardedDataParallel::Impl::launch(size_t u, SyncStats& stats) {
   detail::ShardedBucket& bucket = buckets[u];
   if (bucket.elements > 0 && world() > 1) return ShardedCore::launch(u, stats);
   // Nothing to communicate: this rank's part is the whole.
@@ -223,7 +223,7 @@ WorkHandle FullyShardedDataParallel::Impl::launch(size_t u, DdpStats& stats) {
   return nullptr;
 }
 
-void FullyShardedDataParallel::Impl::land(size_t u, DdpStats& /*stats*/) {
+void FullyShardedDataParallel::Impl::land(size_t u, SyncStats& /*stats*/) {
   if (!buckets[u].buffer.defined()) return;
   buckets[u].buffer.reset();
   units[u].release();  // the parameters' memory, lent to the reduce-scatter
@@ -243,11 +243,10 @@ void FullyShardedDataParallel::Impl::finish() {
   if (synced) freeAll();
 }
 
-FullyShardedDataParallel::FullyShardedDataParallel(std::shared_ptr<torch::nn::Module> module,
-                                                   std::vector<PipelineLayer> layers,
+FullyShardedDataParallel::FullyShardedDataParallel(std::shared_ptr<torch::nn::Module> module, std::vector<Layer> layers,
                                                    std::shared_ptr<Communicator> comm,
                                                    std::unique_ptr<torch::optim::Optimizer> optimizer,
-                                                   DdpOptions options)
+                                                   SyncOptions options)
     : impl_(std::make_shared<Impl>()) {
   Impl& s = *impl_;
   s.setUp(std::move(module), std::move(comm), optimizer.get(), options, "FullyShardedDataParallel", "ZeRO-3");

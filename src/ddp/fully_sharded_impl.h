@@ -33,7 +33,7 @@ struct FullyShardedDataParallel::Impl : detail::ShardedCore {
   };
 
   std::weak_ptr<Impl> self;  ///< for the hooks
-  std::vector<PipelineLayer> layers;
+  std::vector<Layer> layers;
   std::vector<Unit> units;
   bool restored = false;  ///< restoreModule() ran: the parameters are the module's own again
   int64_t gathers = 0;
@@ -56,8 +56,8 @@ struct FullyShardedDataParallel::Impl : detail::ShardedCore {
   void stage(size_t /*param*/, size_t /*bucket*/, size_t /*slot*/) override {}
   /// Copies the unit's gradients (zeros for those without) into `whole` and makes it the buffer.
   void seal(size_t u) override;
-  WorkHandle launch(size_t u, DdpStats& stats) override;
-  void land(size_t u, DdpStats& stats) override;
+  WorkHandle launch(size_t u, SyncStats& stats) override;
+  void land(size_t u, SyncStats& stats) override;
   void endStep(size_t u) override;
 
   // fully_sharded_state.cpp
@@ -72,6 +72,6 @@ struct FullyShardedDataParallel::Impl : detail::ShardedCore {
 /// named `names`): one per layer, the parameters of its modules; every
 /// parameter in exactly one (Error naming it otherwise). No layers: one unit of all.
 std::vector<std::vector<size_t>> planUnits(const std::vector<at::Tensor>& params, const std::vector<std::string>& names,
-                                           const std::vector<PipelineLayer>& layers);
+                                           const std::vector<Layer>& layers);
 
 }  // namespace lockstep

@@ -28,7 +28,7 @@ std::string missingGradientsError(const std::vector<std::string>& names, const s
   for (size_t i = 0; i < missing.size() && i < 8; ++i) list += (i ? ", " : "") + missing[i];
   if (missing.size() > 8) list += fmt::format(" and {} more", missing.size() - 8);
   return fmt::format("{} parameter(s) received no gradient in this step on rank {}: {}. {}", missing.size(), rank, list,
-                     anyArrived ? "If some parameters are legitimately unused, set DdpOptions::findUnusedParameters "
+                     anyArrived ? "If some parameters are legitimately unused, set SyncOptions::findUnusedParameters "
                                   "(ddp.find_unused_parameters in configs)."
                                 : "Call finishGradientSync() once after each backward.");
 }
@@ -43,7 +43,7 @@ std::string arrivedTwiceError(const std::string& name) {
 }  // namespace
 
 ReducerPlan makeReducerPlan(std::vector<std::string> names, std::vector<std::vector<size_t>> buckets, bool reversed,
-                            const DdpOptions& options, torch::nn::Module& module) {
+                            const SyncOptions& options, torch::nn::Module& module) {
   ReducerPlan plan;
   plan.names = std::move(names);
   plan.buckets = std::move(buckets);
@@ -223,7 +223,7 @@ namespace lockstep {
 
 void GradientSync::setSyncEnabled(bool enabled) { reducer_->setSyncEnabled(enabled); }
 bool GradientSync::syncEnabled() const { return reducer_->syncEnabled(); }
-const DdpStats& GradientSync::stats() const { return reducer_->stats(); }
+const SyncStats& GradientSync::stats() const { return reducer_->stats(); }
 const std::vector<BucketTiming>& GradientSync::lastSyncTimings() const { return reducer_->lastTimings(); }
 
 }  // namespace lockstep

@@ -52,9 +52,9 @@ class BucketCollective {
   /// Every gradient of `bucket` was staged; it is launched next (when its turn comes).
   virtual void seal(size_t /*bucket*/) {}
   /// Starts `bucket`'s collective; null when nothing needs communicating. May add to stats.bytesSent.
-  virtual WorkHandle launch(size_t bucket, DdpStats& stats) = 0;
+  virtual WorkHandle launch(size_t bucket, SyncStats& stats) = 0;
   /// In finish, in launch order: `bucket`'s collective has completed; put its result in place.
-  virtual void land(size_t /*bucket*/, DdpStats& /*stats*/) {}
+  virtual void land(size_t /*bucket*/, SyncStats& /*stats*/) {}
   /// The step is over or abandoned: drop what `bucket` holds for it.
   virtual void endStep(size_t /*bucket*/) {}
   /// float32 gradient bytes `bucket` averages (statistics, timings).
@@ -74,7 +74,7 @@ struct ReducerPlan {
 /// Buckets launched in index order, or the last first (`reversed`: ZeRO-3's units, in backward
 /// order), with `options`' unused-parameter rule and `module`'s buffers re-broadcast if asked.
 ReducerPlan makeReducerPlan(std::vector<std::string> names, std::vector<std::vector<size_t>> buckets, bool reversed,
-                            const DdpOptions& options, torch::nn::Module& module);
+                            const SyncOptions& options, torch::nn::Module& module);
 
 class GradientReducer {
  public:
@@ -104,7 +104,7 @@ class GradientReducer {
 
   void setSyncEnabled(bool enabled) { syncEnabled_ = enabled; }
   bool syncEnabled() const { return syncEnabled_; }
-  const DdpStats& stats() const { return stats_; }
+  const SyncStats& stats() const { return stats_; }
   const std::vector<BucketTiming>& lastTimings() const { return lastTimings_; }
 
  private:
@@ -133,7 +133,7 @@ class GradientReducer {
   size_t nextToLaunch_ = 0;
   bool anyArrived_ = false;
   bool syncEnabled_ = true;
-  DdpStats stats_;
+  SyncStats stats_;
   std::vector<BucketTiming> lastTimings_;
   std::vector<std::pair<std::shared_ptr<torch::autograd::Node>, uintptr_t>> hooks_;
 };

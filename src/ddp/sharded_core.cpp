@@ -8,7 +8,7 @@
 namespace lockstep::detail {
 
 void ShardedCore::setUp(std::shared_ptr<torch::nn::Module> m, std::shared_ptr<Communicator> c,
-                        const torch::optim::Optimizer* optimizer, const DdpOptions& o, const char* front,
+                        const torch::optim::Optimizer* optimizer, const SyncOptions& o, const char* front,
                         const char* stage) {
   LOCKSTEP_CHECK(m != nullptr && c != nullptr && optimizer != nullptr, front,
                  " needs a module, a communicator and an optimizer");
@@ -75,7 +75,7 @@ void ShardedCore::startStep() {
   for (auto& bucket : buckets) bucket.output.reset();
 }
 
-WorkHandle ShardedCore::launch(size_t b, DdpStats& /*stats*/) {
+WorkHandle ShardedCore::launch(size_t b, SyncStats& /*stats*/) {
   ShardedBucket& bucket = buckets[b];
   bucket.output = at::empty({bucket.part}, floatOptions());
   return comm->reduceScatter(bucket.buffer, bucket.output, ReduceOp::kAvg);

@@ -32,7 +32,7 @@ struct ShardedBucket {
 
 struct ShardedCore : PieceOptimizer, BucketCollective {
   std::shared_ptr<torch::nn::Module> module;
-  DdpOptions options;
+  SyncOptions options;
   std::vector<ShardedBucket> buckets;
   std::unique_ptr<GradientReducer> reducer;
   std::vector<bool> usedByNoRank;  ///< parameters no rank used in the step being finished: their pieces get no gradient
@@ -40,7 +40,8 @@ struct ShardedCore : PieceOptimizer, BucketCollective {
   /// What both fronts' constructors do first: check the arguments (Error naming `front`, and
   /// `stage` for options ZeRO does not take), keep them and collect the module's parameters.
   void setUp(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Communicator> comm,
-             const torch::optim::Optimizer* optimizer, const DdpOptions& options, const char* front, const char* stage);
+             const torch::optim::Optimizer* optimizer, const SyncOptions& options, const char* front,
+             const char* stage);
   /// One bucket per group of `members` (parameter indices), in order; also PieceOptimizer::plan.
   void buildBuckets(const std::vector<std::vector<size_t>>& members);
   /// The reducer over the buckets (launched last first when `reversed`), its hooks calling `onAccumulated`.
@@ -57,7 +58,7 @@ struct ShardedCore : PieceOptimizer, BucketCollective {
 
   void startStep() override;
   void settleUnused(size_t param, bool usedByAnyRank) override { usedByNoRank[param] = !usedByAnyRank; }
-  WorkHandle launch(size_t bucket, DdpStats& stats) override;
+  WorkHandle launch(size_t bucket, SyncStats& stats) override;
   int64_t bucketBytes(size_t bucket) const override { return buckets[bucket].elements * 4; }
 
   /// Bytes of the averaged parts held now, and of what noSync() accumulated in .grad.

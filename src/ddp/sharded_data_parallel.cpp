@@ -42,7 +42,7 @@ void ShardedDataParallel::Impl::ensureBuffer(detail::ShardedBucket& bucket) {
   zeroPadding(bucket, bucket.buffer);
 }
 
-void ShardedDataParallel::Impl::land(size_t b, DdpStats& /*stats*/) { buckets[b].buffer.reset(); }
+void ShardedDataParallel::Impl::land(size_t b, SyncStats& /*stats*/) { buckets[b].buffer.reset(); }
 void ShardedDataParallel::Impl::endStep(size_t b) { buckets[b].buffer.reset(); }
 
 /// Every rank's updated part of each bucket to every rank, two buckets in flight.
@@ -107,7 +107,7 @@ void ShardedDataParallel::Impl::gatherParameters() {
 }
 
 ShardedDataParallel::ShardedDataParallel(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Communicator> comm,
-                                         std::unique_ptr<torch::optim::Optimizer> optimizer, DdpOptions options)
+                                         std::unique_ptr<torch::optim::Optimizer> optimizer, SyncOptions options)
     : impl_(std::make_shared<Impl>()) {
   Impl& s = *impl_;
   s.setUp(std::move(module), std::move(comm), optimizer.get(), options, "ShardedDataParallel", "ZeRO-2");

@@ -17,7 +17,7 @@ struct ShardedDataParallel::Impl : detail::ShardedCore {
   /// Copies the gradient into the bucket (a parameter alone in its bucket, without padding, lends it
   /// as the buffer) and frees the whole-size gradient.
   void stage(size_t param, size_t bucket, size_t slot) override;
-  void land(size_t bucket, DdpStats& stats) override;
+  void land(size_t bucket, SyncStats& stats) override;
   void endStep(size_t bucket) override;
   void ensureBuffer(detail::ShardedBucket& bucket);
   void gatherParameters();

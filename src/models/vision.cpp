@@ -56,7 +56,7 @@ at::Tensor runStages(const std::vector<CheckpointStage>& stages, int64_t segment
 /// A model's layers() as checkpoint stages (convnet, alexnet: their forward is
 /// that chain). A layer with several modules gets one holder module over them,
 /// so the checkpoint saves and restores the buffers of all of them.
-std::vector<CheckpointStage> stagesOf(const std::vector<PipelineLayer>& layers) {
+std::vector<CheckpointStage> stagesOf(const std::vector<Layer>& layers) {
   std::vector<CheckpointStage> stages;
   for (const auto& layer : layers) {
     std::shared_ptr<nn::Module> holder;
@@ -101,7 +101,7 @@ class ConvNetImpl : public ImageClassifierImpl {
     return fc2_->forward(x);
   }
 
-  std::vector<PipelineLayer> layers() override {
+  std::vector<Layer> layers() override {
     ConvNetImpl* self = this;
     return {{"conv1",
              [self](const at::Tensor& images) {
@@ -157,8 +157,8 @@ class ImageMlpImpl : public ImageClassifierImpl {
     return runStages(stages_, options_.checkpointSegments, images.flatten(1));
   }
 
-  std::vector<PipelineLayer> layers() override {
-    std::vector<PipelineLayer> out;
+  std::vector<Layer> layers() override {
+    std::vector<Layer> out;
     for (size_t i = 0; i < stages_.size(); ++i) {
       TensorFn fn = stages_[i].fn;
       if (i == 0) {
@@ -228,7 +228,7 @@ class AlexNetImpl : public ImageClassifierImpl {
   }
 
   /// Children [first, end) of `seq`, after `before` (when given).
-  static PipelineLayer run(std::string name, nn::Sequential seq, size_t first, size_t end, TensorFn before = {}) {
+  static Layer run(std::string name, nn::Sequential seq, size_t first, size_t end, TensorFn before = {}) {
     std::vector<std::shared_ptr<torch::nn::Module>> modules;
     for (size_t i = first; i < end; ++i) modules.push_back(seq->ptr(i));
     std::shared_ptr<nn::SequentialImpl> impl = seq.ptr();
@@ -241,7 +241,7 @@ class AlexNetImpl : public ImageClassifierImpl {
             std::move(modules)};
   }
 
-  std::vector<PipelineLayer> layers() override {
+  std::vector<Layer> layers() override {
     AlexNetImpl* self = this;
     auto checked = [self](const at::Tensor& images) {
       checkImages(images, self->type_, self->options_.inChannels, /*side=*/0);
@@ -372,10 +372,10 @@ class ResNetImpl : public ImageClassifierImpl {
     return runStages(stages_, options_.checkpointSegments, images);
   }
 
-  std::vector<PipelineLayer> layers() override {
-    std::vector<PipelineLayer> out;
+  std::vector<Layer> layers() override {
+    std::vector<Layer> out;
     for (size_t i = 0; i < stages_.size(); ++i) {
-      PipelineLayer layer{"", stages_[i].fn, {}};
+      Layer layer{"", stages_[i].fn, {}};
       if (i == 0) {
         ResNetImpl* self = this;
         TensorFn stem = stages_[0].fn;

@@ -31,7 +31,7 @@ constexpr int64_t kHeaderSize = 10;  // dtype, rank, up to 8 sizes
 
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-int64_t layerElements(const PipelineLayer& layer) {
+int64_t layerElements(const Layer& layer) {
   std::set<const void*> seen;
   int64_t n = 0;
   for (const auto& m : layer.modules) {
@@ -60,8 +60,7 @@ struct PipelineStage::Micro {
   WorkHandle inputRecv;
 };
 
-PipelineStage::PipelineStage(std::vector<PipelineLayer> layers, std::shared_ptr<Communicator> comm,
-                             PipelineOptions options)
+PipelineStage::PipelineStage(std::vector<Layer> layers, std::shared_ptr<Communicator> comm, PipelineOptions options)
     : layers_(std::move(layers)), comm_(std::move(comm)), options_(std::move(options)) {
   LOCKSTEP_CHECK(comm_ != nullptr, "PipelineStage needs a communicator (the pipeline group)");
   if (comm_->size() != options_.stages) {

@@ -74,7 +74,7 @@ class DdpStrategy final : public detail::SyncedStrategy {
 
   void end() override {
     if (!ddp_ || comm_->rank() != 0 || options_.compression == GradCompression::kNone) return;
-    const DdpStats& stats = ddp_->stats();
+    const SyncStats& stats = ddp_->stats();
     if (stats.bytesSent <= 0) return;
     log::info(fmt::format("{}: {:.1f} MB of gradients averaged with {:.1f} MB sent ({:.1f}x fewer bytes)",
                           options_.hook->name(), stats.bytesReduced / 1e6, stats.bytesSent / 1e6,
@@ -104,7 +104,7 @@ class DdpStrategy final : public detail::SyncedStrategy {
  private:
   std::shared_ptr<torch::nn::Module> module_;
   std::shared_ptr<Communicator> comm_;
-  DdpOptions options_;
+  SyncOptions options_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::unique_ptr<ShardedOptimizer> sharded_;  ///< zero1: owns the optimizer instead of optimizer_
   std::unique_ptr<DistributedDataParallel> ddp_;

@@ -39,7 +39,7 @@ class PipelineStrategy final : public detail::SyncedStrategy {
       : SyncedStrategy(*optimizer, model, options), module_(model_.model), world_(std::move(comm)),
         options_(options.sync), pipeline_(stageOptions(options)), optimizer_(std::move(optimizer)) {
     const PipelineOptions& pipeline = pipeline_;
-    std::vector<PipelineLayer> layers = model_.layers;
+    std::vector<Layer> layers = model_.layers;
     checkPipelineOptions(pipeline, static_cast<int64_t>(layers.size()), world_->size());
     const int p = static_cast<int>(pipeline.stages);
     const int rank = world_->rank();
@@ -137,7 +137,7 @@ class PipelineStrategy final : public detail::SyncedStrategy {
 
   std::shared_ptr<torch::nn::Module> module_;
   std::shared_ptr<Communicator> world_, pipe_, data_;
-  DdpOptions options_;
+  SyncOptions options_;
   PipelineOptions pipeline_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::unique_ptr<PipelineStage> stage_;

@@ -6,13 +6,23 @@
 #include <torch/nn/functional/loss.h>
 #include <torch/optim/sgd.h>
 
+#include <type_traits>
+
 #include "lockstep/ddp/distributed_data_parallel.h"
 #include "lockstep/models/char_lstm.h"
+#include "lockstep/nn/layer.h"
 #include "support/regression_data.h"
 #include "support/thread_ranks.h"
 
 namespace lockstep {
 namespace {
+
+// The names a release renamed still compile, deprecated, for programs written against them.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+static_assert(std::is_same_v<DdpOptions, SyncOptions> && std::is_same_v<DdpStats, SyncStats>);
+static_assert(std::is_same_v<PipelineLayer, Layer>);
+#pragma GCC diagnostic pop
 
 using test::runRanks;
 
@@ -59,7 +69,7 @@ void checkEquivalence(int world, double bucketCapMb, GradCompression compression
   runRanks(world, [&](int rank, Communicator& comm) {
     auto shared = std::shared_ptr<Communicator>(&comm, [](Communicator*) {});
     Mlp model = replicas[rank];
-    DdpOptions options;
+    SyncOptions options;
     options.bucketCapMb = bucketCapMb;
     options.compression = compression;
     DistributedDataParallel ddp(model.ptr(), shared, options);
@@ -124,7 +134,7 @@ TEST(DdpEquivalence, CharLstmTwoWorkersMatchOneProcess) {
   }
   runRanks(world, [&](int rank, Communicator& comm) {
     auto shared = std::shared_ptr<Communicator>(&comm, [](Communicator*) {});
-    DdpOptions options;
+    SyncOptions options;
     options.bucketCapMb = 0.005;
     DistributedDataParallel ddp(replicas[rank].ptr(), shared, options);
     torch::optim::SGD opt(replicas[rank]->parameters(), torch::optim::SGDOptions(0.5));
@@ -169,7 +179,7 @@ TEST(DdpAccumulation, FourMicroBatchesUnderNoSyncEqualOneBigStep) {
   std::vector<std::shared_ptr<CountingHook>> hooks{std::make_shared<CountingHook>(), std::make_shared<CountingHook>()};
   runRanks(world, [&](int rank, Communicator& comm) {
     auto shared = std::shared_ptr<Communicator>(&comm, [](Communicator*) {});
-    DdpOptions options;
+    SyncOptions options;
     options.bucketCapMb = 0.001;
     options.hook = hooks[rank];
     DistributedDataParallel ddp(replicas[rank].ptr(), shared, options);
@@ -211,7 +221,7 @@ TEST(DdpGradients, AreViewsOfTheBucketsSoTheAverageNeedsNoCopyBack) {
   runRanks(world, [&](int rank, Communicator& comm) {
     auto shared = std::shared_ptr<Communicator>(&comm, [](Communicator*) {});
     Mlp model = replicas[rank];
-    DdpOptions options;
+    SyncOptions options;
     options.bucketCapMb = 0.001;  // several buckets
     DistributedDataParallel ddp(model.ptr(), shared, options);
     torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
@@ -285,7 +295,7 @@ TEST(DdpUnusedParameters, ErrorNamesThemUnlessFindUnusedIsSet) {
   std::vector<SometimesUnused> again{SometimesUnused(), SometimesUnused()};
   runRanks(2, [&](int rank, Communicator& comm) {
     auto shared = std::shared_ptr<Communicator>(&comm, [](Communicator*) {});
-    DdpOptions options;
+    SyncOptions options;
     options.findUnusedParameters = true;
     DistributedDataParallel ddp(again[rank].ptr(), shared, options);
     for (auto& p : again[rank]->parameters()) p.mutable_grad() = at::Tensor();
@@ -320,7 +330,7 @@ TEST(DdpBuckets, ReverseRegistrationOrderAndCap) {
   std::vector<Mlp> models{makeMlp(1), makeMlp(1)};
   runRanks(2, [&](int rank, Communicator& comm) {
     auto shared = std::shared_ptr<Communicator>(&comm, [](Communicator*) {});
-    DdpOptions options;
+    SyncOptions options;
     options.bucketCapMb = 400.0 / (1024 * 1024);  // 400 bytes = 100 floats
     DistributedDataParallel ddp(models[rank].ptr(), shared, options);
     auto layout = ddp.bucketLayout();
@@ -337,7 +347,7 @@ TEST(DdpBuckets, FirstBucketIsSmallSoCommunicationStartsEarly) {
   std::vector<Mlp> models{makeMlp(1), makeMlp(1)};
   runRanks(2, [&](int rank, Communicator& comm) {
     auto shared = std::shared_ptr<Communicator>(&comm, [](Communicator*) {});
-    DdpOptions options;                                // the whole model fits in one 25 MB bucket ...
+    SyncOptions options;                               // the whole model fits in one 25 MB bucket ...
     options.firstBucketCapMb = 400.0 / (1024 * 1024);  // ... but the first holds at most 100 floats
     DistributedDataParallel ddp(models[rank].ptr(), shared, options);
     auto layout = ddp.bucketLayout();
@@ -351,7 +361,7 @@ TEST(DdpWorldOfOne, CommunicatesNothingAndLeavesAutogradsGradients) {
   Mlp reference = makeMlp(3);
   Mlp wrapped = makeMlp(3);
   auto comm = makeGlooCommunicator(Store::inMemory(), GlooOptions{});
-  DdpOptions options;
+  SyncOptions options;
   options.bucketCapMb = 0.0001;  // many buckets, none of which may be launched
   DistributedDataParallel ddp(wrapped.ptr(), comm, options);
   test::RegressionSteps data = test::makeRegressionSteps(8, 2);

@@ -26,13 +26,13 @@ Mlp makeMlp() {
 
 struct Trained {
   std::vector<Mlp> models;
-  std::vector<DdpStats> stats;
+  std::vector<SyncStats> stats;
   std::vector<at::Tensor> grads;  ///< rank 0's averaged gradients after each sync, flattened
 };
 
 /// `world` DDP replicas of the same MLP trained for `steps` synchronised steps of
 /// `micro` micro-batches each (all but the last under noSync), SGD with momentum at `lr`.
-Trained train(int world, const DdpOptions& options, int64_t steps, int micro = 1, double lr = 0.1) {
+Trained train(int world, const SyncOptions& options, int64_t steps, int micro = 1, double lr = 0.1) {
   const int64_t perRank = 16;  // 32 samples or more a step: every gradient matrix has full rank
   test::RegressionSteps data = test::makeRegressionSteps(world * perRank * micro, steps);
   Trained run;
@@ -69,8 +69,8 @@ Trained train(int world, const DdpOptions& options, int64_t steps, int micro = 1
   return run;
 }
 
-DdpOptions powerSgd(int rank, int64_t startStep, double minCompressionRate = 2.0, bool errorFeedback = true) {
-  DdpOptions o;
+SyncOptions powerSgd(int rank, int64_t startStep, double minCompressionRate = 2.0, bool errorFeedback = true) {
+  SyncOptions o;
   o.bucketCapMb = 0.001;  // several buckets
   o.compression = GradCompression::kPowerSgd;
   o.powerSgd.rank = rank;
@@ -80,8 +80,8 @@ DdpOptions powerSgd(int rank, int64_t startStep, double minCompressionRate = 2.0
   return o;
 }
 
-DdpOptions plain() {
-  DdpOptions o;
+SyncOptions plain() {
+  SyncOptions o;
   o.bucketCapMb = 0.001;
   return o;
 }
@@ -173,10 +173,10 @@ TEST(PowerSgd, TheTwentyMillionParameterMlpSendsOverAHundredTimesFewerBytes) {
     torch::manual_seed(3);
     models.push_back(Mlp(MlpOptions{784, {4096, 4096}, 10}));
   }
-  std::vector<DdpStats> stats(2);
+  std::vector<SyncStats> stats(2);
   runRanks(2, [&](int rank, Communicator& comm) {
     auto shared = std::shared_ptr<Communicator>(&comm, [](Communicator*) {});
-    DdpOptions options;
+    SyncOptions options;
     options.compression = GradCompression::kPowerSgd;
     options.powerSgd.rank = 4;
     options.powerSgd.startStep = 0;

@@ -71,7 +71,7 @@ TEST(UnusedParameters, NoRankUsedLeavesTheGradientAsItWas) {
     std::vector<TwoLayers> models(static_cast<size_t>(world));
     runRanks(world, [&](int rank, Communicator& comm) {
       TwoLayers& model = models[static_cast<size_t>(rank)];
-      DdpOptions options;
+      SyncOptions options;
       options.findUnusedParameters = true;
       options.bucketCapMb = 1e-5;  // a bucket per parameter: unused parameters alone in theirs
       DistributedDataParallel ddp(model.ptr(), borrow(comm), options);

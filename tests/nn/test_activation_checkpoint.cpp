@@ -283,7 +283,7 @@ TEST(ActivationCheckpoint, UnderZero2AndZero3ParametersEqualThePlainModelsBitFor
       std::unique_ptr<FullyShardedDataParallel> zero3;
       if (stage == 2) zero2 = std::make_unique<ShardedDataParallel>(module, comms, std::move(sgd));
       if (stage == 3)
-        zero3 = std::make_unique<FullyShardedDataParallel>(module, std::vector<PipelineLayer>{}, comms, std::move(sgd));
+        zero3 = std::make_unique<FullyShardedDataParallel>(module, std::vector<Layer>{}, comms, std::move(sgd));
       for (int step = 0; step < 3; ++step) {
         if (zero3) zero3->gatherAll();  // collective: outside the generator's lock
         {

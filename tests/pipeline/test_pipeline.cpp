@@ -129,7 +129,7 @@ TEST(PipelineOptionsCheck, EachMistakeNamesItsKey) {
 /// A chain of Linear(-tanh) layers, optionally with a BatchNorm1d after the first, seeded.
 struct Chain {
   std::vector<std::shared_ptr<torch::nn::Module>> modules;
-  std::vector<PipelineLayer> layers;
+  std::vector<Layer> layers;
 };
 
 Chain makeChain(bool batchNorm) {

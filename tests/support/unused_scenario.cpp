@@ -95,7 +95,7 @@ Heads trainReference(const UnusedScenario& s, int world) {
 /// This rank's loop: its rows of each global micro-batch, the first micro-batch under noSync().
 Heads trainDistributed(const std::shared_ptr<Communicator>& comm, const UnusedScenario& s) {
   Heads model = freshModel();
-  DdpOptions options;
+  SyncOptions options;
   options.findUnusedParameters = true;
   options.bucketCapMb = s.bucketCapMb;
   options.firstBucketCapMb = s.bucketCapMb;
@@ -110,7 +110,7 @@ Heads trainDistributed(const std::shared_ptr<Communicator>& comm, const UnusedSc
     sync = std::make_unique<ShardedDataParallel>(model.ptr(), comm, makeOptimizer(s.optimizer, model->parameters()),
                                                  options);
   } else {
-    auto fsdp = std::make_unique<FullyShardedDataParallel>(model.ptr(), std::vector<PipelineLayer>{}, comm,
+    auto fsdp = std::make_unique<FullyShardedDataParallel>(model.ptr(), std::vector<Layer>{}, comm,
                                                            makeOptimizer(s.optimizer, model->parameters()), options);
     zero3 = fsdp.get();
     sync = std::move(fsdp);

@@ -81,7 +81,7 @@ TEST(Zero1, EachRankHoldsOnlyItsShardOfTheState) {
   std::vector<int64_t> stateBytes(world), owned(world);
   test::runRanks(world, [&](int rank, Communicator& comm) {
     Mlp local(MlpOptions{12, {16, 8}, 5});
-    DistributedDataParallel ddp(local.ptr(), borrow(comm), DdpOptions{});
+    DistributedDataParallel ddp(local.ptr(), borrow(comm), SyncOptions{});
     ShardedOptimizer sharded(std::make_unique<torch::optim::Adam>(local->parameters(), torch::optim::AdamOptions(0.01)),
                              borrow(comm));
     for (int step = 0; step < 3; ++step) {
@@ -223,7 +223,7 @@ TEST(Zero2, EachRankHoldsOnlyItsPartOfTheGradientsAndState) {
   std::vector<int> undefinedGrads(world);
   test::runRanks(world, [&](int rank, Communicator& comm) {
     Mlp local(MlpOptions{12, {16, 8}, 5});
-    DdpOptions options;
+    SyncOptions options;
     options.bucketCapMb = 0.001;
     ShardedDataParallel zero(local.ptr(), borrow(comm),
                              std::make_unique<torch::optim::Adam>(local->parameters(), torch::optim::AdamOptions(0.01)),
@@ -273,7 +273,7 @@ TEST(Zero2, UnusedParametersAreNamedOrGetZeros) {
         ADD_FAILURE() << "expected an error naming the unused parameters";
       } catch (const Error& e) { EXPECT_NE(std::string(e.what()).find("fc0.weight"), std::string::npos) << e.what(); }
     }
-    DdpOptions options;
+    SyncOptions options;
     options.findUnusedParameters = true;
     ShardedDataParallel zero(local.ptr(), borrow(comm),
                              std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(0.1)), options);

@@ -216,12 +216,12 @@ TEST(Zero3, BadInputNamesTheParameterOrTheStrategy) {
     };
     auto layers = test::mlpLayers(local);
     // A layer missing: its parameters belong to no unit.
-    std::vector<PipelineLayer> partial{layers[0]};
+    std::vector<Layer> partial{layers[0]};
     std::string message = test::errorOf([&] { FullyShardedDataParallel(local.ptr(), partial, borrow(comm), adam()); });
     EXPECT_HAS(message, "fc1.weight");
     EXPECT_HAS(message, "no layer");
     // One module in two layers: a parameter in two units.
-    std::vector<PipelineLayer> shared{layers[0], layers[1], layers[1]};
+    std::vector<Layer> shared{layers[0], layers[1], layers[1]};
     shared[2].name = "again";
     message = test::errorOf([&] { FullyShardedDataParallel(local.ptr(), shared, borrow(comm), adam()); });
     EXPECT_HAS(message, "fc1.weight");
@@ -264,7 +264,7 @@ TEST(Zero3, BadInputNamesTheParameterOrTheStrategy) {
     // What ZeRO does not take, named with the front and the stage.
     EXPECT_HAS(test::errorOf([&] { FullyShardedDataParallel(local.ptr(), layers, borrow(comm), nullptr); }),
                "FullyShardedDataParallel needs a module, a communicator and an optimizer");
-    DdpOptions compressed;
+    SyncOptions compressed;
     compressed.compression = GradCompression::kFp16;
     EXPECT_HAS(test::errorOf([&] { ShardedDataParallel(local.ptr(), borrow(comm), adam(), compressed); }),
                "ZeRO-2 reduce-scatters float32 gradients");

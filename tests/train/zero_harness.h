@@ -64,8 +64,8 @@ inline TrainerOptions optionsFor(const RunSpec& spec) {
 }
 
 /// The MLP as a chain: Linear, ReLU after every Linear but the last (MlpImpl::forward, op for op).
-inline std::vector<PipelineLayer> mlpLayers(Mlp& model) {
-  std::vector<PipelineLayer> layers;
+inline std::vector<Layer> mlpLayers(Mlp& model) {
+  std::vector<Layer> layers;
   auto children = model->named_children();
   for (size_t i = 0; i < children.size(); ++i) {
     auto linear = std::dynamic_pointer_cast<torch::nn::LinearImpl>(children[i].value());

@@ -29,7 +29,7 @@ struct GradBucket {
   /// The bucket's gradients as views of *buffer, shaped like their parameters, in bucket order.
   const std::vector<at::Tensor>* gradients = nullptr;
   /// Bytes the hook handed to collectives for this bucket; the hook adds to it
-  /// (DistributedDataParallel sums it into DdpStats::bytesSent).
+  /// (DistributedDataParallel sums it into SyncStats::bytesSent).
   int64_t bytesSent = 0;
 };
 

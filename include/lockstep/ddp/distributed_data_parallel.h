@@ -56,7 +56,9 @@ class Module;
 
 namespace lockstep {
 
-struct DdpOptions {
+/// How a gradient front averages: DistributedDataParallel, ZeRO-2 and ZeRO-3 (its buckets, its
+/// compression, whether unused parameters are looked for), and the Trainer's strategies through them.
+struct SyncOptions {
   double bucketCapMb = 25.0;
   /// The first bucket (the last layers, whose gradients backward produces
   /// first) is capped at min(this, bucketCapMb), so communication starts early
@@ -70,11 +72,12 @@ struct DdpOptions {
   PowerSgdOptions powerSgd;        ///< read when compression is kPowerSgd
   std::shared_ptr<CommHook> hook;  ///< overrides `compression` when set
 };
+using DdpOptions [[deprecated("renamed lockstep::SyncOptions")]] = SyncOptions;
 
 class DistributedDataParallel final : public GradientSync {
  public:
   DistributedDataParallel(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Communicator> comm,
-                          DdpOptions options = {});
+                          SyncOptions options = {});
   ~DistributedDataParallel() override;
   DistributedDataParallel(const DistributedDataParallel&) = delete;
   DistributedDataParallel& operator=(const DistributedDataParallel&) = delete;

@@ -1,7 +1,7 @@
 // lockstep/ddp/fully_sharded_data_parallel.h — ZeRO stage 3: data parallelism
 // with the parameters, gradients and optimizer state all split across the ranks.
 //
-//   std::vector<lockstep::PipelineLayer> layers = model->layers();   // the units
+//   std::vector<lockstep::Layer> layers = model->layers();   // the units
 //   lockstep::FullyShardedDataParallel zero(model, layers, comm, makeOptimizer(opts, model->parameters()));
 //   auto loss = lossOf(zero.forward(x), y);   // each unit gathered just before its layer runs
 //   loss.backward();                          // ... and again for its backward; gradients reduce-scattered
@@ -79,9 +79,9 @@ class FullyShardedDataParallel final : public ShardedGradientSync {
   /// `layers` is the module as a chain (the units, in order) or empty (one
   /// unit); `optimizer` is over the module's parameters (any groups; SGD, Adam
   /// or AdamW); only its type, groups and options are kept.
-  FullyShardedDataParallel(std::shared_ptr<torch::nn::Module> module, std::vector<PipelineLayer> layers,
+  FullyShardedDataParallel(std::shared_ptr<torch::nn::Module> module, std::vector<Layer> layers,
                            std::shared_ptr<Communicator> comm, std::unique_ptr<torch::optim::Optimizer> optimizer,
-                           DdpOptions options = {});
+                           SyncOptions options = {});
   ~FullyShardedDataParallel() override;
   FullyShardedDataParallel(const FullyShardedDataParallel&) = delete;
   FullyShardedDataParallel& operator=(const FullyShardedDataParallel&) = delete;

@@ -23,14 +23,15 @@ namespace detail {
 class GradientReducer;
 }
 
-/// Counters for tests and monitoring.
-struct DdpStats {
+/// What a gradient front (DDP, ZeRO-2, ZeRO-3) has synchronised: counters for tests and monitoring.
+struct SyncStats {
   int64_t syncs = 0;                          ///< finishGradientSync() calls that communicated
   int64_t bucketsLaunched = 0;                ///< bucket collectives launched, all steps
   int64_t bucketsLaunchedDuringBackward = 0;  ///< of which from the autograd hooks (overlapped)
   int64_t bytesReduced = 0;                   ///< float32 bytes of gradients averaged
   int64_t bytesSent = 0;  ///< bytes the comm hook handed to collectives (less than bytesReduced when compressing)
 };
+using DdpStats [[deprecated("renamed lockstep::SyncStats")]] = SyncStats;
 
 /// One bucket's collective in the last synchronised step (timelines, the
 /// Trainer's step breakdown).
@@ -71,7 +72,7 @@ class GradientSync {
   void setSyncEnabled(bool enabled);
   bool syncEnabled() const;
 
-  const DdpStats& stats() const;
+  const SyncStats& stats() const;
   /// Per bucket, in launch order, the timing of the last finishGradientSync()
   /// that communicated; empty before the first one. Valid until the next one.
   const std::vector<BucketTiming>& lastSyncTimings() const;

@@ -72,7 +72,7 @@ class ShardedDataParallel final : public ShardedGradientSync {
   /// `optimizer` is over the module's parameters (any groups; SGD, Adam or
   /// AdamW); only its type, groups and options are kept.
   ShardedDataParallel(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Communicator> comm,
-                      std::unique_ptr<torch::optim::Optimizer> optimizer, DdpOptions options = {});
+                      std::unique_ptr<torch::optim::Optimizer> optimizer, SyncOptions options = {});
   ~ShardedDataParallel() override;
   ShardedDataParallel(const ShardedDataParallel&) = delete;
   ShardedDataParallel& operator=(const ShardedDataParallel&) = delete;

@@ -41,7 +41,7 @@ class ImageClassifierImpl : public torch::nn::Module {
   /// pipeline/pipeline.h): convnet 4 (each conv with its ReLU and pooling, fc1, fc2), mlp one per
   /// Linear, alexnet 8 (5 conv blocks, 3 classifier Linears), resnet the stem, each residual block
   /// and the head. No layer modifies its input in place.
-  virtual std::vector<PipelineLayer> layers() = 0;
+  virtual std::vector<Layer> layers() = 0;
 };
 
 struct ImageModelOptions {

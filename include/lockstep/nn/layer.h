@@ -18,11 +18,12 @@ class Module;
 namespace lockstep {
 
 /// One link of the chain.
-struct PipelineLayer {
+struct Layer {
   std::string name;                                      ///< for messages ("fc1", "layer2.0")
   std::function<at::Tensor(const at::Tensor&)> forward;  ///< the layer's computation
   /// The modules whose parameters and buffers the layer uses (may be empty: a layer without state).
   std::vector<std::shared_ptr<torch::nn::Module>> modules;
 };
+using PipelineLayer [[deprecated("renamed lockstep::Layer")]] = Layer;
 
 }  // namespace lockstep

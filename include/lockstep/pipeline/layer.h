@@ -1,4 +1,4 @@
-// lockstep/pipeline/layer.h — PipelineLayer lives in lockstep/nn/layer.h, below the layers
+// lockstep/pipeline/layer.h — Layer lives in lockstep/nn/layer.h, below the layers
 // that use it (ddp, pipeline, models); this header keeps older includes compiling.
 #pragma once
 

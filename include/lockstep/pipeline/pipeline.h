@@ -1,7 +1,7 @@
 // lockstep/pipeline/pipeline.h — a model split into consecutive stages on consecutive ranks (pipeline
 // parallelism), with GPipe and 1F1B schedules over micro-batches.
 //
-//   std::vector<lockstep::PipelineLayer> layers = ...;   // the model as a chain: y = ln(...l1(l0(x)))
+//   std::vector<lockstep::Layer> layers = ...;   // the model as a chain: y = ln(...l1(l0(x)))
 //   auto pipe = comm->split(rank / P, rank % P, "pipeline");   // P consecutive ranks, one per stage
 //   lockstep::PipelineStage stage(layers, pipe, {P, /*microbatches=*/8});
 //   auto opt = torch::optim::SGD(stage.parameters(), 0.1);
@@ -119,7 +119,7 @@ class PipelineStage {
  public:
   /// `comm`: the pipeline group (its rank is the stage, its size the number of stages, which must
   /// equal options.stages). The stage keeps `layers[first, first + balance[stage])`.
-  PipelineStage(std::vector<PipelineLayer> layers, std::shared_ptr<Communicator> comm, PipelineOptions options);
+  PipelineStage(std::vector<Layer> layers, std::shared_ptr<Communicator> comm, PipelineOptions options);
   ~PipelineStage();
   PipelineStage(const PipelineStage&) = delete;
   PipelineStage& operator=(const PipelineStage&) = delete;
@@ -165,7 +165,7 @@ class PipelineStage {
   /// `batch` in microbatches() parts (fewerIfSmall: at most one per row).
   std::vector<Batch> split(const Batch& batch, bool fewerIfSmall) const;
 
-  std::vector<PipelineLayer> layers_;
+  std::vector<Layer> layers_;
   std::shared_ptr<Communicator> comm_;
   PipelineOptions options_;
   std::vector<int64_t> balance_;

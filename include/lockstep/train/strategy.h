@@ -84,7 +84,7 @@ using OutputCorrectFn = std::function<int64_t(const at::Tensor& output, const Ba
 /// loss runs the module; ZeRO-3 gathers it as one unit and pipeline stages refuse it.
 struct LayeredModel {
   std::shared_ptr<torch::nn::Module> model;  ///< owns every layer's modules; names the checkpoint's tensors
-  std::vector<PipelineLayer> layers;
+  std::vector<Layer> layers;
   OutputLossFn loss;
   OutputCorrectFn correct;  ///< null: no accuracy
 };
@@ -178,7 +178,7 @@ StrategyType parseStrategyType(const std::string& text, const std::string& what)
 struct StrategyOptions {
   /// ddp, zero1, zero2 or zero3. With pipeline stages: ddp, across pipelines.
   StrategyType type = StrategyType::kDdp;
-  DdpOptions sync;  ///< how gradients are averaged: buckets, compression, overlap
+  SyncOptions sync;  ///< how gradients are averaged: buckets, compression, overlap
   /// stages > 1: pipeline stages on consecutive ranks; the world is pipelines x stages, rank r is
   /// stage r % P of pipeline r / P, each stage's gradients averaged over the pipelines (2-D).
   PipelineOptions pipeline;

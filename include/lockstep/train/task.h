@@ -39,7 +39,7 @@ struct TaskParts {
   /// stages (parallel.pipeline > 1) split and ZeRO-3 gathers one layer at a time. When given, the
   /// Trainer trains the chain (`loss` and `correct` are then unused). Empty: the model is trained
   /// whole with `loss`, and cannot be split.
-  std::vector<PipelineLayer> layers;
+  std::vector<Layer> layers;
   OutputLossFn outputLoss;
   OutputCorrectFn outputCorrect;
   /// Stored in every checkpoint (what a reader needs to rebuild the model).

@@ -132,7 +132,7 @@ struct TrainerOptions {
   /// strategy ddp).
   Precision precision = Precision::kFp32;
   LossScalerOptions lossScaler;  ///< precision fp16 only
-  DdpOptions ddp;
+  SyncOptions ddp;
   /// parallel.*: stages > 1 splits a LayeredModel into pipeline stages on consecutive ranks
   /// (the world is pipelines x stages; pipeline/pipeline.h); trainer.batch_size is then per
   /// pipeline, split into micro-batches. Needs fit(LayeredModel) and strategy ddp.
