@@ -25,11 +25,10 @@
 
 namespace lockstep::detail {
 
-AsyncPsRun::AsyncPsRun(std::shared_ptr<Communicator> comm, const TrainerOptions& options,
-                       std::shared_ptr<torch::nn::Module> model, const FaultInjection& faults, const LossFn& loss,
-                       const Dataset& train, const Dataset* validation, const CorrectFn& correct)
-    : comm_(std::move(comm)), o_(options), faults_(faults), events_(options.callbacks), model_(std::move(model)),
-      lossFn_(loss), train_(train), validation_(validation), correct_(correct), rank_(comm_->rank()),
+AsyncPsRun::AsyncPsRun(std::shared_ptr<Communicator> comm, const TrainerOptions& options, const LayeredModel& model,
+                       const FaultInjection& faults, const Dataset& train, const Dataset* validation)
+    : comm_(std::move(comm)), o_(options), faults_(faults), events_(options.callbacks), chain_(model),
+      model_(model.model), train_(train), validation_(validation), rank_(comm_->rank()),
       role_(psRole(comm_->rank(), comm_->size(), options.ps)),
       sampler_(SamplerOptions{std::max<int64_t>(train.size(), 1), 0, 1, /*shuffle=*/true, options.seed,
                               /*dropLast=*/false}),
@@ -176,8 +175,7 @@ void AsyncPsRun::serve() {
                          [&](const std::vector<at::Tensor>& params) { return makeOptimizer(optimizer, params); });
   if (resumedOptimizer_) {
     loadOptimizerState(server.optimizer(), *resumedOptimizer_, /*report=*/role_.index == 0);
-    resumedOptimizer_.reset();
-    for (auto& group : server.optimizer().param_groups()) group.options().set_lr(lr_);  // the run's, not the file's
+    resumedOptimizer_.reset();  // the rates are the run's: the servers set them before every update
   }
   const PsCheckpointWriter writer{comm_.get(),      role_,          model_.get(), &o_, checkpoints_.get(),
                                   batchesPerEpoch_, o_.accumulation};
@@ -239,7 +237,7 @@ double AsyncPsRun::trainBatch(int64_t ticket) {
     at::Tensor loss;
     {
       AutocastGuard amp(o_.precision, o_.loader.device.type());
-      loss = lossFn_(*model_, batch);
+      loss = chain_.loss(runChain(chain_, batch.inputs), batch);
     }
     loss = loss.to(at::kFloat) / static_cast<double>(o_.accumulation);
     const double part = loss.item<double>();
@@ -283,11 +281,12 @@ void AsyncPsRun::logWindow(int64_t ticket, double lr) {
 void AsyncPsRun::validate() {
   ValidationSums sums;
   if (!role_.server) {
-    sums = sumValidation(
-        *model_, *validation_, role_.index, role_.workers, o_,
-        [this](const Batch& batch, ValidationSums& s) { addValidationBatch(lossFn_, correct_, *model_, batch, s); });
+    sums = sumValidation(*model_, *validation_, role_.index, role_.workers, o_,
+                         [this](const Batch& batch, ValidationSums& s) {
+                           s.add(evaluateOutput(chain_, runChain(chain_, batch.inputs), batch), batch);
+                         });
   }
-  reduceValidation(*comm_, sums, correct_ != nullptr, result_);
+  reduceValidation(*comm_, sums, chain_.correct != nullptr, result_);
   events_.validation(totalUpdates_, epochOf(totalUpdates_ - 1), result_.lastValidationLoss,
                      result_.lastValidationAccuracy);
   if (rank_ == 0) log::info(validationLine("final", result_));

@@ -29,9 +29,9 @@ namespace lockstep::detail {
 
 class AsyncPsRun {
  public:
-  AsyncPsRun(std::shared_ptr<Communicator> comm, const TrainerOptions& options,
-             std::shared_ptr<torch::nn::Module> model, const FaultInjection& faults, const LossFn& loss,
-             const Dataset& train, const Dataset* validation, const CorrectFn& correct);
+  /// `model` must outlive the run.
+  AsyncPsRun(std::shared_ptr<Communicator> comm, const TrainerOptions& options, const LayeredModel& model,
+             const FaultInjection& faults, const Dataset& train, const Dataset* validation);
   FitResult run();
 
  private:
@@ -54,12 +54,11 @@ class AsyncPsRun {
   std::shared_ptr<Communicator> comm_;
   const TrainerOptions& o_;
   const FaultInjection& faults_;
-  const FitEvents events_;  // before timer_, which takes its origin
-  std::shared_ptr<torch::nn::Module> model_;
-  const LossFn& lossFn_;
+  const FitEvents events_;                    // before timer_, which takes its origin
+  const LayeredModel& chain_;                 // what the workers run
+  std::shared_ptr<torch::nn::Module> model_;  // chain_.model
   const Dataset& train_;
   const Dataset* validation_;
-  const CorrectFn& correct_;
   const int rank_;
   const PsRole role_;
 

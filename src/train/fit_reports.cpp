@@ -43,13 +43,12 @@ ValidationSums sumValidation(torch::nn::Module& model, const Dataset& data, int 
   return sums;
 }
 
-void addValidationBatch(const LossFn& loss, const CorrectFn& correct, torch::nn::Module& model, const Batch& batch,
-                        ValidationSums& sums) {
+Evaluation evaluateOutput(const LayeredModel& model, const at::Tensor& output, const Batch& batch) {
   Evaluation e;
   e.computed = true;
-  e.meanLoss = loss(model, batch).item<double>();  // before `correct`: the model runs in a fixed order
-  e.correct = correct ? correct(model, batch) : 0;
-  sums.add(e, batch);
+  e.meanLoss = model.loss(output, batch).item<double>();  // before `correct`: the model runs in a fixed order
+  e.correct = model.correct ? model.correct(output, batch) : 0;
+  return e;
 }
 
 void reduceValidation(Communicator& comm, const ValidationSums& sums, bool withAccuracy, FitResult& result) {

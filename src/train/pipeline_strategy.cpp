@@ -23,6 +23,7 @@
 #include "train/elements.h"
 #include "train/strategies.h"
 #include "train/synced_strategy.h"
+#include "train/validation.h"
 
 namespace lockstep {
 
@@ -77,12 +78,7 @@ class PipelineStrategy final : public detail::SyncedStrategy {
   /// Computed on the last stage, which holds the model's output.
   Evaluation evaluate(const Batch& batch) override {
     const at::Tensor out = stage_->forward(batch);
-    Evaluation e;
-    if (!out.defined()) return e;
-    e.computed = true;
-    e.meanLoss = model_.loss(out, batch).item<double>();
-    e.correct = model_.correct ? model_.correct(out, batch) : 0;
-    return e;
+    return out.defined() ? detail::evaluateOutput(model_, out, batch) : Evaluation{};
   }
 
   /// Clipping by the norm over every stage's gradients (one allreduce over the pipeline).

@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 
 #include "lockstep/common/error.h"
+#include "train/validation.h"
 
 namespace lockstep::detail {
 
@@ -30,14 +31,7 @@ double SyncedStrategy::trainMicroBatch(const Batch& batch, double scale, bool sy
   return value;
 }
 
-Evaluation SyncedStrategy::evaluate(const Batch& batch) {
-  const at::Tensor out = chainOutput(batch);
-  Evaluation e;
-  e.computed = true;
-  e.meanLoss = model_.loss(out, batch).item<double>();  // before `correct`: the model runs in a fixed order
-  e.correct = model_.correct ? model_.correct(out, batch) : 0;
-  return e;
-}
+Evaluation SyncedStrategy::evaluate(const Batch& batch) { return evaluateOutput(model_, chainOutput(batch), batch); }
 
 void SyncedStrategy::runSynced(bool sync, const std::function<void()>& backward) {
   GradientSync* front = gradientSync();

@@ -116,13 +116,7 @@ FitResult Trainer::fit(const LayeredModel& model, const Dataset& train, const Da
   }
   const Placement placed = placeOn(options_, comm_, *model.model);
   if (options_.schedule == Schedule::kAsyncPs) {
-    LossFn loss = [model](torch::nn::Module&, const Batch& b) { return model.loss(runChain(model, b.inputs), b); };
-    CorrectFn correct;
-    if (model.correct) {
-      correct = [model](torch::nn::Module&, const Batch& b) { return model.correct(runChain(model, b.inputs), b); };
-    }
-    return detail::AsyncPsRun(placed.comm, placed.options, model.model, faults_, loss, train, validation, correct)
-        .run();
+    return detail::AsyncPsRun(placed.comm, placed.options, model, faults_, train, validation).run();
   }
   return detail::FitRun(placed.comm, placed.options, model, faults_, train, validation).run();
 }

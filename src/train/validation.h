@@ -32,9 +32,8 @@ struct ValidationSums {
 /// o.precision's autocast in one scope, so bf16 copies of the weights are cast once for every batch.
 ValidationSums sumValidation(torch::nn::Module& model, const Dataset& data, int rank, int world,
                              const TrainerOptions& o, const std::function<void(const Batch&, ValidationSums&)>& add);
-/// Adds the batch's loss x rows, rows and (with `correct`) right answers of `model`.
-void addValidationBatch(const LossFn& loss, const CorrectFn& correct, torch::nn::Module& model, const Batch& batch,
-                        ValidationSums& sums);
+/// The loss and (with the model's accuracy function) right answers of the chain's `output` for `batch`.
+Evaluation evaluateOutput(const LayeredModel& model, const at::Tensor& output, const Batch& batch);
 /// Collective: sums every rank's sums and sets the result's validation loss (and accuracy, when
 /// `withAccuracy`; -1 loss when no rows at all).
 void reduceValidation(Communicator& comm, const ValidationSums& sums, bool withAccuracy, FitResult& result);
