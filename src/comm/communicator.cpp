@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "lockstep/common/enum_names.h"
 #include "lockstep/common/error.h"
 
 namespace lockstep {
@@ -25,6 +26,15 @@ const char* toString(ReduceOp op) {
   }
   return "?";
 }
+
+namespace {
+constexpr EnumName<Backend> kBackendNames[] = {
+    {Backend::kGloo, "gloo"}, {Backend::kMpi, "mpi"}, {Backend::kNccl, "nccl"}};
+}  // namespace
+
+const char* toString(Backend backend) { return enumName(kBackendNames, backend); }
+Backend parseBackend(const std::string& text, const std::string& what) { return parseEnum(kBackendNames, text, what); }
+Backend Communicator::backend() const { return parseBackend(backendName(), "Communicator::backendName()"); }
 
 Work::Work(std::string description, Clock::time_point deadline, std::function<std::exception_ptr()> onTimeout)
     : description_(std::move(description)), deadline_(deadline), onTimeout_(std::move(onTimeout)) {}

@@ -24,6 +24,7 @@
 #include "lockstep/common/error.h"
 #include "lockstep/common/logging.h"
 #include "lockstep/common/token.h"
+#include "lockstep/rendezvous/placement.h"
 
 namespace lockstep {
 
@@ -143,7 +144,7 @@ void checkNcclFits(const WorldInfo& world, const std::string& source) {
 }  // namespace
 
 std::string chooseBackend(const std::string& requested, const WorldInfo& world, const std::string& source,
-                          const Environment& env) {
+                          const Environment& env, DeviceChoice device) {
   if (requested == "gloo") return requested;
   if (requested == "mpi") {
     if (!mpiBackendBuilt()) {
@@ -165,9 +166,10 @@ std::string chooseBackend(const std::string& requested, const WorldInfo& world, 
     return requested;
   }
   if (requested == "auto") {
-    // NCCL when every worker of this node has a GPU of its own; else MPI when mpirun started us
-    // (its shared-memory path is the fastest here); else Gloo.
-    if (world.worldSize > 1 && ncclBackendBuilt() && visibleCudaDevices() >= std::max(1, world.localWorldSize)) {
+    // NCCL when every worker of this node has a GPU of its own and may train on it; else MPI when
+    // mpirun started us (its shared-memory path is the fastest here); else Gloo.
+    if (world.worldSize > 1 && device != DeviceChoice::kCpu && ncclBackendBuilt() &&
+        visibleCudaDevices() >= std::max(1, world.localWorldSize)) {
       return "nccl";
     }
     return mpiBackendBuilt() && world.source == WorldSource::kOpenMpi ? "mpi" : "gloo";
@@ -182,11 +184,13 @@ Context init(const InitOptions& options, const Environment& env) {
   WorldInfo world = detectWorld(env);
   if (world.worldSize > 1) log::setRank(world.rank);
 
-  std::string backend =
-      chooseBackend(options.backend.empty() ? env.get(env::kBackend).value_or("auto") : options.backend, world,
-                    options.backend.empty() ? env::kBackend : "InitOptions::backend", env);
-  setWorkerDevice(backend == "nccl" ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(world.localRank))
-                                    : pickDevice(options.device, world.localRank));
+  const std::string source = options.backend.empty() ? env::kBackend : "InitOptions::backend";
+  const Backend backend =
+      parseBackend(chooseBackend(options.backend.empty() ? env.get(env::kBackend).value_or("auto") : options.backend,
+                                 world, source, env, options.device),
+                   source);
+  const Placement placement = resolvePlacement(options.device, backend, world.localRank);
+  setWorkerDevice(placement.device);
   auto timeout =
       options.timeout ? *options.timeout : env.getSeconds(env::kCommTimeout).value_or(std::chrono::seconds(300));
   if (timeout.count() <= 0) throw ConfigError(fmt::format("{} must be positive", env::kCommTimeout));
@@ -212,7 +216,7 @@ Context init(const InitOptions& options, const Environment& env) {
   if (world.worldSize > 1) token = tokenFromEnvironment(env);
   if (token) serveOrJoin(*token);
   std::shared_ptr<Communicator> comm;
-  if (backend == "mpi") {
+  if (backend == Backend::kMpi) {
     MpiOptions mpi;
     mpi.timeout = timeout;
     comm = makeMpiCommunicator(mpi);
@@ -224,14 +228,14 @@ Context init(const InitOptions& options, const Environment& env) {
     }
   }
   if (world.worldSize > 1 && !token) serveOrJoin(jobToken(env, world, comm.get()));
-  if (backend == "nccl") {
+  if (backend == Backend::kNccl) {
     NcclOptions nccl;
     nccl.rank = world.rank;
     nccl.worldSize = world.worldSize;
     nccl.deviceIndex = world.localRank;
     nccl.timeout = timeout;
     comm = makeNcclCommunicator(store, nccl);
-  } else if (backend != "mpi") {
+  } else if (backend != Backend::kMpi) {
     GlooOptions gloo;
     gloo.rank = world.rank;
     gloo.worldSize = world.worldSize;
@@ -242,7 +246,7 @@ Context init(const InitOptions& options, const Environment& env) {
     if (world.worldSize == 1) gloo.hostname = "127.0.0.1";
     comm = makeGlooCommunicator(store, gloo);
   }
-  if (world.worldSize > 1 && backend != "nccl") comm = withNcclOrderFromEnv(std::move(comm), store, env);
+  if (world.worldSize > 1 && backend != Backend::kNccl) comm = withNcclOrderFromEnv(std::move(comm), store, env);
   if (world.worldSize > 1) comm = withDesyncCheck(std::move(comm), desync);
   if (world.worldSize > 1) {
     std::chrono::milliseconds warn = env.getSeconds("LOCKSTEP_STALL_WARN_SECONDS").value_or(std::chrono::seconds(60));
@@ -253,9 +257,9 @@ Context init(const InitOptions& options, const Environment& env) {
       comm = withStallInspector(std::move(comm), store, stall);
     }
   }
-  log::debug(fmt::format("joined: {}; {} threads; backend {}; store {}", world.describe(), threads, backend,
+  log::debug(fmt::format("joined: {}; {} threads; backend {}; store {}", world.describe(), threads, toString(backend),
                          store.description()));
-  return Context{world, std::move(comm), store, at::get_num_threads()};
+  return Context{world, std::move(comm), store, at::get_num_threads(), placement};
 }
 
 }  // namespace lockstep

@@ -11,6 +11,7 @@
 #include "lockstep/common/enum_names.h"
 #include "lockstep/common/error.h"
 #include "lockstep/ps/parameter_server.h"
+#include "lockstep/rendezvous/placement.h"
 #include "lockstep/rendezvous/world.h"
 #include "train/async_ps_run.h"
 #include "train/fit_run.h"
@@ -24,19 +25,20 @@ constexpr EnumName<Schedule> kScheduleNames[] = {{Schedule::kSync, "sync"}, {Sch
 
 /// Where one fit runs: its options with the device resolved (the loader delivers batches
 /// there) and the communicator its tensors go through.
-struct Placement {
+struct PlacedRun {
   TrainerOptions options;
   std::shared_ptr<Communicator> comm;
 };
 
-/// `o`'s device resolved and `model` moved to it. On CUDA over a backend that moves host memory
-/// (gloo, mpi), the communicator stages CUDA tensors through pinned host buffers.
-Placement placeOn(const TrainerOptions& o, std::shared_ptr<Communicator> comm, torch::nn::Module& model) {
+/// `o`'s device resolved (placement.h) and `model` moved to it. On CUDA over a backend that moves
+/// host memory (gloo, mpi), the communicator stages CUDA tensors through pinned host buffers.
+PlacedRun placeOn(const TrainerOptions& o, std::shared_ptr<Communicator> comm, torch::nn::Module& model) {
   const int localRank = o.localRank >= 0 ? o.localRank : detectWorld(Environment::fromProcess()).localRank;
-  c10::Device device = pickDevice(o.device, localRank);
+  const Placement placement = resolvePlacement(o.device, comm->backend(), localRank, "device");
+  c10::Device device = placement.device;
   if (device.is_cuda()) {
     setWorkerDevice(device);  // this thread's and every later lockstep thread's current device
-    if (o.schedule == Schedule::kAsyncPs && comm->backendName() == "nccl") {
+    if (o.schedule == Schedule::kAsyncPs && placement.backend == Backend::kNccl) {
       // Its servers keep their shards in host memory and talk to each worker on its own.
       throw ConfigError(
           fmt::format("schedule.type async_ps on {}: its parameter servers hold their shards in host memory and "
@@ -46,11 +48,11 @@ Placement placeOn(const TrainerOptions& o, std::shared_ptr<Communicator> comm, t
     // A parameter server keeps its shard and optimizer in host memory: it needs no model on the GPU.
     if (o.schedule == Schedule::kAsyncPs && psRole(comm->rank(), comm->size(), o.ps).server) {
       device = c10::Device(c10::kCPU);
-    } else if (comm->backendName() != "nccl") {
+    } else if (placement.stagesThroughHost()) {
       comm = withHostStaging(std::move(comm));
     }
   }
-  Placement placed{o, std::move(comm)};
+  PlacedRun placed{o, std::move(comm)};
   placed.options.loader.device = device;
   // A pipeline stage moves its own layers (PipelineOptions::device); the rest stay in host memory.
   if (o.pipeline.stages <= 1) model.to(device);
@@ -114,7 +116,7 @@ FitResult Trainer::fit(const LayeredModel& model, const Dataset& train, const Da
                     "parallel.pipeline): raise the batch size or lower parallel.microbatches",
                     options_.batchSize, pipeline.microbatchesOrDefault()));
   }
-  const Placement placed = placeOn(options_, comm_, *model.model);
+  const PlacedRun placed = placeOn(options_, comm_, *model.model);
   if (options_.schedule == Schedule::kAsyncPs) {
     return detail::AsyncPsRun(placed.comm, placed.options, model, faults_, train, validation).run();
   }

@@ -5,6 +5,7 @@
 #include "lockstep/common/device.h"
 #include "lockstep/common/error.h"
 #include "lockstep/rendezvous/init.h"
+#include "lockstep/rendezvous/placement.h"
 #include "lockstep/rendezvous/world.h"
 #include "support/expect.h"
 
@@ -180,6 +181,35 @@ TEST(Init, SingleProcessGetsAWorkingCommunicator) {
   EXPECT_EQ(ctx.comm->size(), 1);
   EXPECT_EQ(ctx.numThreads, 1);
   EXPECT_EQ(ctx.comm->backendName(), "gloo");
+  EXPECT_EQ(ctx.comm->backend(), Backend::kGloo);
+  EXPECT_EQ(ctx.placement.backend, Backend::kGloo);
+  EXPECT_EQ(ctx.placement.device, visibleCudaDevices() > 0 ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU));
+}
+
+TEST(Init, BackendsAreAnEnum) {
+  EXPECT_EQ(parseBackend("NCCL", "--backend"), Backend::kNccl);
+  EXPECT_STREQ(toString(Backend::kMpi), "mpi");
+  EXPECT_HAS(test::errorOf([] { parseBackend("tcp", "--backend"); }),
+             "--backend 'tcp' is unknown; expected gloo, mpi or nccl");
+}
+
+TEST(Init, OnePlacementResolvesTheDeviceForEveryBackend) {
+  const Placement cpu = resolvePlacement(DeviceChoice::kCpu, Backend::kGloo, 1);
+  EXPECT_EQ(cpu.device, c10::Device(c10::kCPU));
+  EXPECT_FALSE(cpu.stagesThroughHost());
+  // NCCL moves the worker's own GPU's memory, whatever the machine this test runs on.
+  const Placement nccl = resolvePlacement(DeviceChoice::kAuto, Backend::kNccl, 1);
+  EXPECT_EQ(nccl.device, c10::Device(c10::kCUDA, 1));
+  EXPECT_FALSE(nccl.stagesThroughHost());
+  EXPECT_HAS(test::errorOf([] { resolvePlacement(DeviceChoice::kCpu, Backend::kNccl, 0); }),
+             "device cpu over the nccl backend");
+  if (visibleCudaDevices() > 0) {
+    EXPECT_TRUE(resolvePlacement(DeviceChoice::kCuda, Backend::kMpi, 0).stagesThroughHost());
+  } else {
+    EXPECT_HAS(test::errorOf([] { resolvePlacement(DeviceChoice::kCuda, Backend::kGloo, 0, "trainer.device"); }),
+               "trainer.device");
+    EXPECT_EQ(resolvePlacement(DeviceChoice::kAuto, Backend::kMpi, 0).device, c10::Device(c10::kCPU));
+  }
 }
 
 TEST(Init, UnknownBackendIsRejected) {
@@ -246,6 +276,8 @@ TEST(Init, AutoPicksMpiOnlyForWorkersStartedByMpirun) {
                                                                                                               : "gloo");
   EXPECT_EQ(chooseBackend("auto", detectWorld(envOurs), "LOCKSTEP_BACKEND", envOurs), gpus ? "nccl" : "gloo");
   EXPECT_EQ(chooseBackend("gloo", detectWorld(envMpirun), "LOCKSTEP_BACKEND", envMpirun), "gloo");
+  // Workers that train on the CPU take no GPU's backend.
+  EXPECT_EQ(chooseBackend("auto", detectWorld(envOurs), "LOCKSTEP_BACKEND", envOurs, DeviceChoice::kCpu), "gloo");
   EXPECT_EQ(chooseBackend("auto", WorldInfo{}, "LOCKSTEP_BACKEND", Environment(Vars{})), "gloo");
 }
 

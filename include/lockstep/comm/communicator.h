@@ -39,6 +39,12 @@ namespace lockstep {
 enum class ReduceOp { kSum, kAvg, kMax, kMin };
 const char* toString(ReduceOp op);
 
+/// The library that carries a communicator's tensors.
+enum class Backend { kGloo, kMpi, kNccl };
+const char* toString(Backend backend);
+/// gloo, mpi or nccl (any case); ConfigError naming `what` and the allowed values otherwise.
+Backend parseBackend(const std::string& text, const std::string& what);
+
 struct CollectiveOptions {
   /// 0 means the communicator's default timeout. A longer timeout than the
   /// communicator's is capped at it (the backend enforces that one itself).
@@ -52,6 +58,8 @@ class Communicator {
   virtual int rank() const = 0;
   virtual int size() const = 0;
   virtual std::string backendName() const = 0;
+  /// backendName() as a Backend; ConfigError for a name that is none of them.
+  Backend backend() const;
   virtual std::chrono::milliseconds defaultTimeout() const = 0;
 
   /// Reduces every tensor of `tensors` elementwise across ranks, in place.

@@ -26,6 +26,7 @@
 #include "lockstep/comm/communicator.h"
 #include "lockstep/common/device.h"
 #include "lockstep/common/env.h"
+#include "lockstep/rendezvous/placement.h"
 #include "lockstep/rendezvous/world.h"
 
 namespace lockstep {
@@ -44,16 +45,18 @@ struct InitOptions {
   /// calling thread and in every thread lockstep starts, as torchrun's scripts call
   /// torch.cuda.set_device(LOCAL_RANK). auto: cuda:(local rank mod visible GPUs) where the
   /// process sees a GPU, else the CPU; cuda without a visible GPU: ConfigError naming "device".
-  /// The nccl backend always takes cuda:(local rank). A program that trains on the CPU on a GPU
-  /// machine passes kCpu, so that its workers open no CUDA context.
+  /// The nccl backend always takes cuda:(local rank) (placement.h), and kCpu over it is a
+  /// ConfigError. A program that trains on the CPU on a GPU machine passes kCpu, so that its
+  /// workers open no CUDA context (backend auto then picks mpi or gloo).
   DeviceChoice device = DeviceChoice::kAuto;
 };
 
 struct Context {
   WorldInfo world;
   std::shared_ptr<Communicator> comm;
-  Store store;         ///< the rendezvous store (shared with the backend, keys under "lockstep/")
-  int numThreads = 0;  ///< LibTorch intra-op threads after init
+  Store store;          ///< the rendezvous store (shared with the backend, keys under "lockstep/")
+  int numThreads = 0;   ///< LibTorch intra-op threads after init
+  Placement placement;  ///< this worker's device and backend (placement.h)
 };
 
 Context init(const InitOptions& options = {});
@@ -62,9 +65,9 @@ Context init(const InitOptions& options, const Environment& env);
 /// The backend `requested` ("gloo", "mpi", "nccl", "auto") resolves to for `world`;
 /// ConfigError naming `source` (the variable or option it came from) when it
 /// is unknown or cannot work (mpi without mpirun, nccl without a GPU per worker,
-/// or not built).
+/// or not built). "auto" picks nccl only for workers that may train on a GPU (`device` not kCpu).
 std::string chooseBackend(const std::string& requested, const WorldInfo& world, const std::string& source,
-                          const Environment& env);
+                          const Environment& env, DeviceChoice device = DeviceChoice::kAuto);
 
 namespace detail {
 /// Why the nccl backend cannot serve this rank of `world` when the process sees `visibleGpus`

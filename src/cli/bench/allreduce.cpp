@@ -43,7 +43,7 @@ double expected(ReduceOp op, int world) {
 /// Where the buffers live, and the communicator that takes them there: CUDA tensors over a
 /// backend that moves host memory go through pinned host buffers.
 std::pair<c10::Device, std::shared_ptr<Communicator>> placeBuffers(const std::string& choice, const Context& ctx) {
-  const bool nccl = ctx.comm->backendName() == "nccl";
+  const bool nccl = ctx.comm->backend() == Backend::kNccl;
   const DeviceChoice wanted =
       choice == "auto" ? (nccl ? DeviceChoice::kCuda : DeviceChoice::kCpu) : parseDeviceChoice(choice, "--device");
   const c10::Device device = pickDevice(wanted, ctx.world.localRank, "--device");
