@@ -1,6 +1,7 @@
 // lockstep/nn/layer.h — a model written as a chain of layers, y = ln(...l1(l0(x))): what
 // pipeline stages split (pipeline/pipeline.h), what ZeRO-3 gathers one unit at a time
-// (ddp/fully_sharded_data_parallel.h) and what a model offers to be split (models/vision.h).
+// (ddp/fully_sharded_data_parallel.h) and what a model offers to be split
+// (models/image_classifier.h).
 #pragma once
 
 #include <functional>
