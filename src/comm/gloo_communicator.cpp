@@ -22,7 +22,7 @@
 #include "comm/failure.h"
 #include "comm/op_queue.h"
 #include "comm/split_plan.h"
-#include "comm/store_impl.h"
+#include "comm/store/store_impl.h"
 #include "lockstep/comm/communicator.h"
 #include "lockstep/common/error.h"
 

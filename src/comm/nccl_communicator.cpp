@@ -26,7 +26,7 @@
 #include "comm/failure.h"
 #include "comm/split_plan.h"
 #include "comm/staging.h"
-#include "comm/store_impl.h"
+#include "comm/store/store_impl.h"
 #include "comm/work_access.h"
 #include "lockstep/common/device.h"
 #include "lockstep/common/error.h"

@@ -10,7 +10,7 @@
 
 #include "lockstep/comm/comm_error.h"
 #include "lockstep/comm/nccl_order.h"
-#include "lockstep/comm/store.h"
+#include "lockstep/comm/store/store.h"
 #include "support/thread_ranks.h"
 
 namespace lockstep {

@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "lockstep/comm/comm_error.h"
-#include "lockstep/comm/store.h"
+#include "lockstep/comm/store/store.h"
 #include "support/expect.h"
 
 namespace lockstep {

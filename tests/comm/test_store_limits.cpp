@@ -16,11 +16,11 @@
 #include <fstream>
 #include <thread>
 
-#include "comm/store_wire.h"
-#include "comm/tcp_store.h"
+#include "comm/store/store_wire.h"
+#include "comm/store/tcp_store.h"
 #include "launch/launch_commands.h"
 #include "lockstep/comm/comm_error.h"
-#include "lockstep/comm/store.h"
+#include "lockstep/comm/store/store.h"
 #include "lockstep/common/token.h"
 #include "support/expect.h"
 #include "support/subprocess.h"

@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "lockstep/comm/comm_error.h"
-#include "lockstep/comm/store.h"
+#include "lockstep/comm/store/store.h"
 #include "lockstep/comm/work.h"
 
 namespace at {

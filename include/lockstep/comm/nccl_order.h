@@ -21,7 +21,7 @@
 #include <optional>
 
 #include "lockstep/comm/communicator.h"
-#include "lockstep/comm/store.h"
+#include "lockstep/comm/store/store.h"
 #include "lockstep/common/env.h"
 
 namespace lockstep::detail {

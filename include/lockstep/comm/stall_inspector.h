@@ -20,7 +20,7 @@
 #include <string>
 
 #include "lockstep/comm/communicator.h"
-#include "lockstep/comm/store.h"
+#include "lockstep/comm/store/store.h"
 
 namespace lockstep {
 

@@ -16,8 +16,8 @@
 #include <thread>
 #include <vector>
 
-#include "comm/store_wire.h"
-#include "comm/tcp_store.h"
+#include "comm/store/store_wire.h"
+#include "comm/store/tcp_store.h"
 
 namespace lockstep::detail {
 

@@ -6,7 +6,7 @@
 
 #include <fmt/format.h>
 
-#include "comm/store_server.h"
+#include "comm/store/store_server.h"
 
 namespace lockstep::detail {
 

@@ -1,7 +1,7 @@
 // The rendezvous store's server, its connections: one thread, poll(), the
 // token handshake and the limits that keep anyone who can connect from
 // starving it (store_server.h; the requests are in store_requests.cpp).
-#include "comm/store_server.h"
+#include "comm/store/store_server.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>

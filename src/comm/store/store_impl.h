@@ -5,7 +5,7 @@
 
 #include <memory>
 
-#include "lockstep/comm/store.h"
+#include "lockstep/comm/store/store.h"
 
 namespace lockstep::detail {
 

@@ -1,12 +1,12 @@
-#include "lockstep/comm/store.h"
+#include "lockstep/comm/store/store.h"
 
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include <fmt/format.h>
 
-#include "comm/store_impl.h"
-#include "comm/tcp_store.h"
+#include "comm/store/store_impl.h"
+#include "comm/store/tcp_store.h"
 #include "lockstep/common/error.h"
 
 namespace lockstep {

@@ -1,6 +1,6 @@
 // The rendezvous store's client: connect, prove the token, one framed request
 // at a time (tcp_store.h describes the protocol).
-#include "comm/tcp_store.h"
+#include "comm/store/tcp_store.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -20,7 +20,7 @@
 
 #include <fmt/format.h>
 
-#include "comm/store_wire.h"
+#include "comm/store/store_wire.h"
 #include "common/posix_io.h"
 #include "common/socket_address.h"
 #include "lockstep/comm/comm_error.h"

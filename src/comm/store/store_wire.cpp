@@ -1,4 +1,4 @@
-#include "comm/store_wire.h"
+#include "comm/store/store_wire.h"
 
 #include <fmt/format.h>
 
