@@ -1,0 +1,182 @@
+// supervisor.cpp — the poll loop every launch mode shares: output relay,
+// signal forwarding, first-failure detection and the stop (SIGTERM, then SIGKILL).
+#include "launch/supervisor.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <optional>
+#include <thread>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "lockstep/common/error.h"
+
+namespace lockstep::detail {
+
+/// What one poll() waits on: the signal pipe first, then our stdin (--token-stdin), then the children's pipes.
+struct Supervisor::PollSet {
+  std::vector<pollfd> fds;
+  std::vector<std::pair<Child*, bool>> owners;  ///< (child, isStderr); no child: the signal pipe or stdin
+
+  void add(int fd, Child* child, bool isErr) {
+    fds.push_back(pollfd{fd, POLLIN, 0});
+    owners.emplace_back(child, isErr);
+  }
+};
+
+GroupEnd Supervisor::run(int signalFd) {
+  std::vector<char> buffer(1 << 16);
+  std::optional<LaunchClock::time_point> allExitedAt;
+  for (;;) {
+    PollSet set = pollSet(signalFd);
+    const bool running = anyRunning();
+    if (!running && set.fds.size() == 1) break;
+    if (!running) {
+      // Every child exited; give stray holders of the pipes a moment, then stop reading.
+      if (!allExitedAt) allExitedAt = LaunchClock::now();
+      if (LaunchClock::now() - *allExitedAt > std::chrono::seconds(2)) break;
+    }
+    int n = ::poll(set.fds.data(), set.fds.size(), 100);
+    if (n < 0 && errno != EINTR) throw Error(std::string("poll: ") + std::strerror(errno));
+    if (n > 0) relayReady(set, buffer);
+    if (set.fds[0].revents & POLLIN) drainSignals(signalFd);
+    reap();
+    if (killAt_ != kNever && LaunchClock::now() >= killAt_) {
+      killRunning();
+      killAt_ = kNever;
+    }
+  }
+  finishAll();
+  return end_;
+}
+
+Supervisor::PollSet Supervisor::pollSet(int signalFd) {
+  PollSet set;
+  set.add(signalFd, nullptr, false);
+  if (o_.tokenFromStdin && !end_.parentGone) set.add(STDIN_FILENO, nullptr, true);
+  for (auto& c : children_) {
+    if (c->process->stdoutFd().valid()) set.add(c->process->stdoutFd().get(), c.get(), false);
+    if (c->process->stderrFd().valid()) set.add(c->process->stderrFd().get(), c.get(), true);
+  }
+  return set;
+}
+
+bool Supervisor::anyRunning() const {
+  return std::any_of(children_.begin(), children_.end(), [](auto& c) { return c->process->running(); });
+}
+
+/// Feeds what the ready pipes hold to their relays; a closed pipe flushes its relay's last line.
+void Supervisor::relayReady(PollSet& set, std::vector<char>& buffer) {
+  for (size_t i = 1; i < set.fds.size(); ++i) {
+    if (!(set.fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+    auto [child, isErr] = set.owners[i];
+    if (child == nullptr) {
+      watchParent();
+      continue;
+    }
+    Fd& fd = isErr ? child->process->stderrFd() : child->process->stdoutFd();
+    ssize_t got = ::read(fd.get(), buffer.data(), buffer.size());
+    if (got > 0) {
+      child->relay->feed(isErr, std::string_view(buffer.data(), static_cast<size_t>(got)));
+    } else if (got == 0 || (errno != EINTR && errno != EAGAIN)) {
+      child->relay->flush(isErr);
+      fd.reset();
+    }
+  }
+}
+
+void Supervisor::killRunning() {
+  for (auto& c : children_) {
+    if (c->process->running()) c->process->signalGroup(SIGKILL);
+  }
+}
+
+/// Anything still running now would be killed and reaped by ~ChildProcess; do it here to record it.
+void Supervisor::finishAll() {
+  for (auto& c : children_) {
+    if (c->process->running()) {
+      c->process->signalGroup(SIGKILL);
+      while (!c->process->poll()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      record(*c);
+    }
+    c->relay->flush(false);
+    c->relay->flush(true);
+  }
+}
+
+/// The launcher that started this one over rsh holds our stdin open; EOF means it went away.
+void Supervisor::watchParent() {
+  char buffer[256];
+  ssize_t got = ::read(STDIN_FILENO, buffer, sizeof(buffer));
+  if (got > 0 || (got < 0 && (errno == EINTR || errno == EAGAIN))) return;
+  end_.parentGone = true;
+  writeAll(STDERR_FILENO, fmt::format("lockstep run: node {}: the launcher that started this node closed its "
+                                      "connection; stopping the workers\n",
+                                      o_.nodeRank));
+  stopAll(SIGTERM);
+}
+
+void Supervisor::stopAll(int sig) {
+  if (end_.interruptSignal == 0) end_.interruptSignal = sig;
+  for (auto& c : children_) {
+    if (c->process->running()) {
+      c->process->signalGroup(sig);
+      c->result.stoppedByLauncher = true;
+    }
+  }
+  if (killAt_ == kNever) killAt_ = LaunchClock::now() + o_.stopGrace;
+}
+
+void Supervisor::drainSignals(int signalFd) {
+  unsigned char sigs[64];
+  ssize_t got;
+  while ((got = ::read(signalFd, sigs, sizeof(sigs))) > 0) {
+    for (ssize_t i = 0; i < got; ++i) {
+      int sig = sigs[i];
+      if (sig == SIGCHLD) continue;  // reap() runs every iteration
+      if (end_.interruptSignal == 0) {
+        stopAll(sig);
+      } else {
+        killRunning();  // a second interrupt: stop waiting
+      }
+    }
+  }
+}
+
+/// Records the children that exited; the first to fail on its own stops the others.
+void Supervisor::reap() {
+  for (auto& c : children_) {
+    if (!c->process->poll()) continue;
+    record(*c);
+    if (c->result.failed() && end_.firstFailed < 0 && end_.interruptSignal == 0 && !c->result.stoppedByLauncher) {
+      end_.firstFailed = c->rank;
+      for (auto& other : children_) {
+        if (other->process->running()) {
+          other->process->signalGroup(SIGTERM);
+          other->result.stoppedByLauncher = true;
+        }
+      }
+      if (killAt_ == kNever) killAt_ = LaunchClock::now() + o_.stopGrace;
+    }
+  }
+}
+
+void Supervisor::record(Child& child) {
+  int status = child.process->rawStatus();
+  child.result.seconds = std::chrono::duration<double>(LaunchClock::now() - child.started).count();
+  if (WIFEXITED(status)) {
+    child.result.exitCode = WEXITSTATUS(status);
+  } else if (WIFSIGNALED(status)) {
+    child.result.signal = WTERMSIG(status);
+    child.result.exitCode = 128 + child.result.signal;
+  }
+}
+
+}  // namespace lockstep::detail

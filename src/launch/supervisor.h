@@ -1,0 +1,46 @@
+// supervisor.h — the core every launch mode shares: one poll loop over the
+// children's output (through their relays) and the signal pipe, signals
+// forwarded to every child, the group stopped on the first failure (SIGTERM,
+// then SIGKILL after --stop-grace), and with --token-stdin when the launcher
+// that started this one goes away.
+#pragma once
+
+#include <utility>
+#include <vector>
+
+#include "launch/launch_modes.h"
+
+namespace lockstep::detail {
+
+class Supervisor {
+ public:
+  /// Watches `children` (started by a LaunchMode) under the options `o`.
+  Supervisor(const LaunchOptions& o, Children children) : o_(o), children_(std::move(children)) {}
+
+  /// Relays the children's output until every one has exited and its pipes are closed (or 2 s
+  /// after the last exit); `signalFd` is SignalGuard's pipe. Anything still running then is killed.
+  GroupEnd run(int signalFd);
+  const Children& children() const { return children_; }
+
+ private:
+  struct PollSet;
+  PollSet pollSet(int signalFd);
+  bool anyRunning() const;
+  void relayReady(PollSet& set, std::vector<char>& buffer);
+  void killRunning();
+  void finishAll();
+  void watchParent();
+  void stopAll(int sig);
+  void drainSignals(int signalFd);
+  void reap();
+  static void record(Child& child);
+
+  const LaunchOptions& o_;
+  Children children_;
+  GroupEnd end_;
+  static constexpr LaunchClock::time_point kNever = LaunchClock::time_point::max();
+  /// Children still running at killAt_ get SIGKILL; kNever while nobody is being stopped.
+  LaunchClock::time_point killAt_ = kNever;
+};
+
+}  // namespace lockstep::detail
