@@ -7,6 +7,7 @@
 // vision models) are not part of the installed library.
 #pragma once
 
+#include "lockstep/comm/backend.h"
 #include "lockstep/comm/communicator.h"
 #include "lockstep/common/env.h"
 #include "lockstep/common/error.h"

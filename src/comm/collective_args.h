@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "comm/collective.h"
-#include "lockstep/comm/comm_error.h"
 #include "lockstep/comm/communicator.h"
+#include "lockstep/common/comm_error.h"
 #include "lockstep/common/tensor_text.h"  // dtypeName, describeTensor
 
 namespace lockstep::detail {

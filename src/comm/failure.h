@@ -5,7 +5,7 @@
 #include <exception>
 #include <string>
 
-#include "lockstep/comm/comm_error.h"
+#include "lockstep/common/comm_error.h"
 
 namespace lockstep::detail {
 

@@ -18,8 +18,8 @@
 #include "comm/failure.h"
 #include "comm/mpi_runtime.h"
 #include "comm/work_access.h"
-#include "lockstep/comm/comm_error.h"
 #include "lockstep/comm/work.h"
+#include "lockstep/common/comm_error.h"
 
 namespace lockstep::detail {
 

@@ -20,8 +20,8 @@
 #include <string>
 #include <thread>
 
-#include "lockstep/comm/comm_error.h"
 #include "lockstep/comm/work.h"
+#include "lockstep/common/comm_error.h"
 
 namespace lockstep::detail {
 

@@ -88,7 +88,7 @@ std::string remoteLaunchCommand(const LaunchOptions& o, int nodeRank, const std:
   if (o.bindCores) words.insert(words.end(), {"--bind", "core"});
   if (o.commTimeoutSeconds) words.insert(words.end(), {"--comm-timeout", fmt::format("{}", *o.commTimeoutSeconds)});
   if (o.maxRestarts > 0) words.insert(words.end(), {"--max-restarts", std::to_string(o.maxRestarts)});
-  if (o.backend == "nccl") words.insert(words.end(), {"--backend", "nccl"});
+  if (o.backend == Backend::kNccl) words.insert(words.end(), {"--backend", "nccl"});
   if (!o.iface.empty()) words.insert(words.end(), {"--iface", shellQuote(o.iface)});
   if (!o.prefixOutput) words.push_back("--no-prefix");
   words.push_back("--");
@@ -137,23 +137,29 @@ std::string resolveProgram(const std::string& program) {
 }
 
 BackendChoice chooseBackend(const std::string& requested, const BackendFacts& f) {
-  if (!requested.empty() && requested != "auto") return {requested, "--backend " + requested};
+  if (!requested.empty() && requested != "auto") {
+    for (Backend b : {Backend::kGloo, Backend::kMpi, Backend::kNccl}) {
+      if (requested == toString(b)) return {b, "--backend " + requested};
+    }
+    throw ConfigError(fmt::format("--backend {}: expected gloo, mpi, nccl or auto", requested));
+  }
   const std::string how = requested.empty() ? "the default, auto: " : "--backend auto: ";
   if (!f.isLockstep) {
-    return {"gloo", how + f.program + " does not link lockstep; it gets the lockstep and torchrun variables"};
+    return {Backend::kGloo, how + f.program + " does not link lockstep; it gets the lockstep and torchrun variables"};
   }
   if (f.gpus > 0 && f.gpus >= f.workers && (f.workers >= 2 || f.nnodes > 1 || f.hostsGiven)) {
-    return {"nccl", how + fmt::format("every worker has a GPU of its own ({} visible on this node)", f.gpus)};
+    return {Backend::kNccl, how + fmt::format("every worker has a GPU of its own ({} visible on this node)", f.gpus)};
   }
-  if (f.hostsGiven || f.nnodes > 1) return {"gloo", how + "workers on several nodes talk over TCP"};
-  if (f.workers < 2) return {"gloo", how + "one worker has nothing to communicate"};
+  if (f.hostsGiven || f.nnodes > 1) return {Backend::kGloo, how + "workers on several nodes talk over TCP"};
+  if (f.workers < 2) return {Backend::kGloo, how + "one worker has nothing to communicate"};
   if (f.workers > f.cores) {
-    return {"gloo", how + fmt::format("{} workers on {} cores: MPI's busy waiting would take the cores from compute",
-                                      f.workers, f.cores)};
+    return {Backend::kGloo,
+            how + fmt::format("{} workers on {} cores: MPI's busy waiting would take the cores from compute", f.workers,
+                              f.cores)};
   }
-  if (!f.mpiBuilt) return {"gloo", how + "this lockstep was built without MPI"};
-  if (!f.mpirunFound) return {"gloo", how + "no mpirun on PATH (Debian package openmpi-bin)"};
-  return {"mpi", how + "one node, OpenMPI's shared memory between the workers"};
+  if (!f.mpiBuilt) return {Backend::kGloo, how + "this lockstep was built without MPI"};
+  if (!f.mpirunFound) return {Backend::kGloo, how + "no mpirun on PATH (Debian package openmpi-bin)"};
+  return {Backend::kMpi, how + "one node, OpenMPI's shared memory between the workers"};
 }
 
 int usableCores() {
@@ -228,10 +234,7 @@ namespace {
 
 /// --backend: known, and able to serve these workers (a GPU each for nccl, mpirun for mpi).
 void validateBackend(const LaunchOptions& o) {
-  if (o.backend != "gloo" && o.backend != "mpi" && o.backend != "nccl") {
-    throw ConfigError(fmt::format("--backend {}: expected gloo, mpi, nccl or auto", o.backend));
-  }
-  if (o.backend == "nccl" && o.hosts.empty()) {
+  if (o.backend == Backend::kNccl && o.hosts.empty()) {
     const int gpus = visibleCudaDevices();
     if (o.nprocPerNode > gpus) {
       throw ConfigError(
@@ -241,7 +244,7 @@ void validateBackend(const LaunchOptions& o) {
                       o.nprocPerNode, gpus, describeCudaVisibleDevices()));
     }
   }
-  if (o.backend == "mpi") {
+  if (o.backend == Backend::kMpi) {
     if (o.nnodes > 1) {
       throw ConfigError(
           "--backend mpi starts workers on this node only; for several nodes run mpirun yourself "
@@ -299,7 +302,7 @@ void validateLaunchOptions(const LaunchOptions& o) {
   }
   if (o.maxRestarts < 0) throw ConfigError(fmt::format("--max-restarts {}: must be 0 or more", o.maxRestarts));
   if (!o.hosts.empty()) {
-    if (o.backend == "mpi") {
+    if (o.backend == Backend::kMpi) {
       throw ConfigError(
           "-H starts lockstep launchers over ssh with the gloo backend; for MPI across hosts run "
           "mpirun with -H or a hostfile yourself (see docs/multi-node.md)");

@@ -30,7 +30,7 @@ std::vector<std::string> mpirunCommand(const LaunchOptions& options, int usableC
 
 /// The backend `lockstep run` uses and why, in words for its first line.
 struct BackendChoice {
-  std::string backend;  ///< "gloo", "mpi" or "nccl"
+  Backend backend = Backend::kGloo;
   std::string reason;
 };
 /// What the default backend depends on.

@@ -29,7 +29,7 @@ using detail::writeAll;  // errors writing our own stdout/stderr are ignored: no
 /// The mode `o` asks for: -H's hosts, mpirun for backend "mpi", else workers on this host.
 std::unique_ptr<detail::LaunchMode> makeLaunchMode(const LaunchOptions& o) {
   if (!o.hosts.empty()) return std::make_unique<detail::RemoteHosts>(o);
-  if (o.backend == "mpi") return std::make_unique<detail::MpirunJob>(o);
+  if (o.backend == Backend::kMpi) return std::make_unique<detail::MpirunJob>(o);
   return std::make_unique<detail::LocalWorkers>(o);
 }
 
@@ -37,7 +37,7 @@ std::unique_ptr<detail::LaunchMode> makeLaunchMode(const LaunchOptions& o) {
 LaunchResult runGroupOnce(const LaunchOptions& o, const std::map<std::string, std::string>& baseEnv) {
   detail::SignalGuard signals;
   if (!o.backendReason.empty()) {
-    writeAll(STDERR_FILENO, fmt::format("lockstep run: backend {} ({})\n", o.backend, o.backendReason));
+    writeAll(STDERR_FILENO, fmt::format("lockstep run: backend {} ({})\n", toString(o.backend), o.backendReason));
   }
   std::unique_ptr<detail::LaunchMode> mode = makeLaunchMode(o);
   detail::Supervisor group(o, mode->start(baseEnv));
@@ -108,14 +108,14 @@ LaunchResult launch(const LaunchOptions& input) {
       }
     }
     env[env::kRestartCount] = env["TORCHELASTIC_RESTART_COUNT"] = std::to_string(attempt);
-    if (o.backend == "mpi") {
+    if (o.backend == Backend::kMpi) {
       // The workers learn rank and world from mpirun (OMPI_COMM_WORLD_*); the
       // store still meets at the master variables OpenMPI workers read.
       const WorldVariables& mpi = worldVariables(WorldSource::kOpenMpi);
       env[mpi.masterAddr] = o.masterAddr;
       env[mpi.masterPort] = std::to_string(o.masterPort);
     }
-    env[env::kBackend] = o.backend;  // the workers use the backend chosen here, not one of their own
+    env[env::kBackend] = toString(o.backend);  // the workers use the backend chosen here, not one of their own
     LaunchResult result = runGroupOnce(o, env);
     result.restarts = attempt;
     bool workerFailed = result.exitCode != 0 && result.interruptSignal == 0;

@@ -44,7 +44,7 @@ constexpr WorldVariables kSlurmVariables{
     "SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID", "SLURM_STEP_TASKS_PER_NODE",
     "SLURM_NODEID", "MASTER_ADDR",          "MASTER_PORT"};
 
-struct Reader {
+struct WorldVarReader {
   const Environment& env;
   const char* source;
 
@@ -106,7 +106,7 @@ void readMaster(WorldInfo& w, const Environment& env, const char* addrVar, const
 /// lockstep's and torchrun's variables: the same shape, different names.
 WorldInfo fromLauncher(const Environment& env, WorldSource source, const char* hint, const char* masterHint) {
   const WorldVariables& v = worldVariables(source);
-  Reader r{env, toString(source)};
+  WorldVarReader r{env, toString(source)};
   r.firstVar = v.rank;
   WorldInfo w;
   w.source = source;
@@ -127,7 +127,7 @@ int derivedPort(const std::string& jobKey) {
 
 WorldInfo fromOpenMpi(const Environment& env) {
   const WorldVariables& v = kOpenMpiVariables;
-  Reader r{env, "OpenMPI"};
+  WorldVarReader r{env, "OpenMPI"};
   r.firstVar = v.rank;
   WorldInfo w;
   w.source = WorldSource::kOpenMpi;
@@ -148,7 +148,7 @@ WorldInfo fromOpenMpi(const Environment& env) {
 }
 
 WorldInfo fromSlurm(const Environment& env) {
-  Reader r{env, "Slurm"};
+  WorldVarReader r{env, "Slurm"};
   r.firstVar = "SLURM_PROCID";
   WorldInfo w;
   w.source = WorldSource::kSlurm;

@@ -8,9 +8,9 @@
 #include <chrono>
 #include <string>
 
-#include "lockstep/comm/comm_error.h"
 #include "lockstep/comm/nccl_order.h"
 #include "lockstep/comm/store/store.h"
+#include "lockstep/common/comm_error.h"
 #include "support/thread_ranks.h"
 
 namespace lockstep {

@@ -10,8 +10,8 @@
 #include <chrono>
 #include <thread>
 
-#include "lockstep/comm/comm_error.h"
 #include "lockstep/comm/store/store.h"
+#include "lockstep/common/comm_error.h"
 #include "support/expect.h"
 
 namespace lockstep {

@@ -387,17 +387,17 @@ TEST(Launcher, BackendChoiceAndItsReason) {
   BackendFacts lockstep{"lockstep", true, 2, 2, 1, false, true, true};
   // Left out: auto. A lockstep program, 2 workers on one node, MPI built, mpirun found: MPI.
   auto c = chooseBackend("", lockstep);
-  EXPECT_EQ(c.backend, "mpi");
+  EXPECT_EQ(c.backend, Backend::kMpi);
   EXPECT_EQ(c.reason, "the default, auto: one node, OpenMPI's shared memory between the workers");
   c = chooseBackend("", BackendFacts{"python3", false, 2, 2, 1, false, true, true});
-  EXPECT_EQ(c.backend, "gloo");
+  EXPECT_EQ(c.backend, Backend::kGloo);
   EXPECT_EQ(c.reason, "the default, auto: python3 does not link lockstep; it gets the lockstep and torchrun variables");
   auto with = [&](auto change) {
     BackendFacts f = lockstep;
     change(f);
     return chooseBackend("", f);
   };
-  EXPECT_EQ(with([](BackendFacts& f) { f.nnodes = 2; }).backend, "gloo");
+  EXPECT_EQ(with([](BackendFacts& f) { f.nnodes = 2; }).backend, Backend::kGloo);
   EXPECT_EQ(with([](BackendFacts& f) { f.hostsGiven = true; }).reason,
             "the default, auto: workers on several nodes talk over TCP");
   EXPECT_EQ(with([](BackendFacts& f) { f.workers = 1; }).reason,
@@ -406,29 +406,29 @@ TEST(Launcher, BackendChoiceAndItsReason) {
             "the default, auto: 4 workers on 2 cores: MPI's busy waiting would take the cores from compute");
   EXPECT_EQ(with([](BackendFacts& f) { f.mpiBuilt = false; }).reason,
             "the default, auto: this lockstep was built without MPI");
-  EXPECT_EQ(with([](BackendFacts& f) { f.mpirunFound = false; }).backend, "gloo");
+  EXPECT_EQ(with([](BackendFacts& f) { f.mpirunFound = false; }).backend, Backend::kGloo);
   // A GPU of its own for every worker: NCCL, across nodes too; fewer GPUs than workers: not.
   EXPECT_EQ(with([](BackendFacts& f) { f.gpus = 2; }).reason,
             "the default, auto: every worker has a GPU of its own (2 visible on this node)");
-  EXPECT_EQ(with([](BackendFacts& f) { f.gpus = 2; }).backend, "nccl");
+  EXPECT_EQ(with([](BackendFacts& f) { f.gpus = 2; }).backend, Backend::kNccl);
   EXPECT_EQ(with([](BackendFacts& f) {
               f.gpus = 8;
               f.workers = 1;
               f.nnodes = 2;
             }).backend,
-            "nccl");
-  EXPECT_EQ(with([](BackendFacts& f) { f.gpus = 1; }).backend, "mpi");
+            Backend::kNccl);
+  EXPECT_EQ(with([](BackendFacts& f) { f.gpus = 1; }).backend, Backend::kMpi);
   EXPECT_EQ(with([](BackendFacts& f) {
               f.gpus = 1;
               f.workers = 1;
             }).backend,
-            "gloo");
-  EXPECT_EQ(chooseBackend("", BackendFacts{"python3", false, 2, 2, 1, false, true, true, 2}).backend, "gloo");
+            Backend::kGloo);
+  EXPECT_EQ(chooseBackend("", BackendFacts{"python3", false, 2, 2, 1, false, true, true, 2}).backend, Backend::kGloo);
   EXPECT_EQ(chooseBackend("auto", lockstep).reason,
             "--backend auto: one node, OpenMPI's shared memory between the workers");
   EXPECT_EQ(chooseBackend("gloo", lockstep).reason, "--backend gloo");
   EXPECT_EQ(chooseBackend("mpi", BackendFacts{"sh", false, 1, 2, 3, false, true, true}).backend,
-            "mpi");  // validateLaunchOptions refuses it
+            Backend::kMpi);  // validateLaunchOptions refuses it
   // The lockstep binary is one; a shell is not.
   EXPECT_TRUE(detail::isLockstepProgram(test::lockstepBin()));
   EXPECT_FALSE(detail::isLockstepProgram(detail::resolveProgram("sh")));

@@ -33,13 +33,7 @@ SHARED = {
 
 # Known violations, each waiting for its fix; the test fails once one is gone, so
 # that the list only shrinks. (file, included header) -> what will remove it.
-_COMM_ERROR = "the store's own error below comm (or CommError moved below the store)"
-EXCEPTIONS = {
-    # The store throws comm's CommError (store_wire's fail()); comm_error.h is comm's, above it.
-    (os.path.join("src", "comm", "store", "store_wire.h"), "lockstep/comm/comm_error.h"): _COMM_ERROR,
-    (os.path.join("src", "comm", "store", "store_server.cpp"), "lockstep/comm/comm_error.h"): _COMM_ERROR,
-    (os.path.join("src", "comm", "store", "tcp_store.cpp"), "lockstep/comm/comm_error.h"): _COMM_ERROR,
-}
+EXCEPTIONS = {}
 
 INCLUDE = re.compile(r'\s*#\s*include\s+([<"])([^">]+)[">]')
 ORDER_LINE = re.compile(r"^Layer order \(lowest first\): (.+)$", re.MULTILINE)

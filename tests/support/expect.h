@@ -8,7 +8,7 @@
 #include <functional>
 #include <string>
 
-#include "lockstep/comm/comm_error.h"
+#include "lockstep/common/comm_error.h"
 #include "lockstep/common/error.h"
 
 namespace lockstep::test {

@@ -26,9 +26,10 @@
 #include <string>
 #include <vector>
 
-#include "lockstep/comm/comm_error.h"
+#include "lockstep/comm/backend.h"
 #include "lockstep/comm/store/store.h"
 #include "lockstep/comm/work.h"
+#include "lockstep/common/comm_error.h"
 
 namespace at {
 class Tensor;
@@ -38,12 +39,6 @@ namespace lockstep {
 
 enum class ReduceOp { kSum, kAvg, kMax, kMin };
 const char* toString(ReduceOp op);
-
-/// The library that carries a communicator's tensors.
-enum class Backend { kGloo, kMpi, kNccl };
-const char* toString(Backend backend);
-/// gloo, mpi or nccl (any case); ConfigError naming `what` and the allowed values otherwise.
-Backend parseBackend(const std::string& text, const std::string& what);
 
 struct CollectiveOptions {
   /// 0 means the communicator's default timeout. A longer timeout than the

@@ -5,7 +5,7 @@
 // values where there are two, the source location and a hint. LOCKSTEP_ASSERT
 // reports a bug in lockstep itself and throws lockstep::InternalError.
 // Communication failures have their own type, lockstep::CommError
-// (lockstep/comm/comm_error.h), because callers may want to recover from them.
+// (lockstep/common/comm_error.h), because callers may want to recover from them.
 #pragma once
 
 #include <sstream>

@@ -25,6 +25,8 @@
 #include <string>
 #include <vector>
 
+#include "lockstep/comm/backend.h"
+
 namespace lockstep {
 
 /// One entry of `-H host1:2,host2:2`.
@@ -57,7 +59,7 @@ struct LaunchOptions {
   /// through `mpirun` (single node), sets LOCKSTEP_BACKEND=mpi, and turns
   /// mpirun's tagged output back into "[rank] " lines. ("auto" is resolved by
   /// the CLI before launch.)
-  std::string backend = "gloo";
+  Backend backend = Backend::kGloo;
   /// Why this backend, in words: the launcher's first line says "lockstep run: backend B (WHY)".
   std::string backendReason;
   std::vector<std::string> mpirunArgs;  ///< extra arguments for mpirun (backend "mpi")

@@ -19,7 +19,7 @@
 
 #include "common/socket_address.h"
 #include "common/worker_thread.h"
-#include "lockstep/comm/comm_error.h"
+#include "lockstep/common/comm_error.h"
 #include "lockstep/common/logging.h"
 #include "lockstep/common/token.h"
 

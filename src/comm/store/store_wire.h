@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "lockstep/comm/comm_error.h"
+#include "lockstep/common/comm_error.h"
 
 namespace lockstep::detail::store_wire {
 

@@ -23,7 +23,7 @@
 #include "comm/store/store_wire.h"
 #include "common/posix_io.h"
 #include "common/socket_address.h"
-#include "lockstep/comm/comm_error.h"
+#include "lockstep/common/comm_error.h"
 #include "lockstep/common/logging.h"
 #include "lockstep/common/token.h"
 
