@@ -37,6 +37,7 @@ void ParameterServer::State::followWorker(size_t w) {
   at::Tensor header = at::zeros({kPsHeaderSize}, at::kLong);
   at::Tensor gradient = at::empty_like(shard);
   bool pushed = false;   // a gradient received and waiting for its place in the order
+  bool skipped = false;  // ... and counted without a step (PsWorker::skip)
   bool leaving = false;  // the worker finished: its next read is its last message
   at::Tensor read;       // the weights it computes on (delay compensation)
   while (true) {
@@ -44,6 +45,7 @@ void ParameterServer::State::followWorker(size_t w) {
     const int64_t* h = header.data_ptr<int64_t>();
     const int64_t kind = h[0];
     if (kind == kPsPush) {
+      skipped = h[1] == 1;
       peer.recv(gradient, other, kPsPayloadTag)->wait();
       pushed = true;
       continue;
@@ -51,7 +53,7 @@ void ParameterServer::State::followWorker(size_t w) {
     if (kind == kPsOrder) {
       if (!pushed) throw Error(fmt::format("an order for update {} without its gradient", h[1]));
       pushed = false;
-      applyInOrder(gradient, {h[1], h[2], h[3], h[4]}, read);
+      applyInOrder(gradient, {h[1], h[2], h[3], h[4]}, read, skipped);
       continue;
     }
     std::unique_lock<std::mutex> lock(mutex);
@@ -82,7 +84,8 @@ void ParameterServer::State::followWorker(size_t w) {
   }
 }
 
-void ParameterServer::State::applyInOrder(const at::Tensor& gradient, const Applied& applied, const at::Tensor& read) {
+void ParameterServer::State::applyInOrder(const at::Tensor& gradient, const Applied& applied, const at::Tensor& read,
+                                          bool skip) {
   std::unique_lock<std::mutex> lock(mutex);
   if (applied.place < version) {
     throw Error(fmt::format("update {} arrived after update {} was applied", applied.place, version));
@@ -94,8 +97,8 @@ void ParameterServer::State::applyInOrder(const at::Tensor& gradient, const Appl
   if (served != readsServed.end()) readsServed.erase(served);
   if (readsLeft > 0) snapshots[version] = {shard.detach().clone(), readsLeft};
   stats.record(applied.staleness, applied.lag);
-  if (options.compensation > 0 && read.defined()) compensate(gradient, read);
-  step(gradient);
+  if (options.compensation > 0 && read.defined() && !skip) compensate(gradient, read);
+  step(gradient, skip);
   checkpointIfDue();
 }
 

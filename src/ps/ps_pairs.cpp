@@ -117,6 +117,35 @@ at::Tensor broadcastFlatParameters(Communicator& comm, const std::vector<at::Ten
   return flat;
 }
 
+int64_t packedBufferBytes(const std::vector<at::Tensor>& buffers) {
+  int64_t n = 0;
+  for (const auto& b : buffers) n += b.numel() * static_cast<int64_t>(b.element_size());
+  return n;
+}
+
+at::Tensor packBuffers(const std::vector<at::Tensor>& buffers) {
+  at::Tensor packed = at::empty({packedBufferBytes(buffers)}, at::kByte);
+  c10::NoGradGuard noGrad;
+  int64_t offset = 0;
+  for (const auto& b : buffers) {
+    const int64_t bytes = b.numel() * static_cast<int64_t>(b.element_size());
+    packed.narrow(0, offset, bytes).copy_(b.detach().cpu().contiguous().reshape({-1}).view(at::kByte));
+    offset += bytes;
+  }
+  return packed;
+}
+
+void unpackBuffers(const at::Tensor& packed, const std::vector<at::Tensor>& buffers) {
+  c10::NoGradGuard noGrad;
+  int64_t offset = 0;
+  for (const auto& b : buffers) {
+    const int64_t bytes = b.numel() * static_cast<int64_t>(b.element_size());
+    // A copy starts at offset 0: viewing bytes as a wider type needs an aligned start.
+    b.copy_(packed.narrow(0, offset, bytes).clone().view(b.scalar_type()).view(b.sizes()));
+    offset += bytes;
+  }
+}
+
 std::string psPeerName(const PsPairs& pairs, size_t peer) {
   const int rank = pairs.peerRanks[peer];
   return pairs.role.server ? fmt::format("worker {} (rank {})", peer, rank)

@@ -13,13 +13,14 @@
 namespace lockstep::detail {
 
 // A worker's message to server 0: header {kind, its pushes so far (this one included), the version of
-// the weights the gradient was computed on, B}, then for kPsPush the gradient's slice. kPsPark: wait
-// until the server checkpointed B updates; its reply is a header only.
+// the weights the gradient was computed on, B or for kPsPush 1 when the update is skipped}, then for
+// kPsPush the gradient's slice (ignored by a skip). kPsPark: wait until the server checkpointed B
+// updates; its reply is a header only.
 // Server 0's reply: header {version of the weights, staleness of the worker's last applied update,
 // the grant's ticket}, then the weights' slice; with followers, a push is first acknowledged on
 // kPsAckTag with {the update's place in the order (the version it applied to), the grants made of
 // that version, its staleness, its lag}.
-// To another server (a follower): kPsPush {kind} and the gradient's slice, then kPsOrder {kind, place,
+// To another server (a follower): kPsPush {kind, 1 when skipped} and the gradient's slice, then kPsOrder {kind, place,
 // grants, staleness, lag} once server 0 acknowledged it; kPsRead {kind, version} for the weights of the version server
 // 0 granted; kPsDone {kind, the ticket it leaves with unpushed or -1} when the worker finishes (sent
 // with server 0's; its next read, of the final weights, is its last message); kPsPark as above. Its
@@ -28,6 +29,7 @@ enum PsKind : int64_t { kPsPull = 1, kPsPush = 2, kPsDone = 3, kPsPark = 4, kPsO
 constexpr int kPsHeaderTag = 81;
 constexpr int kPsPayloadTag = 82;
 constexpr int kPsAckTag = 83;
+constexpr int kPsBufferTag = 84;  // worker 0 to server 0 after each push: its buffers, packed
 constexpr int64_t kPsHeaderSize = 6;
 
 struct PsPairs {
@@ -46,6 +48,13 @@ std::unique_ptr<PsPairs> connectPsPairs(const std::shared_ptr<Communicator>& com
 /// broadcast from rank 0 over `comm` (collective): every rank starts from rank 0's weights.
 at::Tensor broadcastFlatParameters(Communicator& comm, const std::vector<at::Tensor>& parameters);
 int64_t totalElements(const std::vector<at::Tensor>& parameters);
+
+/// The bytes of `buffers` (any dtypes) one after another, on the CPU: what worker 0 sends with
+/// each push so that server 0 holds its buffers (packBuffers), and their inverse (unpackBuffers
+/// copies `packed` into tensors of the same dtypes and shapes).
+at::Tensor packBuffers(const std::vector<at::Tensor>& buffers);
+int64_t packedBufferBytes(const std::vector<at::Tensor>& buffers);
+void unpackBuffers(const at::Tensor& packed, const std::vector<at::Tensor>& buffers);
 
 /// "parameter server 1 (rank 4)" / "worker 0 (rank 0)".
 std::string psPeerName(const PsPairs& pairs, size_t peer);

@@ -47,7 +47,8 @@ using detail::kPsPush;
 using detail::WorkerSlot;
 
 ParameterServer::ParameterServer(std::shared_ptr<Communicator> comm, PsOptions options,
-                                 const std::vector<at::Tensor>& parameters, const OptimizerFactory& factory)
+                                 const std::vector<at::Tensor>& parameters, const OptimizerFactory& factory,
+                                 std::vector<at::Tensor> buffers)
     : state_(std::make_unique<State>()) {
   auto& s = *state_;
   s.options = options;
@@ -61,6 +62,10 @@ ParameterServer::ParameterServer(std::shared_ptr<Communicator> comm, PsOptions o
   s.shard.mutable_grad() = at::zeros_like(s.shard);
   s.optimizer = factory({s.shard});
   s.slots.resize(static_cast<size_t>(s.pairs->role.workers));
+  if (s.leader() && !buffers.empty()) {
+    s.packedBuffers = at::empty({detail::packedBufferBytes(buffers)}, at::kByte);
+    s.buffers = std::move(buffers);
+  }
 }
 
 ParameterServer::~ParameterServer() = default;
@@ -133,7 +138,7 @@ void ParameterServer::State::grantWaiting() {
 }
 
 ParameterServer::State::Applied ParameterServer::State::apply(size_t w, const at::Tensor& gradient,
-                                                              int64_t workerReadVersion) {
+                                                              int64_t workerReadVersion, bool skip) {
   auto& slot = slots[w];
   if (!slot.out || workerReadVersion != slot.readVersion) {
     throw Error(fmt::format("pushed a gradient on version {} while it holds version {}", workerReadVersion,
@@ -147,9 +152,9 @@ ParameterServer::State::Applied ParameterServer::State::apply(size_t w, const at
     if (slots[c].out && slots[c].readVersion != slot.readVersion) ++slots[c].staleness;
   }
   grantsAtVersion = 0;
-  if (options.compensation > 0 && slot.read.defined()) compensate(gradient, slot.read);
+  if (options.compensation > 0 && slot.read.defined() && !skip) compensate(gradient, slot.read);
   slot.read = at::Tensor();
-  step(gradient);
+  step(gradient, skip);
   return applied;
 }
 
@@ -166,13 +171,17 @@ void ParameterServer::State::compensate(const at::Tensor& g, const at::Tensor& r
   g.add_(squared, options.compensation);
 }
 
-void ParameterServer::State::step(const at::Tensor& gradient) {
-  if (options.learningRate) {
+void ParameterServer::State::step(const at::Tensor& gradient, bool skip) {
+  if (skip) {
+    ++stats.skipped;
+  } else if (options.learningRate) {
     const double lr = options.learningRate(version);
     for (auto& group : optimizer->param_groups()) group.options().set_lr(lr);
   }
-  shard.mutable_grad() = gradient;  // the step reads it under the lock: no copy
-  optimizer->step();
+  if (!skip) {
+    shard.mutable_grad() = gradient;  // the step reads it under the lock: no copy
+    optimizer->step();
+  }
   ++version;
   changed.notify_all();
 }
@@ -200,6 +209,8 @@ void ParameterServer::State::serveWorker(size_t w) {
     peer.recv(header, other, kPsHeaderTag)->wait();
     const int64_t kind = header.data_ptr<int64_t>()[0], readVersion = header.data_ptr<int64_t>()[2];
     if (kind == kPsPush) peer.recv(gradient, other, kPsPayloadTag)->wait();
+    const bool withBuffers = kind == kPsPush && w == 0 && packedBuffers.defined();
+    if (withBuffers) peer.recv(packedBuffers, other, detail::kPsBufferTag)->wait();
     std::unique_lock<std::mutex> lock(mutex);
     if (failed) return;
     if (kind == kPsPark) {
@@ -208,7 +219,8 @@ void ParameterServer::State::serveWorker(size_t w) {
     }
     auto& slot = slots[w];
     if (kind == kPsPush) {
-      const Applied applied = apply(w, gradient, readVersion);
+      const Applied applied = apply(w, gradient, readVersion, header.data_ptr<int64_t>()[3] == 1);
+      if (withBuffers) detail::unpackBuffers(packedBuffers, buffers);
       slot.waiting = true;
       grantWaiting();
       if (pairs->role.servers > 1) {

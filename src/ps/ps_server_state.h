@@ -45,6 +45,8 @@ struct ParameterServer::State {
   at::Tensor shard;  // this server's elements of the flattened parameters; its .grad is the pushed gradient
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   PsStats stats;
+  std::vector<at::Tensor> buffers;  // server 0: worker 0's, as of its last update applied
+  at::Tensor packedBuffers;         // server 0, with buffers: what worker 0 sends with each update
 
   std::mutex mutex;
   std::condition_variable changed;
@@ -56,8 +58,8 @@ struct ParameterServer::State {
   std::function<void(int64_t)> checkpointHook;
   bool failed = false;
 
-  /// One optimizer step on `gradient`: the next version.
-  void step(const at::Tensor& gradient);
+  /// One optimizer step on `gradient` (none when `skip`): the next version.
+  void step(const at::Tensor& gradient, bool skip);
   /// Runs the checkpoint hook when the version is a checkpoint's not yet taken.
   void checkpointIfDue();
   bool answerPark(Communicator& peer, int64_t boundary, std::unique_lock<std::mutex>& lock);
@@ -83,7 +85,7 @@ struct ParameterServer::State {
   struct Applied {
     int64_t place, grants, staleness, lag;
   };
-  Applied apply(size_t w, const at::Tensor& gradient, int64_t workerReadVersion);
+  Applied apply(size_t w, const at::Tensor& gradient, int64_t workerReadVersion, bool skip);
   void serveWorker(size_t w);
   bool reply(size_t w, Communicator& peer, std::unique_lock<std::mutex>& lock);
 
@@ -91,7 +93,7 @@ struct ParameterServer::State {
   std::map<int64_t, int64_t> readsServed;  // version -> reads served while it was the current one
   std::map<int64_t, detail::VersionSnapshot> snapshots;
   void followWorker(size_t w);
-  void applyInOrder(const at::Tensor& gradient, const Applied& applied, const at::Tensor& read);
+  void applyInOrder(const at::Tensor& gradient, const Applied& applied, const at::Tensor& read, bool skip);
   at::Tensor weightsOf(int64_t version, std::unique_lock<std::mutex>& lock);
 };
 

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <initializer_list>
+#include <limits>
 #include <string>
 
 #include "lockstep/common/error.h"
@@ -28,6 +29,7 @@ using detail::kPsRead;
 struct PsWorker::State {
   std::unique_ptr<detail::PsPairs> pairs;
   std::vector<at::Tensor> parameters;
+  std::vector<at::Tensor> buffers;                  // worker 0's, sent to server 0 with every update
   std::vector<std::pair<int64_t, int64_t>> ranges;  // each server's elements of the flat parameters
   at::Tensor gradients, weights;                    // flat buffers
   std::vector<int64_t> versions;                    // the version of each server's weights last received
@@ -38,7 +40,7 @@ struct PsWorker::State {
   int64_t checkpointEvery = 0, checkpointed = 0;  // the last checkpoint every server confirmed
   bool pulled = false, finished = false;
 
-  void exchange(int64_t kind);
+  void exchange(int64_t kind, bool skip = false);
   void readFollowers(std::vector<std::vector<WorkHandle>>& works);
   void waitForCheckpoint();
   void flattenGradients();
@@ -79,7 +81,8 @@ at::Tensor psHeader(std::initializer_list<int64_t> values) {
 
 }  // namespace
 
-PsWorker::PsWorker(std::shared_ptr<Communicator> comm, PsOptions options, std::vector<at::Tensor> parameters)
+PsWorker::PsWorker(std::shared_ptr<Communicator> comm, PsOptions options, std::vector<at::Tensor> parameters,
+                   std::vector<at::Tensor> buffers)
     : state_(std::make_unique<State>()) {
   auto& s = *state_;
   s.pairs = detail::connectPsPairs(comm, options);
@@ -87,6 +90,7 @@ PsWorker::PsWorker(std::shared_ptr<Communicator> comm, PsOptions options, std::v
     throw Error(fmt::format("PsWorker on rank {}: that rank is a parameter server", comm->rank()));
   }
   s.parameters = std::move(parameters);
+  if (s.pairs->role.index == 0) s.buffers = std::move(buffers);
   detail::broadcastFlatParameters(*comm, s.parameters);
   const int64_t numel = detail::totalElements(s.parameters);
   if (numel < options.servers) {
@@ -121,6 +125,16 @@ void PsWorker::push() {
   s.flattenGradients();
   s.waitForCheckpoint();
   s.exchange(kPsPush);
+  ++s.pushes;
+}
+
+void PsWorker::skip() {
+  auto& s = *state_;
+  if (!s.pulled || s.finished) throw Error("PsWorker::skip: call pull() first, and no skip after finish()");
+  // Sent as a push's gradient is, and never applied: NaN, so that a server stepping on it would show.
+  s.gradients.fill_(std::numeric_limits<float>::quiet_NaN());
+  s.waitForCheckpoint();
+  s.exchange(kPsPush, /*skip=*/true);
   ++s.pushes;
 }
 
@@ -175,7 +189,7 @@ void PsWorker::State::waitForCheckpoint() {
 // slice of the weights server 0 grants into the parameters. With several servers the others
 // follow server 0 (ps_follower.cpp): a push's gradient goes to all at once, its place in server 0's
 // order is relayed to them, and they send the weights of the version server 0 granted.
-void PsWorker::State::exchange(int64_t kind) {
+void PsWorker::State::exchange(int64_t kind, bool skip) {
   const auto t0 = std::chrono::steady_clock::now();
   const size_t servers = pairs->peers.size();
   const bool push = kind == kPsPush;
@@ -184,8 +198,11 @@ void PsWorker::State::exchange(int64_t kind) {
   at::Tensor ack = psHeader({}), grant = psHeader({}), mine = slice(weights, 0);
   WorkHandle acked;
   onServer(0, [&](Communicator& peer, int other) {
-    works[0].push_back(peer.send(psHeader({kind, pushes + (push ? 1 : 0), versions[0]}), other, kPsHeaderTag));
+    works[0].push_back(
+        peer.send(psHeader({kind, pushes + (push ? 1 : 0), versions[0], skip ? 1 : 0}), other, kPsHeaderTag));
     if (push) works[0].push_back(peer.send(slice(gradients, 0), other, kPsPayloadTag));
+    if (push && !buffers.empty())
+      works[0].push_back(peer.send(detail::packBuffers(buffers), other, detail::kPsBufferTag));
     if (push && servers > 1) acked = peer.recv(ack, other, kPsAckTag);
     works[0].push_back(peer.recv(grant, other, kPsHeaderTag));
     works[0].push_back(peer.recv(mine, other, kPsPayloadTag));
@@ -193,7 +210,7 @@ void PsWorker::State::exchange(int64_t kind) {
   for (size_t j = 1; j < servers; ++j) {
     onServer(j, [&](Communicator& peer, int other) {
       if (push) {
-        works[j].push_back(peer.send(psHeader({kPsPush}), other, kPsHeaderTag));
+        works[j].push_back(peer.send(psHeader({kPsPush, skip ? 1 : 0}), other, kPsHeaderTag));
         works[j].push_back(peer.send(slice(gradients, j), other, kPsPayloadTag));
       } else if (kind == kPsDone) {
         works[j].push_back(peer.send(psHeader({kPsDone, ticket}), other, kPsHeaderTag));

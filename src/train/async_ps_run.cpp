@@ -55,14 +55,6 @@ AsyncPsRun::AsyncPsRun(std::shared_ptr<Communicator> comm, const TrainerOptions&
   lr_ = scaledLearningRate(o_.optimizer.lr, updateBatch_, scaling_);
   if (!o_.checkpoint.dir.empty()) {
     checkpoints_ = std::make_unique<CheckpointDir>(o_.checkpoint.dir, o_.checkpoint.keepLast);
-    const auto buffers = model_->named_buffers();
-    writeCheckpoints_ = buffers.is_empty();
-    if (!writeCheckpoints_ && rank_ == 0) {
-      log::warn(
-          fmt::format("schedule.type async_ps writes no checkpoints of this model: its buffers ({}, ...) live on "
-                      "the workers, each its own, and the servers hold only the parameters",
-                      buffers.begin()->key()));
-    }
   }
 }
 
@@ -121,7 +113,7 @@ PsOptions AsyncPsRun::psOptions() const {
   PsOptions ps = o_.ps;
   ps.firstUpdate = firstUpdate_;
   ps.learningRate = [this](int64_t update) { return learningRateOf(update); };
-  if (writeCheckpoints_) {
+  if (checkpoints_) {
     ps.checkpointEvery = o_.checkpoint.every > 0 ? o_.checkpoint.every * role_.workers : updatesPerEpoch();
   }
   return ps;
@@ -155,8 +147,8 @@ void AsyncPsRun::announce() {
         lr_,
         scaling_.warmupSteps > 0 ? fmt::format(" (warmup {} x {} updates)", scaling_.warmupSteps, role_.workers) : "",
         totalUpdates_, updatesPerEpoch(), firstUpdate_ > 0 ? fmt::format(", from update {}", firstUpdate_ + 1) : "",
-        writeCheckpoints_ ? fmt::format("a checkpoint every {} updates and at the end", psOptions().checkpointEvery)
-                          : "no checkpoints"));
+        checkpoints_ ? fmt::format("a checkpoint every {} updates and at the end", psOptions().checkpointEvery)
+                     : "no checkpoints"));
   }
   FitInfo info;
   info.rank = rank_;
@@ -171,8 +163,10 @@ void AsyncPsRun::announce() {
 void AsyncPsRun::serve() {
   OptimizerOptions optimizer = o_.optimizer;
   optimizer.lr = lr_;
-  ParameterServer server(comm_, psOptions(), model_->parameters(),
-                         [&](const std::vector<at::Tensor>& params) { return makeOptimizer(optimizer, params); });
+  // Server 0 keeps worker 0's buffers in its model, which its checkpoints save.
+  ParameterServer server(
+      comm_, psOptions(), model_->parameters(),
+      [&](const std::vector<at::Tensor>& params) { return makeOptimizer(optimizer, params); }, model_->buffers());
   if (resumedOptimizer_) {
     loadOptimizerState(server.optimizer(), *resumedOptimizer_, /*report=*/role_.index == 0);
     resumedOptimizer_.reset();  // the rates are the run's: the servers set them before every update
@@ -187,21 +181,25 @@ void AsyncPsRun::serve() {
   trainStart_ = Clock::now();
   server.serve();
   trainEnd_ = Clock::now();
-  if (writeCheckpoints_ && server.updates() != saved)
-    writer.write(server.updates(), server.shard(), server.optimizer());
+  if (checkpoints_ && server.updates() != saved) writer.write(server.updates(), server.shard(), server.optimizer());
   stats_ = server.stats();
   result_.steps = server.updates();
 }
 
 void AsyncPsRun::work() {
-  PsWorker worker(comm_, psOptions(), model_->parameters());
+  PsWorker worker(comm_, psOptions(), model_->parameters(), model_->buffers());
   model_->train();
   trainStart_ = windowStart_ = Clock::now();
   worker.pull();
   int64_t ticket = worker.ticket();
   while (ticket < totalUpdates_) {
     const double loss = trainBatch(ticket);
-    worker.push();
+    if (std::isfinite(loss)) {
+      worker.push();
+    } else {
+      worker.skip();  // trainer.nan_policy: skip (stop threw)
+      ++skippedUpdates_;
+    }
     timer_.endPhase(Phase::kCommWait);
     timer_.endPhase(Phase::kOptimizer);
     timer_.endStep({});
@@ -242,10 +240,8 @@ double AsyncPsRun::trainBatch(int64_t ticket) {
     loss = loss.to(at::kFloat) / static_cast<double>(o_.accumulation);
     const double part = loss.item<double>();
     if (!std::isfinite(part)) {
-      throw Error(
-          fmt::format("the loss of batch {} is not finite on rank {} (worker {}): {}; stopping (async_ps has no "
-                      "skipping yet)",
-                      k + 1, rank_, role_.index, part * static_cast<double>(o_.accumulation)));
+      value = nonFiniteLoss(ticket, k, part * static_cast<double>(o_.accumulation));
+      break;
     }
     value += part;
     timer_.endPhase(Phase::kForward);
@@ -256,6 +252,18 @@ double AsyncPsRun::trainBatch(int64_t ticket) {
   applyTestSlowdown(faults_, rank_, computeStart);
   timer_.endPhase(Phase::kBackward);
   return value;
+}
+
+/// Batch k of update `ticket` has a non-finite loss: throws for trainer.nan_policy stop, else
+/// returns it so that the update is skipped (the batches after k are not computed).
+double AsyncPsRun::nonFiniteLoss(int64_t ticket, int64_t k, double loss) const {
+  const std::string what = fmt::format("the loss of update {} (batch {}) is not finite on rank {} (worker {}): {}",
+                                       ticket + 1, k + 1, rank_, role_.index, loss);
+  if (o_.nanPolicy == NanPolicy::kStop) {
+    throw Error(what + "; stopping (trainer.nan_policy: stop), the update was not applied");
+  }
+  log::warn(what + ": update skipped, the servers count it without a step (trainer.nan_policy: skip)");
+  return loss;
 }
 
 /// This worker's loss over its window (no collective: the workers do not wait for each other).
@@ -293,12 +301,13 @@ void AsyncPsRun::validate() {
 }
 
 /// Collective, one allreduce: server 0's staleness histogram and update count, each worker's wait
-/// and last train loss, each rank's training seconds (the run's: the longest) and each server's
-/// largest staleness.
+/// and last train loss, each rank's training seconds (the run's: the longest), each server's
+/// largest staleness and the updates the workers skipped.
 void AsyncPsRun::gather() {
   const int64_t bins = o_.ps.staleness + 1, workers = role_.workers, world = comm_->size();
   const int64_t wait = bins + 1, loss = wait + workers, seconds = loss + workers, stalest = seconds + world;
-  at::Tensor all = at::zeros({stalest + world}, at::kDouble);
+  const int64_t skipped = stalest + world;
+  at::Tensor all = at::zeros({skipped + 1}, at::kDouble);
   auto* a = all.data_ptr<double>();
   if (role_.server && role_.index == 0) {
     for (size_t g = 0; g < stats_.staleness.size(); ++g) {
@@ -311,6 +320,7 @@ void AsyncPsRun::gather() {
   if (!role_.server) {
     a[wait + role_.index] = waitSeconds_;
     a[loss + role_.index] = result_.lastTrainLoss;
+    a[skipped] = static_cast<double>(skippedUpdates_);
   }
   a[seconds + rank_] = result_.seconds;
   if (role_.server) a[stalest + rank_] = static_cast<double>(stats_.maxStaleness() + 1);  // 0: none applied
@@ -322,6 +332,7 @@ void AsyncPsRun::gather() {
   result_.lastTrainLoss = std::accumulate(a + loss, a + seconds, 0.0) / static_cast<double>(workers);
   result_.seconds = *std::max_element(a + seconds, a + seconds + world);
   result_.ps.maxStaleness = static_cast<int64_t>(*std::max_element(a + stalest, a + stalest + world)) - 1;
+  result_.skippedSteps = static_cast<int64_t>(a[skipped]);
 }
 
 void AsyncPsRun::finish() {

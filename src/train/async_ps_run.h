@@ -46,6 +46,7 @@ class AsyncPsRun {
   void serve();
   void work();
   double trainBatch(int64_t ticket);
+  double nonFiniteLoss(int64_t ticket, int64_t k, double loss) const;
   void logWindow(int64_t ticket, double lr);
   void validate();
   void gather();
@@ -71,14 +72,14 @@ class AsyncPsRun {
   LrScalingOptions scaling_;
 
   std::unique_ptr<CheckpointDir> checkpoints_;
-  bool writeCheckpoints_ = false;  // a checkpoint dir, and a model without buffers
-  int64_t firstUpdate_ = 0;        // updates (batches of the run) done before: a resumed run's first ticket
+  int64_t firstUpdate_ = 0;  // updates (batches of the run) done before: a resumed run's first ticket
   std::optional<TensorArchive> resumedOptimizer_;  // a server's: its range of the checkpoint's optimizer
 
   detail::StepTimer timer_;
   FitResult result_;
-  PsStats stats_;           // server 0's
-  double waitSeconds_ = 0;  // this worker's, for the servers
+  PsStats stats_;               // server 0's
+  double waitSeconds_ = 0;      // this worker's, for the servers
+  int64_t skippedUpdates_ = 0;  // this worker's, for trainer.nan_policy skip
   double windowLoss_ = 0;
   int64_t windowSteps_ = 0;
   Clock::time_point windowStart_;

@@ -6,16 +6,19 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 #include <torch/nn/modules/activation.h>
+#include <torch/nn/modules/batchnorm.h>
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/modules/linear.h>
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <filesystem>
 #include <mutex>
 #include <numeric>
 
 #include "lockstep/common/error.h"
+#include "lockstep/train/checkpoint.h"
 #include "lockstep/train/trainer.h"
 #include "support/expect.h"
 #include "support/regression_data.h"
@@ -27,6 +30,13 @@ namespace {
 torch::nn::Sequential makeNet() {
   at::manual_seed(1);  // the same initial model on every rank, as a Task builds it
   return torch::nn::Sequential(torch::nn::Linear(12, 24), torch::nn::Tanh(), torch::nn::Linear(24, 5));
+}
+
+/// The same with BatchNorm: a model with buffers, each worker's its own.
+torch::nn::Sequential makeNormNet() {
+  at::manual_seed(1);
+  return torch::nn::Sequential(torch::nn::Linear(12, 24), torch::nn::BatchNorm1d(24), torch::nn::Tanh(),
+                               torch::nn::Linear(24, 5));
 }
 
 using Data = test::RegressionData;
@@ -44,26 +54,30 @@ TrainerOptions baseOptions() {
 }
 
 struct Outcome {
-  FitResult result;                 // rank 0's
-  std::vector<at::Tensor> weights;  // rank 0's model after fit
+  FitResult result;                              // rank 0's
+  std::vector<at::Tensor> weights;               // rank 0's model after fit
+  std::vector<std::vector<at::Tensor>> buffers;  // every rank's after fit
 };
 
-Outcome train(int world, const TrainerOptions& options, const FaultInjection& faults = {}) {
+at::Tensor mseLoss(torch::nn::Module& m, const Batch& b) {
+  return at::mse_loss(dynamic_cast<torch::nn::SequentialImpl&>(m).forward(b.inputs), b.targets);
+}
+
+Outcome train(int world, const TrainerOptions& options, const FaultInjection& faults = {}, const LossFn& loss = mseLoss,
+              torch::nn::Sequential (*make)() = makeNet) {
   Data data = makeRegressionData();
   std::vector<torch::nn::Sequential> nets;
-  for (int r = 0; r < world; ++r) nets.push_back(makeNet());
+  for (int r = 0; r < world; ++r) nets.push_back(make());
   Outcome out;
   test::runRanks(world, [&](int rank, Communicator& comm) {
     Trainer trainer(test::borrow(comm), options);
     trainer.injectFaults(faults);
-    auto loss = [](torch::nn::Module& m, const Batch& b) {
-      return at::mse_loss(dynamic_cast<torch::nn::SequentialImpl&>(m).forward(b.inputs), b.targets);
-    };
-    FitResult r = trainer.fit(std::static_pointer_cast<torch::nn::Module>(nets[rank].ptr()), LossFn(loss), *data.train,
+    FitResult r = trainer.fit(std::static_pointer_cast<torch::nn::Module>(nets[rank].ptr()), loss, *data.train,
                               data.validation.get());
     if (rank == 0) out.result = r;
   });
   for (const auto& p : nets[0]->parameters()) out.weights.push_back(p.detach().clone());
+  for (const auto& net : nets) out.buffers.push_back(net->buffers());
   return out;
 }
 
@@ -152,6 +166,53 @@ TEST(PsTrainer, WarmupOnTheServersFollowsTheSynchronousSteps) {
   }
 }
 
+// trainer.nan_policy skip: a worker whose batch has a non-finite loss makes an empty update, counted
+// by the servers without a step. One worker trains the batches one process would, so it skips what
+// one process skips; with three workers and two servers every server leaves that update out, as if
+// its gradient were zero.
+TEST(PsTrainer, SkippedUpdatesAreLeftOutOnEveryServer) {
+  const at::Tensor poisoned = makeRegressionData().train->batch({0, 1, 2, 3}, 0).inputs;  // 4 samples' inputs
+  std::mutex mutex;
+  int64_t hits = 0;
+  auto poisonedLoss = [&](double factor) {
+    return LossFn([&, factor](torch::nn::Module& m, const Batch& b) {
+      at::Tensor loss = mseLoss(m, b);
+      const bool hit = (b.inputs.unsqueeze(1) - poisoned.unsqueeze(0)).abs().sum(2).eq(0).any().item<bool>();
+      if (!hit) return loss;
+      std::lock_guard<std::mutex> lock(mutex);
+      ++hits;
+      return loss * factor;
+    });
+  };
+  const double nan = std::nan("");
+  TrainerOptions o = baseOptions();
+  o.maxSteps = 18;
+  o.nanPolicy = NanPolicy::kSkip;
+  const Outcome one = train(1, o, {}, poisonedLoss(nan));
+  ASSERT_GE(one.result.skippedSteps, 1) << "no poisoned sample was trained: the test tests nothing";
+  o.schedule = Schedule::kAsyncPs;
+  o.ps = {1, 0};
+  const Outcome single = train(2, o, {}, poisonedLoss(nan));
+  EXPECT_EQ(single.result.skippedSteps, one.result.skippedSteps);
+  o.maxSteps = 6;
+  o.ps = {2, 0};
+  hits = 0;
+  const Outcome zero = train(5, o, {}, poisonedLoss(0.0));  // each poisoned batch's gradient zero
+  const int64_t poisonedBatches = hits;
+  const Outcome skipped = train(5, o, {}, poisonedLoss(nan));
+  const Outcome clean = train(5, o);
+  for (size_t i = 0; i < one.weights.size(); ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_LE(maxRelativeDiff(single.weights[i], one.weights[i]), 1e-6);
+    EXPECT_LE(maxRelativeDiff(skipped.weights[i], zero.weights[i]), 1e-6);
+    EXPECT_GT(maxRelativeDiff(clean.weights[i], skipped.weights[i]), 1e-4) << "the skipped updates changed nothing";
+  }
+  EXPECT_EQ(skipped.result.steps, 18) << "a skipped update is counted";
+  EXPECT_EQ(skipped.result.skippedSteps, poisonedBatches);
+  o.nanPolicy = NanPolicy::kStop;
+  EXPECT_HAS(test::errorOf([&] { train(5, o, {}, poisonedLoss(nan)); }), "trainer.nan_policy: stop");
+}
+
 std::string freshDir(const std::string& name) {
   auto dir = std::filesystem::temp_directory_path() / fmt::format("lockstep-ps-{}-{}", ::getpid(), name);
   std::filesystem::remove_all(dir);
@@ -212,6 +273,44 @@ TEST(PsTrainer, ResumedRunEndsAsTheUninterruptedOne) {
     EXPECT_LE(maxRelativeDiff(straight.weights[i], ddp.weights[i]), 1e-6);
   }
   std::filesystem::remove_all(o.checkpoint.dir);
+}
+
+// A model with buffers checkpoints too: the file holds worker 0's buffers as of its last update in
+// it (each worker's own differ), and a run resumed with one worker ends bit for bit as the
+// uninterrupted one, buffers included.
+TEST(PsTrainer, CheckpointsHoldWorkerZerosBuffers) {
+  TrainerOptions o = baseOptions();
+  o.schedule = Schedule::kAsyncPs;
+  o.ps = {1, 0};
+  o.checkpoint.dir = freshDir("buffers-three");
+  const Outcome three = train(4, o, {}, mseLoss, makeNormNet);  // 3 workers: 18 updates
+  torch::nn::Sequential saved = makeNormNet();
+  loadModelFromCheckpoint(fmt::format("{}/step-{:09d}.ckpt", o.checkpoint.dir, 18), *saved);
+  const auto savedBuffers = saved->buffers();
+  ASSERT_EQ(savedBuffers.size(), three.buffers[0].size());
+  bool otherWorkersDiffer = false;
+  for (size_t i = 0; i < savedBuffers.size(); ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_TRUE(at::equal(savedBuffers[i], three.buffers[0][i])) << "not worker 0's buffers";
+    otherWorkersDiffer = otherWorkersDiffer || !at::equal(three.buffers[1][i], three.buffers[0][i]);
+  }
+  EXPECT_TRUE(otherWorkersDiffer) << "every worker has the same buffers: the test cannot tell whose were saved";
+  std::filesystem::remove_all(o.checkpoint.dir);
+
+  o.checkpoint.dir = freshDir("buffers-straight");
+  const Outcome straight = train(2, o, {}, mseLoss, makeNormNet);
+  o.checkpoint.dir = freshDir("buffers-resumed");
+  o.maxSteps = 3;
+  ASSERT_EQ(train(2, o, {}, mseLoss, makeNormNet).result.steps, 3);
+  o.maxSteps = 6;
+  const Outcome resumed = train(2, o, {}, mseLoss, makeNormNet);
+  EXPECT_EQ(resumed.result.resumedFromStep, 3);
+  for (size_t i = 0; i < straight.weights.size(); ++i) EXPECT_TRUE(at::equal(resumed.weights[i], straight.weights[i]));
+  for (size_t i = 0; i < straight.buffers[0].size(); ++i) {
+    EXPECT_TRUE(at::equal(resumed.buffers[0][i], straight.buffers[0][i]));
+  }
+  std::filesystem::remove_all(o.checkpoint.dir);
+  std::filesystem::remove_all(freshDir("buffers-straight"));
 }
 
 }  // namespace

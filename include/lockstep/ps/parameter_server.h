@@ -107,6 +107,7 @@ struct PsStats {
   int64_t updates = 0;
   std::vector<int64_t> staleness;  ///< staleness[g]: updates applied with staleness g
   std::vector<int64_t> lag;        ///< lag[l]: updates applied after l others since their weights were read
+  int64_t skipped = 0;             ///< updates counted without a step (PsWorker::skip), among `updates`
   int64_t maxStaleness() const;    ///< -1 when no update was applied
   void record(int64_t stalenessValue, int64_t lagValue);
 };
@@ -116,8 +117,11 @@ struct PsStats {
 /// same shapes in the same order). `factory` builds this server's optimizer over its shard.
 class ParameterServer {
  public:
+  /// `buffers` (the model's, e.g. BatchNorm's statistics; the same shapes on every rank): server
+  /// 0 copies worker 0's into them with each of worker 0's updates, before that update's
+  /// checkpoint, so a checkpoint hook sees worker 0's buffers as of its last update in it.
   ParameterServer(std::shared_ptr<Communicator> comm, PsOptions options, const std::vector<at::Tensor>& parameters,
-                  const OptimizerFactory& factory);
+                  const OptimizerFactory& factory, std::vector<at::Tensor> buffers = {});
   ~ParameterServer();
   ParameterServer(const ParameterServer&) = delete;
   ParameterServer& operator=(const ParameterServer&) = delete;
@@ -145,7 +149,9 @@ class ParameterServer {
 class PsWorker {
  public:
   /// `parameters`: this rank's model parameters (float32), written by pull(), push() and finish().
-  PsWorker(std::shared_ptr<Communicator> comm, PsOptions options, std::vector<at::Tensor> parameters);
+  /// `buffers`: the model's buffers; worker 0 sends them to server 0 with every update.
+  PsWorker(std::shared_ptr<Communicator> comm, PsOptions options, std::vector<at::Tensor> parameters,
+           std::vector<at::Tensor> buffers = {});
   ~PsWorker();
   PsWorker(const PsWorker&) = delete;
   PsWorker& operator=(const PsWorker&) = delete;
@@ -156,6 +162,9 @@ class PsWorker {
   /// weights they send back into the parameters; blocks while new weights would let a gradient
   /// in progress exceed the staleness bound. Throws Error naming the server whose connection failed.
   void push();
+  /// An empty push: the servers count this worker's update (its ticket) without stepping, so the
+  /// parameters and the optimizer state stay as they are (a non-finite loss skipped); then as push().
+  void skip();
   /// Tells the servers this worker is done and waits for every other worker; leaves the
   /// servers' final weights in the parameters.
   void finish();
