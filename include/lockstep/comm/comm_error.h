@@ -1,5 +1,5 @@
-// lockstep/comm/comm_error.h — CommError lives in lockstep/common/comm_error.h, below the
-// rendezvous store that raises it too; this header keeps the old path working.
+// lockstep/comm/comm_error.h — forwards to lockstep/common/comm_error.h, where CommError is
+// declared below the rendezvous store that raises it too.
 #pragma once
 
 #include "lockstep/common/comm_error.h"

@@ -99,7 +99,8 @@ struct GlooOptions {
   int worldSize = 1;
   /// Default and backend timeout of every operation, also for connecting.
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
-  /// Address the transport binds to; empty picks one that reaches `hostname`.
+  /// Address the transport binds to; empty: Gloo's default device (the address
+  /// this machine's hostname resolves to).
   std::string hostname = "127.0.0.1";
   /// Network interface to bind (overrides hostname when set), e.g. "eth0".
   std::string interface;

@@ -67,7 +67,7 @@ struct DesyncCheckOptions {
 namespace env {
 /// off | all | sample | sample:N (N >= 1). Unset: "all" when LOCKSTEP_DEBUG=1, else sample:100.
 inline constexpr const char* kDesyncCheck = "LOCKSTEP_DESYNC_CHECK";
-/// 1 turns on lockstep's debug checks (today: LOCKSTEP_DESYNC_CHECK=all); 0 or unset: off.
+/// 1 turns on lockstep's debug checks (LOCKSTEP_DESYNC_CHECK=all); 0 or unset: off.
 inline constexpr const char* kDebug = "LOCKSTEP_DEBUG";
 }  // namespace env
 

@@ -1,4 +1,4 @@
-// lockstep/comm/store.h — kept so programs that include it still compile; the store is in comm/store/.
+// lockstep/comm/store.h — forwards to lockstep/comm/store/store.h, where the Store is declared.
 #pragma once
 
 #include "lockstep/comm/store/store.h"

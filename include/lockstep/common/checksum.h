@@ -1,5 +1,6 @@
-// lockstep/common/checksum.h — CRC-32C (Castagnoli), for checkpoints and
-// (later) TensorBoard's record framing, which use the same polynomial.
+// lockstep/common/checksum.h — CRC-32C (Castagnoli), for checkpoints,
+// TensorBoard's record framing (which uses the same polynomial) and the
+// checksum of the final parameters a run logs.
 #pragma once
 
 #include <cstddef>

@@ -36,11 +36,11 @@ c10::Device pickDevice(DeviceChoice choice, int localRank, int visibleDevices, c
 /// The same, with visibleCudaDevices().
 c10::Device pickDevice(DeviceChoice choice, int localRank, const std::string& what = "device");
 
-/// The device this worker computes on. init() sets it (the rank's GPU for nccl; else
-/// pickDevice(InitOptions::device, local rank)), and so does the Trainer for the device it
-/// trains on. setWorkerDevice makes it current in the calling thread, and every thread
-/// lockstep starts makes it current before it runs, so that no thread of this worker opens a
-/// CUDA context on another GPU. The CPU by default.
+/// The device this worker computes on. init() sets it (resolvePlacement,
+/// rendezvous/placement.h), and so does the Trainer for the device it trains on.
+/// setWorkerDevice makes it current in the calling thread, and every thread lockstep starts
+/// makes it current before it runs, so that no thread of this worker opens a CUDA context on
+/// another GPU. The CPU by default.
 void setWorkerDevice(c10::Device device);
 c10::Device workerDevice();
 /// Makes `device` current in the calling thread (a CUDA device: as cudaSetDevice; the CPU:

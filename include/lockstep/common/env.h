@@ -1,8 +1,11 @@
-// lockstep/common/env.h — the one place that reads environment variables.
+// lockstep/common/env.h — how lockstep reads environment variables.
 //
 // Every variable lockstep understands is listed in docs/environment.md and
 // read through Environment, so tests can feed a map instead of the process
 // environment and every parse error names the variable and the bad value.
+// Two are read with getenv: the log level as the library loads (init() reads
+// it again through Environment; common/logging.h) and the NVML library the GPU
+// sampler opens.
 #pragma once
 
 #include <chrono>
@@ -38,7 +41,8 @@ class Environment {
 /// ConfigError mentioning `what` on failure or when outside [lo, hi].
 int64_t parseInt(const std::string& text, const std::string& what, int64_t lo = INT64_MIN, int64_t hi = INT64_MAX);
 
-/// Variables lockstep's launcher sets for its workers.
+/// Variables lockstep reads. The launcher sets the world's, the thread count, the timeout, the
+/// backend, the interface and the restart count for its workers; the others are the user's.
 namespace env {
 inline constexpr const char* kRank = "LOCKSTEP_RANK";
 inline constexpr const char* kWorldSize = "LOCKSTEP_WORLD_SIZE";

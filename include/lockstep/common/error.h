@@ -1,9 +1,10 @@
 // lockstep/common/error.h — the two error channels.
 //
 // LOCKSTEP_CHECK* report a user's mistake (bad flag, bad file, inconsistent
-// environment): they throw lockstep::Error with the failed condition, both
-// values where there are two, the source location and a hint. LOCKSTEP_ASSERT
-// reports a bug in lockstep itself and throws lockstep::InternalError.
+// environment): they throw lockstep::Error with the caller's message (the
+// failed condition when there is none), both values for the two-operand
+// forms, and the source location. LOCKSTEP_ASSERT reports a bug in lockstep
+// itself and throws lockstep::InternalError.
 // Communication failures have their own type, lockstep::CommError
 // (lockstep/common/comm_error.h), because callers may want to recover from them.
 #pragma once

@@ -30,7 +30,8 @@ bool constantTimeEqual(const std::vector<uint8_t>& a, const std::vector<uint8_t>
 /// Reads a token file: the first line, surrounding white space removed.
 /// ConfigError naming `source` and the path when unreadable or empty.
 std::string readTokenFile(const std::string& path, const std::string& source);
-/// The token from LOCKSTEP_JOB_TOKEN, else the file LOCKSTEP_JOB_TOKEN_FILE names; nullopt when neither is set.
+/// The token from LOCKSTEP_JOB_TOKEN, else the file LOCKSTEP_JOB_TOKEN_FILE names; nullopt when
+/// neither is set. ConfigError for an empty LOCKSTEP_JOB_TOKEN or a file readTokenFile refuses.
 std::optional<std::string> tokenFromEnvironment(const Environment& env);
 
 }  // namespace lockstep

@@ -39,7 +39,7 @@ class ImageClassificationSet : public Dataset {
 };
 
 /// Per-channel mean and std commonly used for a dataset ("fashion-mnist", "mnist",
-/// "cifar10", "imagenet"); empty vectors for anything else.
+/// "cifar10"; ImageNet's for "imagenet" and "imagefolder"); empty vectors for anything else.
 std::pair<std::vector<double>, std::vector<double>> standardNormalisation(const std::string& dataset);
 
 }  // namespace lockstep

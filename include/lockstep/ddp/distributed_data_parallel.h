@@ -56,8 +56,9 @@ class Module;
 
 namespace lockstep {
 
-/// How a gradient front averages: DistributedDataParallel, ZeRO-2 and ZeRO-3 (its buckets, its
-/// compression, whether unused parameters are looked for), and the Trainer's strategies through them.
+/// How a gradient front averages: DistributedDataParallel, ZeRO-2 and ZeRO-3 (its buckets, whether
+/// unused parameters are looked for), and the Trainer's strategies through them. Compression and
+/// comm hooks are DistributedDataParallel's only: ZeRO-2 and ZeRO-3 refuse them (Error).
 struct SyncOptions {
   double bucketCapMb = 25.0;
   /// The first bucket (the last layers, whose gradients backward produces
@@ -102,7 +103,8 @@ class DistributedDataParallel final : public GradientSync {
   std::shared_ptr<Impl> impl_;
 };
 
-/// One line per parameter ("name dtype[shape]"), the fingerprint ranks compare.
+/// One line per parameter, then per buffer ("parameter name dtype[shape]", "buffer name
+/// dtype[shape]"): the fingerprint ranks compare.
 std::vector<std::string> parameterSignature(const torch::nn::Module& module);
 
 /// Broadcasts rank 0's parameters and buffers into every rank's module.

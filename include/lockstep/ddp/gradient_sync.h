@@ -25,7 +25,7 @@ class GradientReducer;
 
 /// What a gradient front (DDP, ZeRO-2, ZeRO-3) has synchronised: counters for tests and monitoring.
 struct SyncStats {
-  int64_t syncs = 0;                          ///< finishGradientSync() calls that communicated
+  int64_t syncs = 0;                          ///< finishGradientSync() calls outside noSync()
   int64_t bucketsLaunched = 0;                ///< bucket collectives launched, all steps
   int64_t bucketsLaunchedDuringBackward = 0;  ///< of which from the autograd hooks (overlapped)
   int64_t bytesReduced = 0;                   ///< float32 bytes of gradients averaged

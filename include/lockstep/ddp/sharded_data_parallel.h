@@ -16,10 +16,11 @@
 // (overlapping the rest of backward), and each rank keeps only the average of
 // its part. A parameter's gradient is copied into its bucket the moment
 // autograd has accumulated it and is then freed (a parameter alone in its
-// bucket lends its gradient as the buffer), and a bucket buffer is freed once
-// its reduce-scatter finished: between steps a rank holds 1/N of the
-// gradients (its averaged parts, kept until the next synchronised backward
-// starts), during backward the buffers of the buckets in flight.
+// bucket, without padding, lends its gradient as the buffer), and a bucket
+// buffer is freed once its reduce-scatter finished: between steps a rank
+// holds 1/N of the gradients (its averaged parts, kept until the next
+// synchronised backward starts), during backward the buffers of the buckets
+// in flight.
 //
 // The optimizer is the one passed in, rebuilt over this rank's pieces of the
 // parameters (a piece is the part of one parameter inside the rank's part of

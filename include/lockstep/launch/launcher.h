@@ -55,10 +55,11 @@ struct LaunchOptions {
   /// worker); needs workers × T <= cores. Default: none, the kernel places the threads.
   bool bindCores = false;
   std::optional<double> commTimeoutSeconds;  ///< exported as LOCKSTEP_COMM_TIMEOUT
-  /// "gloo": the launcher starts every worker itself. "mpi": it starts them
-  /// through `mpirun` (single node), sets LOCKSTEP_BACKEND=mpi, and turns
-  /// mpirun's tagged output back into "[rank] " lines. ("auto" is resolved by
-  /// the CLI before launch.)
+  /// Exported as LOCKSTEP_BACKEND. kGloo and kNccl: the launcher starts every
+  /// worker itself (kNccl: a GPU of its own for each worker of this node). kMpi:
+  /// it starts them through `mpirun` (single node) and turns mpirun's tagged
+  /// output back into "[rank] " lines. (--backend auto is resolved by the CLI
+  /// before launch.)
   Backend backend = Backend::kGloo;
   /// Why this backend, in words: the launcher's first line says "lockstep run: backend B (WHY)".
   std::string backendReason;

@@ -20,7 +20,7 @@ namespace lockstep {
 
 class ImageMlpImpl : public ImageClassifierImpl {
  public:
-  /// Layers fc1..fc{n+1} (the default 512, 256 gives fc1, fc2, fc3, as before hidden sizes were configurable).
+  /// Layers fc1..fc{n+1} for n hidden sizes (the default 512, 256 gives fc1, fc2, fc3).
   explicit ImageMlpImpl(const ImageModelOptions& o);
   static int64_t stageCount(const ImageModelOptions& o) { return static_cast<int64_t>(o.hiddenSizes.size()) + 1; }
 

@@ -1,15 +1,16 @@
 // lockstep/monitor/monitor.h — the run directory a training run writes, and
 // the callbacks that write it.
 //
-//   MonitorOptions m;  m.dir = "runs/fashion";  m.rank = world.rank;  m.worldSize = world.size;
+//   MonitorOptions m;  m.dir = "runs/fashion";  m.rank = world.rank;  m.worldSize = world.worldSize;
 //   for (auto& cb : makeMonitorCallbacks(m)) trainerOptions.callbacks.push_back(cb);
 //
 // The layout is a file-format contract (the dashboard reads nothing else);
 // docs/monitoring.md describes every field:
 //   run.json, config.yaml, metrics.jsonl, metrics.csv,
-//   events.out.tfevents.<unix seconds>.<host>               rank 0
+//   events.out.tfevents.<unix seconds>.<host>                 rank 0
 //   system/rank<R>.jsonl, phases/rank<R>.jsonl,
-//   timeline/rank<R>.trace.json                             every rank
+//   timeline/rank<R>.trace.json,
+//   system/rank<R>/events.out.tfevents.<unix seconds>.<host>  every rank
 // plus a progress bar (or plain progress lines) on rank 0's stderr.
 //
 // makeMonitorCallbacks() creates the directories and opens the files: when it
@@ -44,7 +45,7 @@ struct MonitorOptions {
   std::string runName;  ///< empty: the directory's last component
   int rank = 0;
   int worldSize = 1;
-  int localRank = 0;            ///< which GPU the NVML sampler reports (builds with NVML only)
+  int localRank = 0;            ///< which GPU the NVML sampler reports (where libnvidia-ml loads)
   std::string configText;       ///< the resolved config, written to config.yaml by rank 0
   double systemInterval = 1.0;  ///< seconds between system samples; 0: no system/ files
   int64_t traceSteps = 50;      ///< steps recorded in the Chrome trace; 0: no trace; -1: every step

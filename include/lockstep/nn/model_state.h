@@ -1,7 +1,7 @@
 // lockstep/nn/model_state.h — a model's entries in a checkpoint archive: every parameter and
-// buffer as "model/<name>". Every strategy writes and reads a model through these two functions
-// (DDP, ZeRO-3 once its units are whole, the Trainer, `lockstep generate`), so a checkpoint of
-// one loads into another.
+// buffer as "model/<name>". Whatever writes or reads a model's entries goes through these
+// functions (the strategies, the parameter servers, `lockstep generate`), so a checkpoint of one
+// loads into another.
 #pragma once
 
 #include <string>

@@ -11,7 +11,7 @@
 // convolutions, LSTM cells) cast their inputs to bfloat16 and compute there,
 // the ops on its float32 list (losses, softmax, norms) stay in float32; the
 // parameters, their gradients and the optimizer state stay float32, so DDP
-// averages float32 gradients as before (ddp.compression is a separate knob).
+// averages float32 gradients as in fp32 (ddp.compression is a separate knob).
 // bfloat16 has float32's exponent range: no loss scaling is needed.
 // Precision::kFp16 does the same in float16, whose range is narrow: small
 // gradients underflow unless the loss is scaled (optim/loss_scaler.h; the

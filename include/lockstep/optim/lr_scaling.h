@@ -21,7 +21,9 @@ LrScalingRule parseLrScalingRule(const std::string& text, const std::string& wha
 
 struct LrScalingOptions {
   LrScalingRule rule = LrScalingRule::kLinear;
-  int64_t baseBatch = 0;  ///< 0: the per-worker batch (so one worker keeps the base lr)
+  /// 0: the Trainer takes one worker's batch per update (so one worker keeps the base lr); the
+  /// functions below need it > 0 (Error otherwise).
+  int64_t baseBatch = 0;
   int64_t warmupSteps = 0;
 };
 

@@ -74,7 +74,8 @@ class ShardedOptimizer {
   ShardedOptimizer& operator=(const ShardedOptimizer&) = delete;
 
   /// Updates this rank's pieces from the parameters' gradients (every gradient
-  /// must already be averaged), then broadcasts each rank's updated pieces.
+  /// must already be averaged), then sends them to every other rank and
+  /// receives theirs (point to point, into the parameters).
   /// Gradients are left as they were.
   void step();
   /// The optimizer over this rank's pieces: same type, groups and options as the one given.

@@ -1,5 +1,5 @@
-// lockstep/pipeline/layer.h — Layer lives in lockstep/nn/layer.h, below the layers
-// that use it (ddp, pipeline, models); this header keeps older includes compiling.
+// lockstep/pipeline/layer.h — forwards to lockstep/nn/layer.h, where Layer is declared
+// below the layers that use it (ddp, pipeline, models).
 #pragma once
 
 #include "lockstep/nn/layer.h"

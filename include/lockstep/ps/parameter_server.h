@@ -86,8 +86,8 @@ struct PsOptions {
   std::function<double(int64_t update)> learningRate;
 };
 
-/// ConfigError naming ps.servers or ps.staleness unless 1 <= servers < worldSize and staleness >= 0;
-/// Error unless checkpointEvery and firstUpdate are >= 0.
+/// ConfigError naming ps.servers, ps.staleness or ps.compensation unless 1 <= servers < worldSize,
+/// staleness >= 0 and compensation >= 0; Error unless checkpointEvery and firstUpdate are >= 0.
 void checkPsOptions(const PsOptions& options, int worldSize);
 
 /// What a rank does: workers are ranks 0..workers-1, servers the ranks after them.

@@ -1,8 +1,9 @@
 // lockstep/train/config.h — `lockstep train CONFIG.yaml [key=value ...]`.
 //
-// A YAML file of sections (model, data, trainer, optimizer, lr_scaling, ddp,
-// checkpoint, generate, monitor) whose keys are listed, with their defaults, in
-// docs/training.md. Any key may be overridden on the command line with its
+// A YAML file of sections (model, data, trainer, optimizer, lr_scaling,
+// strategy, schedule, parallel, ps, ddp, checkpoint, generate, monitor,
+// testing) and the keys precision and device, all listed, with their defaults,
+// in docs/training.md. Any key may be overridden on the command line with its
 // dotted path (trainer.batch_size=256, data.sources=[faker-pets,wamerican]).
 // Unknown keys and values of the wrong type are ConfigErrors naming the
 // file (or "command line") and the key's path.
@@ -24,7 +25,7 @@ struct TrainConfig {
     int64_t layers = 4;
     int64_t window = 16;
     std::vector<int64_t> hiddenSizes = {512, 256};  ///< model.type mlp: hidden layer widths
-    int64_t checkpointSegments = 0;                 ///< activation checkpointing (charlstm, mlp, resnet*); 0: off
+    int64_t checkpointSegments = 0;                 ///< activation checkpointing (every model); 0: off
   } model;
   struct Data {
     std::string dataset = "names";  ///< names, fashion-mnist, mnist, cifar10, imagefolder
@@ -40,7 +41,8 @@ struct TrainConfig {
     std::vector<double> mean;         ///< normalisation per channel; empty: the dataset's usual values
     std::vector<double> std;
   } data;
-  /// trainer.*, optimizer.*, lr_scaling.*, ddp.*, checkpoint.* and
+  /// trainer.*, optimizer.*, lr_scaling.*, strategy.type, schedule.type,
+  /// precision, device, parallel.*, ps.*, ddp.*, checkpoint.* and
   /// data.num_workers/prefetch (the loader): the Trainer's own options, so
   /// every default is the one TrainerOptions states. An empty checkpoint.dir
   /// is resolved by `lockstep train` to runs/<config file stem>/checkpoints.

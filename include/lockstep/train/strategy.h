@@ -119,7 +119,7 @@ class Strategy {
 
   /// Collective, once, after loadState (if any) and before the first step: brings every rank to
   /// the same state (DDP: checks and broadcasts rank 0's model). Returns one line for the
-  /// start-of-training log ("DDP 2 bucket(s), no compression").
+  /// start-of-training log ("DDP 2 bucket(s), none compression").
   virtual std::string start() = 0;
   /// Forward, loss and backward of one micro-batch, gradients as for `scale` x its mean loss;
   /// `sync` is false for all but the last micro-batch of an optimizer step (gradients then only
@@ -160,8 +160,8 @@ class Strategy {
 /// The strategies the Trainer builds by name (config `strategy.type`):
 /// ddp — every rank holds the whole model and optimizer;
 /// zero1 — as ddp, but each rank keeps optimizer state only for its shard of
-///         the parameters and broadcasts what it updated (ZeRO stage 1,
-///         optim/sharded_optimizer.h): parameters equal ddp's bit for bit;
+///         the parameters and sends the other ranks what it updated (ZeRO
+///         stage 1, optim/sharded_optimizer.h): parameters equal ddp's bit for bit;
 /// zero2 — also the gradients: buckets are reduce-scattered and each rank
 ///         keeps and updates only its part of them, then the parameters are
 ///         all-gathered (ZeRO stage 2, ddp/sharded_data_parallel.h);
@@ -189,7 +189,8 @@ struct StrategyOptions {
 /// The strategy `options` describe over `model`; `optimizer` is over all of `model.model`'s
 /// parameters. Collective: every rank builds it at the same point (zero2 and zero3 broadcast
 /// rank 0's model, pipeline stages split `comm` into groups). ConfigError for a combination it
-/// cannot run (a sharded strategy with pipeline stages, fp16 with anything but ddp).
+/// cannot run (a sharded strategy with pipeline stages, fp16 with anything but ddp without
+/// pipeline stages).
 std::unique_ptr<Strategy> makeStrategy(LayeredModel model, std::shared_ptr<Communicator> comm, StrategyOptions options,
                                        std::unique_ptr<torch::optim::Optimizer> optimizer);
 

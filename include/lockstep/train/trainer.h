@@ -110,8 +110,8 @@ struct TrainerOptions {
   /// Where the model, batches and loss live (common/device.h): auto (CUDA when this process
   /// sees a GPU, else the CPU), cpu or cuda. fit() moves the model there.
   DeviceChoice device = DeviceChoice::kAuto;
-  /// Picks cuda:(localRank mod visible GPUs); -1: this worker's local rank from the
-  /// environment (the launcher's, torchrun's, mpirun's or Slurm's variables).
+  /// The worker's local rank, from which resolvePlacement (rendezvous/placement.h) picks its
+  /// GPU; -1: from the environment (the launcher's, torchrun's, mpirun's or Slurm's variables).
   int localRank = -1;
 
   OptimizerOptions optimizer;
@@ -121,8 +121,9 @@ struct TrainerOptions {
   /// state when it is SGD, Adam or AdamW (optimizer.h).
   OptimizerFactory optimizerFactory;
   LrScalingOptions lrScaling;
-  /// How the ranks keep in step: ddp (whole optimizer per rank) or zero1
-  /// (optimizer state sharded; strategy.h). Both average gradients with `ddp`.
+  /// How the ranks keep in step: ddp (whole optimizer per rank), zero1 (optimizer
+  /// state sharded), zero2 (and gradients) or zero3 (and parameters; strategy.h).
+  /// `ddp` sets their gradient buckets (compression: ddp and zero1 only).
   StrategyType strategy = StrategyType::kDdp;
   /// sync (the strategy's steps) or async_ps (parameter servers; `strategy` unused).
   Schedule schedule = Schedule::kSync;

@@ -6,9 +6,9 @@
 // backend header leaks into user code. Copies share the same store.
 //
 // Threads: a Store may be used from several threads. The calls of one process
-// to a TCP store share one connection and run one at a time, so a get() or
-// wait() blocked on a missing key delays the other threads' calls until it
-// returns or times out.
+// to a TCP store share one connection and run one at a time, so a get()
+// blocked on a missing key delays the other threads' calls until it returns
+// or times out.
 #pragma once
 
 #include <chrono>
@@ -42,7 +42,8 @@ class Store {
  public:
   /// Connects to (or, with isServer, serves and connects to) lockstep's TCP
   /// store; throws CommError naming host:port: kTimeout when nothing answers in
-  /// time, kBackend when the server refuses the token or cannot listen.
+  /// time, kBackend when the server refuses the token or cannot listen. Throws
+  /// Error for an empty token or a port outside 0..65535 (0 only with isServer).
   static Store tcp(const TcpStoreOptions& options);
   /// A store in this process's memory, to be shared by threads acting as ranks.
   static Store inMemory(std::chrono::milliseconds timeout = std::chrono::seconds(30));
