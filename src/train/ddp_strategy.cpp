@@ -1,6 +1,6 @@
 // The data-parallel strategies: DistributedDataParallel averages the gradients,
 // and either every rank steps a whole optimizer (ddp) or each steps its shard
-// of it and broadcasts what it updated (zero1, optim/sharded_optimizer.h).
+// of it and sends what it updated to the other ranks (zero1, optim/sharded_optimizer.h).
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
@@ -48,8 +48,8 @@ class DdpStrategy final : public detail::SyncedStrategy {
   }
 
   std::string describe() const {
-    std::string text =
-        fmt::format("DDP {} bucket(s), {} compression", ddp_ ? ddp_->numBuckets() : 0, toString(options_.compression));
+    std::string text = fmt::format("DDP {} bucket(s), {}", ddp_ ? ddp_->numBuckets() : 0,
+                                   detail::compressionWords(options_.compression));
     if (options_.compression == GradCompression::kPowerSgd) {
       text += fmt::format(" (rank {} from synchronised step {})", options_.powerSgd.rank, options_.powerSgd.startStep);
     }

@@ -95,8 +95,8 @@ class PipelineStrategy final : public detail::SyncedStrategy {
         stage_->stages(), stage_->microbatches(), toString(pipeline_.schedule), fmt::join(stage_->balance(), ", "),
         stage_->stage(), world_->rank() / stage_->stages(), stage_->firstLayer(), stage_->endLayer() - 1, elements);
     if (ddp_) {
-      text += fmt::format("; {} pipelines, each stage's gradients averaged by DDP ({} bucket(s), {} compression)",
-                          pipelines_, ddp_->numBuckets(), toString(options_.compression));
+      text += fmt::format("; {} pipelines, each stage's gradients averaged by DDP ({} bucket(s), {})", pipelines_,
+                          ddp_->numBuckets(), detail::compressionWords(options_.compression));
     }
     return text;
   }

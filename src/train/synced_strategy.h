@@ -6,12 +6,19 @@
 #pragma once
 
 #include <functional>
+#include <string>
 #include <vector>
 
+#include "lockstep/ddp/comm_hook.h"
 #include "lockstep/ddp/gradient_sync.h"
 #include "lockstep/train/strategy.h"
 
 namespace lockstep::detail {
+
+/// "no compression", "fp16 compression", ...: for the line start() returns.
+inline std::string compressionWords(GradCompression compression) {
+  return compression == GradCompression::kNone ? "no compression" : std::string(toString(compression)) + " compression";
+}
 
 class SyncedStrategy : public Strategy {
  public:

@@ -119,7 +119,7 @@ class Strategy {
 
   /// Collective, once, after loadState (if any) and before the first step: brings every rank to
   /// the same state (DDP: checks and broadcasts rank 0's model). Returns one line for the
-  /// start-of-training log ("DDP 2 bucket(s), none compression").
+  /// start-of-training log ("DDP 2 bucket(s), no compression").
   virtual std::string start() = 0;
   /// Forward, loss and backward of one micro-batch, gradients as for `scale` x its mean loss;
   /// `sync` is false for all but the last micro-batch of an optimizer step (gradients then only
