@@ -138,6 +138,7 @@ std::string resolveProgram(const std::string& program) {
 
 BackendChoice chooseBackend(const std::string& requested, const BackendFacts& f) {
   if (!requested.empty() && requested != "auto") {
+    // Not parseBackend: this flag also takes auto, which its error names.
     for (Backend b : {Backend::kGloo, Backend::kMpi, Backend::kNccl}) {
       if (requested == toString(b)) return {b, "--backend " + requested};
     }

@@ -125,6 +125,10 @@ void Supervisor::watchParent() {
 
 void Supervisor::stopAll(int sig) {
   if (end_.interruptSignal == 0) end_.interruptSignal = sig;
+  stopRunning(sig);
+}
+
+void Supervisor::stopRunning(int sig) {
   for (auto& c : children_) {
     if (c->process->running()) {
       c->process->signalGroup(sig);
@@ -157,13 +161,7 @@ void Supervisor::reap() {
     record(*c);
     if (c->result.failed() && end_.firstFailed < 0 && end_.interruptSignal == 0 && !c->result.stoppedByLauncher) {
       end_.firstFailed = c->rank;
-      for (auto& other : children_) {
-        if (other->process->running()) {
-          other->process->signalGroup(SIGTERM);
-          other->result.stoppedByLauncher = true;
-        }
-      }
-      if (killAt_ == kNever) killAt_ = LaunchClock::now() + o_.stopGrace;
+      stopRunning(SIGTERM);
     }
   }
 }

@@ -30,7 +30,10 @@ class Supervisor {
   void killRunning();
   void finishAll();
   void watchParent();
+  /// An interrupt (or the parent gone): records `sig` as the group's end, then stopRunning.
   void stopAll(int sig);
+  /// Sends `sig` to every running child, marks it stopped by the launcher, starts the grace period.
+  void stopRunning(int sig);
   void drainSignals(int signalFd);
   void reap();
   static void record(Child& child);

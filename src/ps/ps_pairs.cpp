@@ -123,8 +123,7 @@ int64_t packedBufferBytes(const std::vector<at::Tensor>& buffers) {
   return n;
 }
 
-at::Tensor packBuffers(const std::vector<at::Tensor>& buffers) {
-  at::Tensor packed = at::empty({packedBufferBytes(buffers)}, at::kByte);
+void packBuffers(const std::vector<at::Tensor>& buffers, at::Tensor& packed) {
   c10::NoGradGuard noGrad;
   int64_t offset = 0;
   for (const auto& b : buffers) {
@@ -132,7 +131,6 @@ at::Tensor packBuffers(const std::vector<at::Tensor>& buffers) {
     packed.narrow(0, offset, bytes).copy_(b.detach().cpu().contiguous().reshape({-1}).view(at::kByte));
     offset += bytes;
   }
-  return packed;
 }
 
 void unpackBuffers(const at::Tensor& packed, const std::vector<at::Tensor>& buffers) {

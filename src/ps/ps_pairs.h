@@ -50,9 +50,10 @@ at::Tensor broadcastFlatParameters(Communicator& comm, const std::vector<at::Ten
 int64_t totalElements(const std::vector<at::Tensor>& parameters);
 
 /// The bytes of `buffers` (any dtypes) one after another, on the CPU: what worker 0 sends with
-/// each push so that server 0 holds its buffers (packBuffers), and their inverse (unpackBuffers
-/// copies `packed` into tensors of the same dtypes and shapes).
-at::Tensor packBuffers(const std::vector<at::Tensor>& buffers);
+/// each push so that server 0 holds its buffers (packBuffers writes them into `packed`, of
+/// packedBufferBytes bytes), and their inverse (unpackBuffers copies `packed` into tensors of the
+/// same dtypes and shapes).
+void packBuffers(const std::vector<at::Tensor>& buffers, at::Tensor& packed);
 int64_t packedBufferBytes(const std::vector<at::Tensor>& buffers);
 void unpackBuffers(const at::Tensor& packed, const std::vector<at::Tensor>& buffers);
 

@@ -174,11 +174,11 @@ void ParameterServer::State::compensate(const at::Tensor& g, const at::Tensor& r
 void ParameterServer::State::step(const at::Tensor& gradient, bool skip) {
   if (skip) {
     ++stats.skipped;
-  } else if (options.learningRate) {
-    const double lr = options.learningRate(version);
-    for (auto& group : optimizer->param_groups()) group.options().set_lr(lr);
-  }
-  if (!skip) {
+  } else {
+    if (options.learningRate) {
+      const double lr = options.learningRate(version);
+      for (auto& group : optimizer->param_groups()) group.options().set_lr(lr);
+    }
     shard.mutable_grad() = gradient;  // the step reads it under the lock: no copy
     optimizer->step();
   }

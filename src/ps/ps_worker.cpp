@@ -30,6 +30,7 @@ struct PsWorker::State {
   std::unique_ptr<detail::PsPairs> pairs;
   std::vector<at::Tensor> parameters;
   std::vector<at::Tensor> buffers;                  // worker 0's, sent to server 0 with every update
+  at::Tensor packedBuffers;                         // ... packed into these bytes (exchange waits for the send)
   std::vector<std::pair<int64_t, int64_t>> ranges;  // each server's elements of the flat parameters
   at::Tensor gradients, weights;                    // flat buffers
   std::vector<int64_t> versions;                    // the version of each server's weights last received
@@ -90,7 +91,10 @@ PsWorker::PsWorker(std::shared_ptr<Communicator> comm, PsOptions options, std::v
     throw Error(fmt::format("PsWorker on rank {}: that rank is a parameter server", comm->rank()));
   }
   s.parameters = std::move(parameters);
-  if (s.pairs->role.index == 0) s.buffers = std::move(buffers);
+  if (s.pairs->role.index == 0 && !buffers.empty()) {
+    s.packedBuffers = at::empty({detail::packedBufferBytes(buffers)}, at::kByte);
+    s.buffers = std::move(buffers);
+  }
   detail::broadcastFlatParameters(*comm, s.parameters);
   const int64_t numel = detail::totalElements(s.parameters);
   if (numel < options.servers) {
@@ -201,8 +205,10 @@ void PsWorker::State::exchange(int64_t kind, bool skip) {
     works[0].push_back(
         peer.send(psHeader({kind, pushes + (push ? 1 : 0), versions[0], skip ? 1 : 0}), other, kPsHeaderTag));
     if (push) works[0].push_back(peer.send(slice(gradients, 0), other, kPsPayloadTag));
-    if (push && !buffers.empty())
-      works[0].push_back(peer.send(detail::packBuffers(buffers), other, detail::kPsBufferTag));
+    if (push && !buffers.empty()) {
+      detail::packBuffers(buffers, packedBuffers);
+      works[0].push_back(peer.send(packedBuffers, other, detail::kPsBufferTag));
+    }
     if (push && servers > 1) acked = peer.recv(ack, other, kPsAckTag);
     works[0].push_back(peer.recv(grant, other, kPsHeaderTag));
     works[0].push_back(peer.recv(mine, other, kPsPayloadTag));

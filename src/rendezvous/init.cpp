@@ -134,6 +134,20 @@ std::optional<std::string> ncclMisfit(const WorldInfo& world, int visibleGpus, b
 
 }  // namespace detail
 
+namespace detail {
+
+std::string autoBackend(const WorldInfo& world, DeviceChoice device, int visibleGpus, bool ncclBuilt, bool mpiBuilt) {
+  // NCCL when every worker of this node has a GPU of its own and may train on it; else MPI when
+  // mpirun started us (its shared-memory path is the fastest here); else Gloo.
+  if (world.worldSize > 1 && device != DeviceChoice::kCpu && ncclBuilt &&
+      visibleGpus >= std::max(1, world.localWorldSize)) {
+    return "nccl";
+  }
+  return mpiBuilt && world.source == WorldSource::kOpenMpi ? "mpi" : "gloo";
+}
+
+}  // namespace detail
+
 namespace {
 
 /// NCCL needs this build to have it and a GPU of its own for every worker of this node.
@@ -166,13 +180,7 @@ std::string chooseBackend(const std::string& requested, const WorldInfo& world, 
     return requested;
   }
   if (requested == "auto") {
-    // NCCL when every worker of this node has a GPU of its own and may train on it; else MPI when
-    // mpirun started us (its shared-memory path is the fastest here); else Gloo.
-    if (world.worldSize > 1 && device != DeviceChoice::kCpu && ncclBackendBuilt() &&
-        visibleCudaDevices() >= std::max(1, world.localWorldSize)) {
-      return "nccl";
-    }
-    return mpiBackendBuilt() && world.source == WorldSource::kOpenMpi ? "mpi" : "gloo";
+    return detail::autoBackend(world, device, visibleCudaDevices(), ncclBackendBuilt(), mpiBackendBuilt());
   }
   throw ConfigError(fmt::format("{}='{}': unknown backend; expected gloo, mpi, nccl or auto", source, requested));
 }

@@ -108,6 +108,12 @@ void AsyncPsRun::resume() {
   result_.resumedFromStep = firstUpdate_;
 }
 
+/// The model's buffers when checkpoints are written (worker 0 then sends its own to server 0 with
+/// every update); none otherwise, so that nothing is sent that nobody reads.
+std::vector<at::Tensor> AsyncPsRun::checkpointedBuffers() const {
+  return checkpoints_ ? model_->buffers() : std::vector<at::Tensor>{};
+}
+
 /// What every rank passes to its server or worker: the same everywhere.
 PsOptions AsyncPsRun::psOptions() const {
   PsOptions ps = o_.ps;
@@ -166,7 +172,7 @@ void AsyncPsRun::serve() {
   // Server 0 keeps worker 0's buffers in its model, which its checkpoints save.
   ParameterServer server(
       comm_, psOptions(), model_->parameters(),
-      [&](const std::vector<at::Tensor>& params) { return makeOptimizer(optimizer, params); }, model_->buffers());
+      [&](const std::vector<at::Tensor>& params) { return makeOptimizer(optimizer, params); }, checkpointedBuffers());
   if (resumedOptimizer_) {
     loadOptimizerState(server.optimizer(), *resumedOptimizer_, /*report=*/role_.index == 0);
     resumedOptimizer_.reset();  // the rates are the run's: the servers set them before every update
@@ -187,7 +193,7 @@ void AsyncPsRun::serve() {
 }
 
 void AsyncPsRun::work() {
-  PsWorker worker(comm_, psOptions(), model_->parameters(), model_->buffers());
+  PsWorker worker(comm_, psOptions(), model_->parameters(), checkpointedBuffers());
   model_->train();
   trainStart_ = windowStart_ = Clock::now();
   worker.pull();
@@ -289,10 +295,9 @@ void AsyncPsRun::logWindow(int64_t ticket, double lr) {
 void AsyncPsRun::validate() {
   ValidationSums sums;
   if (!role_.server) {
-    sums = sumValidation(*model_, *validation_, role_.index, role_.workers, o_,
-                         [this](const Batch& batch, ValidationSums& s) {
-                           s.add(evaluateOutput(chain_, runChain(chain_, batch.inputs), batch), batch);
-                         });
+    sums = sumValidation(*model_, *validation_, role_.index, role_.workers, o_, [this](const Batch& batch) {
+      return evaluateOutput(chain_, runChain(chain_, batch.inputs), batch);
+    });
   }
   reduceValidation(*comm_, sums, chain_.correct != nullptr, result_);
   events_.validation(totalUpdates_, epochOf(totalUpdates_ - 1), result_.lastValidationLoss,

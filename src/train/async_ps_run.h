@@ -1,12 +1,12 @@
 // async_ps_run.h — one Trainer::fit() call with schedule async_ps (ps/parameter_server.h): the last
 // ps.servers ranks serve the weights, the others train at their own pace. Private to train/.
 //
-// Work is handed out by the servers' tickets: batch t of the run is batch t % B of epoch t / B of
-// the whole training set (shuffled with the seed and the epoch, B batches per epoch), trained by
-// whichever worker received ticket t. Every batch is trained once, by one worker, and fast workers
-// train more of them. With s = 0 a round of W updates covers the same samples as one synchronous
-// step of W workers. There is no collective between workers until the end: each worker logs its
-// own loss; the servers count staleness; validation and the result are gathered at the end.
+// Work is handed out by the servers' tickets: update t is the run's batches k = tA .. tA+A-1 (A the
+// accumulation), batch k being batch k % B of epoch k / B of the whole training set (shuffled with
+// the seed and the epoch, B batches per epoch), trained by whichever worker received ticket t.
+// Every batch is trained once, by one worker, and fast workers train more of them. With s = 0 a round of W updates
+// covers the same samples as one synchronous step of W workers. There is no collective between workers until the end:
+// each worker logs its own loss; the servers count staleness; validation and the result are gathered at the end.
 //
 // Checkpoints: every checkpoint.every x W updates (0: at the end of every epoch of the whole set) and
 // at the end, the servers stop in a consistent state (ps/parameter_server.h, "Checkpoints") and
@@ -47,6 +47,7 @@ class AsyncPsRun {
   void work();
   double trainBatch(int64_t ticket);
   double nonFiniteLoss(int64_t ticket, int64_t k, double loss) const;
+  std::vector<at::Tensor> checkpointedBuffers() const;
   void logWindow(int64_t ticket, double lr);
   void validate();
   void gather();
@@ -72,7 +73,7 @@ class AsyncPsRun {
   LrScalingOptions scaling_;
 
   std::unique_ptr<CheckpointDir> checkpoints_;
-  int64_t firstUpdate_ = 0;  // updates (batches of the run) done before: a resumed run's first ticket
+  int64_t firstUpdate_ = 0;                        // updates done before: a resumed run's first ticket
   std::optional<TensorArchive> resumedOptimizer_;  // a server's: its range of the checkpoint's optimizer
 
   detail::StepTimer timer_;

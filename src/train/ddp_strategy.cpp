@@ -27,19 +27,19 @@ class DdpStrategy final : public detail::SyncedStrategy {
   /// `sharded` (zero1) steps the optimizer when given; `optimizer` otherwise.
   DdpStrategy(LayeredModel model, std::shared_ptr<Communicator> comm, const StrategyOptions& options,
               std::unique_ptr<torch::optim::Optimizer> optimizer, std::unique_ptr<ShardedOptimizer> sharded)
-      : SyncedStrategy(sharded ? sharded->optimizer() : *optimizer, std::move(model), options), module_(model_.model),
-        comm_(std::move(comm)), options_(options.sync), optimizer_(std::move(optimizer)), sharded_(std::move(sharded)) {
+      : SyncedStrategy(sharded ? sharded->optimizer() : *optimizer, std::move(model), options), comm_(std::move(comm)),
+        options_(options.sync), optimizer_(std::move(optimizer)), sharded_(std::move(sharded)) {
     // The strategy keeps the hook so that a checkpoint can carry its state (PowerSGD's).
     if (!options_.hook) options_.hook = makeCommHook(options_.compression, options_.powerSgd);
   }
 
   std::string start() override {
-    ddp_ = std::make_unique<DistributedDataParallel>(module_, comm_, options_);
+    ddp_ = std::make_unique<DistributedDataParallel>(model_.model, comm_, options_);
     return describe();
   }
 
   void step(double clipGradNorm) override {
-    if (clipGradNorm > 0) lockstep::clipGradNorm(gradientsOf(module_->parameters()), clipGradNorm);
+    if (clipGradNorm > 0) lockstep::clipGradNorm(gradientsOf(model_.model->parameters()), clipGradNorm);
     if (sharded_) {
       sharded_->step();
     } else {
@@ -55,13 +55,13 @@ class DdpStrategy final : public detail::SyncedStrategy {
     }
     if (sharded_) {
       text += fmt::format(", ZeRO-1: optimizer state sharded over {} rank(s), this one updates {} of {} elements",
-                          comm_->size(), sharded_->ownedElements(), detail::elementsOf(module_->parameters()));
+                          comm_->size(), sharded_->ownedElements(), detail::elementsOf(model_.model->parameters()));
     }
     return text;
   }
 
   void saveState(TensorArchive* archive) override {
-    if (archive) saveModelState(*module_, *archive);
+    if (archive) saveModelState(*model_.model, *archive);
     if (sharded_) {
       sharded_->saveState(archive);  // collective: the shards travel to the writer
     } else if (archive) {
@@ -83,7 +83,7 @@ class DdpStrategy final : public detail::SyncedStrategy {
 
   RankMemory memory() const override {
     RankMemory m;
-    for (const auto& p : module_->parameters()) m.parameterBytes += static_cast<int64_t>(p.nbytes());
+    for (const auto& p : model_.model->parameters()) m.parameterBytes += static_cast<int64_t>(p.nbytes());
     // The .grad are views of DDP's buckets: it counts them once (none before start()).
     m.gradientBytes = ddp_ ? ddp_->gradientBytes() : 0;
     m.optimizerBytes = sharded_ ? sharded_->stateBytes() : optimizerStateBytes(*optimizer_);
@@ -92,7 +92,7 @@ class DdpStrategy final : public detail::SyncedStrategy {
   }
 
   void loadState(const TensorArchive& archive, bool report) override {
-    loadModelState(archive, *module_);
+    loadModelState(archive, *model_.model);
     if (sharded_) {
       sharded_->loadState(archive, report);
     } else {
@@ -102,7 +102,6 @@ class DdpStrategy final : public detail::SyncedStrategy {
   }
 
  private:
-  std::shared_ptr<torch::nn::Module> module_;
   std::shared_ptr<Communicator> comm_;
   SyncOptions options_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;

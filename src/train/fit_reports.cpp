@@ -28,7 +28,7 @@ std::vector<std::vector<int64_t>> validationPlan(int64_t size, int rank, int wor
 }
 
 ValidationSums sumValidation(torch::nn::Module& model, const Dataset& data, int rank, int world,
-                             const TrainerOptions& o, const std::function<void(const Batch&, ValidationSums&)>& add) {
+                             const TrainerOptions& o, const std::function<Evaluation(const Batch&)>& evaluate) {
   c10::NoGradGuard noGrad;
   model.eval();
   auto plan = validationPlan(data.size(), rank, world, o.batchSize);
@@ -38,7 +38,10 @@ ValidationSums sumValidation(torch::nn::Module& model, const Dataset& data, int 
   ValidationSums sums;
   AutocastGuard amp(o.precision,
                     o.loader.device.type());  // one scope: the weights' bf16 copies are cast once for every batch
-  for (size_t k = 0; k < batches; ++k) add(loader.next(), sums);
+  for (size_t k = 0; k < batches; ++k) {
+    const Batch batch = loader.next();
+    sums.add(evaluate(batch), batch);
+  }
   model.train();
   return sums;
 }
@@ -66,9 +69,8 @@ std::string validationLine(const std::string& when, const FitResult& result) {
 }
 
 void FitRun::validate(const std::string& when, int64_t ofEpoch) {
-  const ValidationSums sums =
-      sumValidation(*model_, *validation_, dataRank_, dataWorld_, o_,
-                    [this](const Batch& batch, ValidationSums& s) { s.add(strategy_->evaluate(batch), batch); });
+  const ValidationSums sums = sumValidation(*model_, *validation_, dataRank_, dataWorld_, o_,
+                                            [this](const Batch& batch) { return strategy_->evaluate(batch); });
   reduceValidation(comm_, sums, withAccuracy_, result_);
   validatedStep_ = at_.step;
   events_.validation(at_.step, ofEpoch, result_.lastValidationLoss, result_.lastValidationAccuracy);

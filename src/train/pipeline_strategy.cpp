@@ -37,8 +37,8 @@ class PipelineStrategy final : public detail::SyncedStrategy {
   /// The stage moves its layers to `options.device` and runs them under `options.precision`.
   PipelineStrategy(LayeredModel model, std::shared_ptr<Communicator> comm, const StrategyOptions& options,
                    std::unique_ptr<torch::optim::Optimizer> optimizer)
-      : SyncedStrategy(*optimizer, model, options), module_(model_.model), world_(std::move(comm)),
-        options_(options.sync), pipeline_(stageOptions(options)), optimizer_(std::move(optimizer)) {
+      : SyncedStrategy(*optimizer, std::move(model), options), world_(std::move(comm)), options_(options.sync),
+        pipeline_(stageOptions(options)), optimizer_(std::move(optimizer)) {
     const PipelineOptions& pipeline = pipeline_;
     std::vector<Layer> layers = model_.layers;
     checkPipelineOptions(pipeline, static_cast<int64_t>(layers.size()), world_->size());
@@ -131,7 +131,6 @@ class PipelineStrategy final : public detail::SyncedStrategy {
     return pipeline;
   }
 
-  std::shared_ptr<torch::nn::Module> module_;
   std::shared_ptr<Communicator> world_, pipe_, data_;
   SyncOptions options_;
   PipelineOptions pipeline_;
@@ -149,7 +148,7 @@ class PipelineStrategy final : public detail::SyncedStrategy {
 /// This stage's model tensors and optimizer state, under the unsplit model's keys.
 TensorArchive PipelineStrategy::stagePiece() {
   TensorArchive piece("pipeline stage");
-  for (const auto& [key, tensor] : modelEntries(*module_)) {
+  for (const auto& [key, tensor] : modelEntries(*model_.model)) {
     if (owns(tensor)) piece.putTensor(key, tensor);
   }
   saveOptimizerState(*optimizer_, piece);  // state exists for this stage's parameters only
@@ -160,7 +159,7 @@ TensorArchive PipelineStrategy::stagePiece() {
 void PipelineStrategy::mergePiece(const TensorArchive& piece, TensorArchive& archive) {
   c10::NoGradGuard noGrad;
   std::map<std::string, at::Tensor> tensors;
-  for (auto& [key, tensor] : modelEntries(*module_)) tensors.emplace(std::move(key), std::move(tensor));
+  for (auto& [key, tensor] : modelEntries(*model_.model)) tensors.emplace(std::move(key), std::move(tensor));
   for (const auto& key : piece.keys(kModelEntryPrefix)) {
     auto it = tensors.find(key);
     LOCKSTEP_CHECK(it != tensors.end(), "a pipeline stage sent '", key, "', which rank 0's model lacks");
@@ -190,11 +189,11 @@ void PipelineStrategy::saveState(TensorArchive* archive) {
   }
   saveOptimizerState(*optimizer_, *archive);
   for (const auto& piece : pieces) mergePiece(piece, *archive);
-  saveModelState(*module_, *archive);
+  saveModelState(*model_.model, *archive);
 }
 
 void PipelineStrategy::loadState(const TensorArchive& archive, bool report) {
-  loadModelState(archive, *module_);
+  loadModelState(archive, *model_.model);
   loadOptimizerState(*optimizer_, archive, report);
   for (const auto& group : optimizer_->param_groups()) {
     for (const auto& p : group.params()) {

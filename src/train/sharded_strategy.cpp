@@ -19,8 +19,7 @@ namespace lockstep::detail {
 
 ShardedStrategy::ShardedStrategy(std::shared_ptr<ShardedGradientSync> zero, LayeredModel model,
                                  std::shared_ptr<Communicator> comm, const StrategyOptions& options)
-    : SyncedStrategy(zero->optimizer(), std::move(model), options), zero_(std::move(zero)), module_(model_.model),
-      comm_(std::move(comm)) {}
+    : SyncedStrategy(zero->optimizer(), std::move(model), options), zero_(std::move(zero)), comm_(std::move(comm)) {}
 
 void ShardedStrategy::step(double clipGradNorm) {
   if (clipGradNorm > 0) zero_->clipGradNorm(clipGradNorm);
@@ -38,7 +37,7 @@ RankMemory ShardedStrategy::memory() const {
 
 std::string ShardedStrategy::shardSummary(const std::string& what, const std::string& verb) const {
   return fmt::format("{} sharded over {} rank(s), this one {} {} of {} elements", what, comm_->size(), verb,
-                     zero_->ownedElements(), elementsOf(module_->parameters()));
+                     zero_->ownedElements(), elementsOf(model_.model->parameters()));
 }
 
 namespace {
@@ -57,7 +56,7 @@ class Zero2Strategy final : public ShardedStrategy {
   // checkpoint on every rank. Broadcast again so a model changed in between
   // (a callback, a user's own loading) still starts equal everywhere.
   std::string start() override {
-    broadcastModule(*module_, *comm_);
+    broadcastModule(*model_.model, *comm_);
     const int buckets = static_cast<const ShardedDataParallel&>(*zero_).numBuckets();
     return shardSummary(fmt::format("ZeRO-2 {} bucket(s) reduce-scattered: gradients and optimizer state", buckets),
                         "updates");
@@ -65,12 +64,12 @@ class Zero2Strategy final : public ShardedStrategy {
 
   // Every rank holds the model whole: the archive takes it from this one.
   void saveState(TensorArchive* archive) override {
-    if (archive) saveModelState(*module_, *archive);
+    if (archive) saveModelState(*model_.model, *archive);
     zero_->saveState(archive);
   }
 
   void loadState(const TensorArchive& archive, bool report) override {
-    loadModelState(archive, *module_);
+    loadModelState(archive, *model_.model);
     zero_->loadState(archive, report);
   }
 };

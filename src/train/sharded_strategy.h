@@ -28,7 +28,6 @@ class ShardedStrategy : public SyncedStrategy {
   std::string shardSummary(const std::string& what, const std::string& verb) const;
 
   std::shared_ptr<ShardedGradientSync> zero_;
-  std::shared_ptr<torch::nn::Module> module_;
   std::shared_ptr<Communicator> comm_;
 
  private:

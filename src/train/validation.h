@@ -27,11 +27,11 @@ struct ValidationSums {
     rows += n;
   }
 };
-/// Calls `add` for each batch of shard `rank` of `world` of `data` (batches of o.batchSize) and
-/// returns the sums: without autograd, the model in eval mode (in train mode again after), under
-/// o.precision's autocast in one scope, so bf16 copies of the weights are cast once for every batch.
+/// Sums `evaluate` over the batches of shard `rank` of `world` of `data` (batches of o.batchSize): without autograd,
+/// the model in eval mode (in train mode again after), under o.precision's autocast in one scope, so bf16 copies of the
+/// weights are cast once for every batch.
 ValidationSums sumValidation(torch::nn::Module& model, const Dataset& data, int rank, int world,
-                             const TrainerOptions& o, const std::function<void(const Batch&, ValidationSums&)>& add);
+                             const TrainerOptions& o, const std::function<Evaluation(const Batch&)>& evaluate);
 /// The loss and (with the model's accuracy function) right answers of the chain's `output` for `batch`.
 Evaluation evaluateOutput(const LayeredModel& model, const at::Tensor& output, const Batch& batch);
 /// Collective: sums every rank's sums and sets the result's validation loss (and accuracy, when

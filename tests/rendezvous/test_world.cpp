@@ -197,6 +197,7 @@ TEST(Init, OnePlacementResolvesTheDeviceForEveryBackend) {
   const Placement cpu = resolvePlacement(DeviceChoice::kCpu, Backend::kGloo, 1);
   EXPECT_EQ(cpu.device, c10::Device(c10::kCPU));
   EXPECT_FALSE(cpu.stagesThroughHost());
+  EXPECT_TRUE((Placement{c10::Device(c10::kCUDA, 0), Backend::kGloo}).stagesThroughHost());
   // NCCL moves the worker's own GPU's memory, whatever the machine this test runs on.
   const Placement nccl = resolvePlacement(DeviceChoice::kAuto, Backend::kNccl, 1);
   EXPECT_EQ(nccl.device, c10::Device(c10::kCUDA, 1));
@@ -276,8 +277,13 @@ TEST(Init, AutoPicksMpiOnlyForWorkersStartedByMpirun) {
                                                                                                               : "gloo");
   EXPECT_EQ(chooseBackend("auto", detectWorld(envOurs), "LOCKSTEP_BACKEND", envOurs), gpus ? "nccl" : "gloo");
   EXPECT_EQ(chooseBackend("gloo", detectWorld(envMpirun), "LOCKSTEP_BACKEND", envMpirun), "gloo");
-  // Workers that train on the CPU take no GPU's backend.
-  EXPECT_EQ(chooseBackend("auto", detectWorld(envOurs), "LOCKSTEP_BACKEND", envOurs, DeviceChoice::kCpu), "gloo");
+  // A GPU per worker: NCCL, unless the workers are to train on the CPU.
+  using detail::autoBackend;
+  EXPECT_EQ(autoBackend(detectWorld(envOurs), DeviceChoice::kAuto, 2, true, true), "nccl");
+  EXPECT_EQ(autoBackend(detectWorld(envOurs), DeviceChoice::kCpu, 2, true, true), "gloo");
+  EXPECT_EQ(autoBackend(detectWorld(envMpirun), DeviceChoice::kCpu, 2, true, true), "mpi");
+  EXPECT_EQ(autoBackend(detectWorld(envOurs), DeviceChoice::kAuto, 0, true, true), "gloo") << "no GPU";
+  EXPECT_EQ(autoBackend(detectWorld(envOurs), DeviceChoice::kAuto, 2, false, true), "gloo") << "no NCCL";
   EXPECT_EQ(chooseBackend("auto", WorldInfo{}, "LOCKSTEP_BACKEND", Environment(Vars{})), "gloo");
 }
 

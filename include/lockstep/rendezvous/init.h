@@ -70,6 +70,9 @@ std::string chooseBackend(const std::string& requested, const WorldInfo& world, 
                           const Environment& env, DeviceChoice device = DeviceChoice::kAuto);
 
 namespace detail {
+/// What backend "auto" resolves to for `world` when the process sees `visibleGpus` GPUs and the
+/// build has NCCL (`ncclBuilt`) and MPI (`mpiBuilt`): chooseBackend's rule with its facts given.
+std::string autoBackend(const WorldInfo& world, DeviceChoice device, int visibleGpus, bool ncclBuilt, bool mpiBuilt);
 /// Why the nccl backend cannot serve this rank of `world` when the process sees `visibleGpus`
 /// GPUs and the build has NCCL (`built`): the ConfigError text naming `source`; nullopt when it fits.
 std::optional<std::string> ncclMisfit(const WorldInfo& world, int visibleGpus, bool built, const std::string& source);
