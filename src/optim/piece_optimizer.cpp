@@ -69,7 +69,14 @@ int64_t PieceOptimizer::wholeGradientBytes() const {
 }
 
 void PieceOptimizer::buildOptimizer(torch::optim::Optimizer& whole) {
-  const OptimizerType type = optimizerTypeOf(whole);
+  OptimizerType type = OptimizerType::kSgd;
+  try {
+    type = optimizerTypeOf(whole);
+  } catch (const Error&) {
+    throw Error(
+        "a sharded optimizer (zero1-3, the parameter servers) steps torch::optim::SGD, Adam or AdamW over its pieces "
+        "of the parameters; the optimizer given is none of them");
+  }
   std::map<const void*, size_t> indexOf;
   for (size_t i = 0; i < params.size(); ++i) indexOf[params[i].unsafeGetTensorImpl()] = i;
   std::vector<int> pieceOf(params.size(), -1);
@@ -101,7 +108,9 @@ void PieceOptimizer::buildOptimizer(torch::optim::Optimizer& whole) {
 }
 
 std::vector<std::pair<size_t, GradientPiece>> PieceOptimizer::optimizerOrder(int r) const {
-  std::vector<GradientPiece> theirs = r == rank() ? pieces : gradientPieces(plan, numels, world(), r);
+  std::vector<GradientPiece> theirs = r == rank()    ? pieces
+                                      : piecesOfRank ? piecesOfRank(r)
+                                                     : gradientPieces(plan, numels, world(), r);
   std::vector<int> pieceOf(params.size(), -1);
   for (size_t k = 0; k < theirs.size(); ++k) pieceOf[theirs[k].param] = static_cast<int>(k);
   std::vector<std::pair<size_t, GradientPiece>> order;

@@ -87,7 +87,22 @@ std::unique_ptr<PsPairs> connectPsPairs(const std::shared_ptr<Communicator>& com
     pairs->peers[static_cast<size_t>(peer)] = std::move(group);
     pairs->peerRanks[static_cast<size_t>(peer)] = role.server ? worker : role.workers + server;
   }
+  pairs->servers = comm->split(role.server ? 0 : -1, role.index, "ps servers");
   return pairs;
+}
+
+std::vector<GradientPiece> psShardPieces(const std::vector<int64_t>& numels, int servers, int server) {
+  int64_t total = 0;
+  for (int64_t n : numels) total += n;
+  const auto [begin, end] = psShardRange(total, servers, server);
+  std::vector<GradientPiece> pieces;
+  int64_t offset = 0;
+  for (size_t p = 0; p < numels.size(); ++p) {
+    const int64_t first = std::max(begin, offset), last = std::min(end, offset + numels[p]);
+    if (first < last) pieces.push_back({p, 0, first - offset, last - first, first - begin});
+    offset += numels[p];
+  }
+  return pieces;
 }
 
 int64_t totalElements(const std::vector<at::Tensor>& parameters) {

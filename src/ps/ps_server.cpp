@@ -59,8 +59,7 @@ ParameterServer::ParameterServer(std::shared_ptr<Communicator> comm, PsOptions o
   at::Tensor flat = detail::broadcastFlatParameters(*comm, parameters);
   const auto range = psShardRange(flat.numel(), s.pairs->role.servers, s.pairs->role.index);
   s.shard = flat.narrow(0, range.first, range.second - range.first).clone();
-  s.shard.mutable_grad() = at::zeros_like(s.shard);
-  s.optimizer = factory({s.shard});
+  s.buildOptimizer(parameters, factory);
   s.slots.resize(static_cast<size_t>(s.pairs->role.workers));
   if (s.leader() && !buffers.empty()) {
     s.packedBuffers = at::empty({detail::packedBufferBytes(buffers)}, at::kByte);
@@ -70,9 +69,36 @@ ParameterServer::ParameterServer(std::shared_ptr<Communicator> comm, PsOptions o
 
 ParameterServer::~ParameterServer() = default;
 
+// The factory's optimizer over the whole parameters is the template: the same type, groups and
+// options over this server's pieces of them (each a view of the shard).
+void ParameterServer::State::buildOptimizer(const std::vector<at::Tensor>& parameters,
+                                            const OptimizerFactory& factory) {
+  pieces.comm = pairs->servers;
+  pieces.params = parameters;
+  for (const auto& p : parameters) pieces.numels.push_back(p.numel());
+  pieces.plan.emplace_back(parameters.size());
+  for (size_t i = 0; i < parameters.size(); ++i) pieces.plan[0][i] = i;
+  const int servers = pairs->role.servers;
+  pieces.piecesOfRank = [numels = pieces.numels, servers](int server) {
+    return detail::psShardPieces(numels, servers, server);
+  };
+  pieces.pieces = pieces.piecesOfRank(pairs->role.index);
+  for (const auto& piece : pieces.pieces) pieces.pieceViews.push_back(shard.narrow(0, piece.chunkOffset, piece.length));
+  std::unique_ptr<torch::optim::Optimizer> whole = factory(parameters);
+  LOCKSTEP_CHECK(whole != nullptr, "parameter server ", pairs->role.index, ": the optimizer factory returned none");
+  pieces.buildOptimizer(*whole);
+  for (const auto& group : whole->param_groups()) baseRates.push_back(group.options().get_lr());
+}
+
+void ParameterServer::saveOptimizerState(TensorArchive* archive) { state_->pieces.save(archive); }
+
+void ParameterServer::loadOptimizerState(const TensorArchive& archive, bool report) {
+  state_->pieces.load(archive, report);
+}
+
 const PsStats& ParameterServer::stats() const { return state_->stats; }
 const at::Tensor& ParameterServer::shard() const { return state_->shard; }
-torch::optim::Optimizer& ParameterServer::optimizer() { return *state_->optimizer; }
+torch::optim::Optimizer& ParameterServer::optimizer() { return *state_->pieces.optimizer; }
 int64_t ParameterServer::updates() const { return state_->version; }
 void ParameterServer::setCheckpointHook(std::function<void(int64_t)> hook) { state_->checkpointHook = std::move(hook); }
 
@@ -175,12 +201,16 @@ void ParameterServer::State::step(const at::Tensor& gradient, bool skip) {
   if (skip) {
     ++stats.skipped;
   } else {
+    auto& groups = pieces.optimizer->param_groups();
     if (options.learningRate) {
-      const double lr = options.learningRate(version);
-      for (auto& group : optimizer->param_groups()) group.options().set_lr(lr);
+      for (size_t g = 0; g < groups.size(); ++g)
+        groups[g].options().set_lr(options.learningRate(version, baseRates[g]));
     }
-    shard.mutable_grad() = gradient;  // the step reads it under the lock: no copy
-    optimizer->step();
+    // The step reads the gradient under the lock: views, no copy.
+    for (size_t k = 0; k < pieces.pieces.size(); ++k) {
+      pieces.pieceViews[k].mutable_grad() = gradient.narrow(0, pieces.pieces[k].chunkOffset, pieces.pieces[k].length);
+    }
+    pieces.optimizer->step();
   }
   ++version;
   changed.notify_all();

@@ -15,6 +15,7 @@
 #include <mutex>
 #include <vector>
 
+#include "optim/piece_optimizer.h"
 #include "ps/ps_pairs.h"
 
 namespace lockstep {
@@ -42,8 +43,11 @@ struct VersionSnapshot {
 struct ParameterServer::State {
   std::unique_ptr<detail::PsPairs> pairs;
   PsOptions options;
-  at::Tensor shard;  // this server's elements of the flattened parameters; its .grad is the pushed gradient
-  std::unique_ptr<torch::optim::Optimizer> optimizer;
+  at::Tensor shard;  // this server's elements of the flattened parameters
+  // The whole optimizer's type, groups and options over views of the shard, one per parameter it
+  // meets (pieces.pieceViews); each view's .grad is a view of the pushed gradient.
+  detail::PieceOptimizer pieces;
+  std::vector<double> baseRates;  // each group's rate as the factory built it (PsOptions::learningRate)
   PsStats stats;
   std::vector<at::Tensor> buffers;  // server 0: worker 0's, as of its last update applied
   at::Tensor packedBuffers;         // server 0, with buffers: what worker 0 sends with each update
@@ -58,6 +62,7 @@ struct ParameterServer::State {
   std::function<void(int64_t)> checkpointHook;
   bool failed = false;
 
+  void buildOptimizer(const std::vector<at::Tensor>& parameters, const OptimizerFactory& factory);
   /// One optimizer step on `gradient` (none when `skip`): the next version.
   void step(const at::Tensor& gradient, bool skip);
   /// Runs the checkpoint hook when the version is a checkpoint's not yet taken.

@@ -1,28 +1,23 @@
 // async_ps_checkpoint.h — async_ps's checkpoints in the Trainer's own format (private to train/).
 //
-// A server holds one flat range of the parameters and an optimizer over that one flat tensor. A
-// checkpoint of B updates is written by server 0 from every server's range: the model's tensors
-// (model/<name>) and the whole optimizer's per-parameter entries (optimizer/param<i>/...), as a
-// one-worker run of B steps would write them — each update is one optimizer step on one worker's
-// batch, taken in the order of one sampler over the whole training set — so a DDP run, a sharded
-// run, `lockstep generate` and another async_ps run all load it. Reading cuts the per-parameter
-// optimizer state back to a server's range.
+// A server holds one range of the flattened parameters and the whole optimizer's groups over its
+// pieces of them (ps/parameter_server.h). A checkpoint of B updates is written by server 0 from
+// every server's range: the model's tensors (model/<name>) and the whole optimizer's entries
+// (optimizer/..., assembled by ParameterServer::saveOptimizerState), as a one-worker run of B
+// steps would write them — each update is one optimizer step on one worker's batch, taken in the
+// order of one sampler over the whole training set — so a DDP run, a sharded run, `lockstep
+// generate` and another async_ps run all load it. A server resuming keeps its pieces of any
+// Trainer checkpoint's optimizer (ParameterServer::loadOptimizerState).
 #pragma once
 
 #include <ATen/ATen.h>
 
 #include <cstdint>
-#include <utility>
-#include <vector>
 
 #include "lockstep/common/tensor_archive.h"
 #include "lockstep/ps/parameter_server.h"
 #include "lockstep/train/checkpoint.h"
 #include "lockstep/train/trainer.h"
-
-namespace torch::optim {
-class Optimizer;
-}
 
 namespace lockstep::detail {
 
@@ -37,15 +32,8 @@ struct PsCheckpointWriter {
   int64_t accumulation = 1;  ///< batches per update
 
   /// Called by every server at the same number of updates (collective over the servers): the
-  /// others send their range and optimizer state to server 0, which writes the checkpoint file.
-  void write(int64_t updates, const at::Tensor& shard, torch::optim::Optimizer& optimizer) const;
+  /// others send their range and optimizer pieces to server 0, which writes the checkpoint file.
+  void write(int64_t updates, ParameterServer& server) const;
 };
-
-/// A server's optimizer entries cut from a whole checkpoint's: the per-parameter state of
-/// `params` (the model's, in order) concatenated and narrowed to `range`, as the entries of an
-/// optimizer over one flat tensor (loadOptimizerState). Throws CheckpointError naming the archive
-/// when its optimizer has other than one group of params.size() parameters or state for only some.
-TensorArchive psShardOptimizerEntries(const TensorArchive& archive, const std::vector<at::Tensor>& params,
-                                      std::pair<int64_t, int64_t> range);
 
 }  // namespace lockstep::detail

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "lockstep/comm/archive_transfer.h"
 #include "lockstep/common/error.h"
 #include "lockstep/common/logging.h"
 #include "lockstep/data/loader.h"
@@ -18,7 +19,6 @@
 #include "lockstep/optim/optimizer.h"
 #include "lockstep/train/checkpoint.h"
 #include "train/async_ps_checkpoint.h"
-#include "train/elements.h"
 #include "train/test_slowdown.h"
 #include "train/training_state.h"
 #include "train/validation.h"
@@ -52,7 +52,15 @@ AsyncPsRun::AsyncPsRun(std::shared_ptr<Communicator> comm, const TrainerOptions&
   }
   scaling_ = o_.lrScaling;
   if (scaling_.baseBatch == 0) scaling_.baseBatch = updateBatch_;
-  lr_ = scaledLearningRate(o_.optimizer.lr, updateBatch_, scaling_);
+  // Every rank builds the run's optimizer, as a synchronous run does: its first group's rate is
+  // the one logged; a server steps its type, groups and options over its pieces.
+  whole_ = o_.optimizerFactory ? o_.optimizerFactory(model_->parameters())
+                               : makeOptimizer(o_.optimizer, model_->parameters());
+  LOCKSTEP_CHECK(whole_ != nullptr, "TrainerOptions::optimizerFactory returned no optimizer");
+  LOCKSTEP_CHECK(!whole_->param_groups().empty(), "the optimizer has no parameter groups");
+  checkOptimizer();
+  baseRate_ = whole_->param_groups()[0].options().get_lr();
+  lr_ = scaledLearningRate(baseRate_, updateBatch_, scaling_);
   if (!o_.checkpoint.dir.empty()) {
     checkpoints_ = std::make_unique<CheckpointDir>(o_.checkpoint.dir, o_.checkpoint.keepLast);
   }
@@ -67,9 +75,16 @@ void AsyncPsRun::checkOptions() const {
   if (o_.precision == Precision::kFp16) {
     throw ConfigError(why + " does not scale the loss: precision fp16 needs strategy ddp (bf16 works here)");
   }
-  if (o_.optimizerFactory) {
-    throw ConfigError(why +
-                      " builds the servers' optimizers from optimizer.* (TrainerOptions::optimizerFactory is set)");
+}
+
+/// On every rank, before any server is built: the servers cut the optimizer into pieces.
+void AsyncPsRun::checkOptimizer() const {
+  try {
+    optimizerTypeOf(*whole_);
+  } catch (const Error&) {
+    throw ConfigError(
+        "schedule.type async_ps: the parameter servers step torch::optim::SGD, Adam or AdamW over their pieces of "
+        "the parameters; TrainerOptions::optimizerFactory built another optimizer");
   }
 }
 
@@ -89,17 +104,17 @@ FitResult AsyncPsRun::run() {
   return result_;
 }
 
-/// Restores the model on every rank and keeps a server's range of the optimizer state for when its
-/// optimizer exists; the first ticket is the checkpoint's position in batches of the whole set.
+/// Restores the model on every rank and keeps the optimizer's entries on a server for when its
+/// optimizer exists (it cuts its pieces out); the first ticket is the checkpoint's position in
+/// batches of the whole set.
 void AsyncPsRun::resume() {
   RunMetrics metrics;
   const Position at = resumeTraining(
       o_, checkpoints_.get(), *comm_,
       [&](const TensorArchive& archive, bool /*report*/) {
         if (role_.server) {
-          const auto params = model_->parameters();
-          const auto range = psShardRange(elementsOf(params), role_.servers, role_.index);
-          resumedOptimizer_ = psShardOptimizerEntries(archive, params, range);
+          resumedOptimizer_.emplace(archive.label());
+          for (const auto& key : archive.keys("optimizer/")) copyArchiveEntry(archive, key, *resumedOptimizer_);
         }
         loadModelState(archive, *model_);
       },
@@ -118,23 +133,25 @@ std::vector<at::Tensor> AsyncPsRun::checkpointedBuffers() const {
 PsOptions AsyncPsRun::psOptions() const {
   PsOptions ps = o_.ps;
   ps.firstUpdate = firstUpdate_;
-  ps.learningRate = [this](int64_t update) { return learningRateOf(update); };
+  ps.learningRate = [this](int64_t update, double base) { return learningRateOf(update, base); };
   if (checkpoints_) {
     ps.checkpointEvery = o_.checkpoint.every > 0 ? o_.checkpoint.every * role_.workers : updatesPerEpoch();
   }
   return ps;
 }
 
-/// Update u's rate: the rate for one worker's batch, warmed up over lr_scaling.warmup_steps steps of a
-/// synchronous run (W updates each, as trainer.max_steps counts them) by the share of its target
-/// rate the synchronous run has at that step (under the linear rule: its rate / W).
-double AsyncPsRun::learningRateOf(int64_t update) const {
+/// Update u's rate for a group of base rate `base`: the rate for one worker's batch, warmed up over
+/// lr_scaling.warmup_steps steps of a synchronous run (W updates each, as trainer.max_steps counts
+/// them) by the share of its target rate the synchronous run has at that step (under the linear
+/// rule: its rate / W).
+double AsyncPsRun::learningRateOf(int64_t update, double base) const {
+  const double rate = scaledLearningRate(base, updateBatch_, scaling_);
   const int64_t step = update / role_.workers;
-  if (step >= scaling_.warmupSteps) return lr_;
+  if (step >= scaling_.warmupSteps) return rate;
   const int64_t stepBatch = updateBatch_ * role_.workers;
-  const double target = scaledLearningRate(o_.optimizer.lr, stepBatch, scaling_);
-  if (target == 0) return lr_;
-  return lr_ * (learningRateAt(step, o_.optimizer.lr, stepBatch, scaling_) / target);
+  const double target = scaledLearningRate(base, stepBatch, scaling_);
+  if (target == 0) return rate;
+  return rate * (learningRateAt(step, base, stepBatch, scaling_) / target);
 }
 
 int64_t AsyncPsRun::updatesPerEpoch() const { return std::max<int64_t>(1, batchesPerEpoch_ / o_.accumulation); }
@@ -167,27 +184,26 @@ void AsyncPsRun::announce() {
 }
 
 void AsyncPsRun::serve() {
-  OptimizerOptions optimizer = o_.optimizer;
-  optimizer.lr = lr_;
-  // Server 0 keeps worker 0's buffers in its model, which its checkpoints save.
+  // Server 0 keeps worker 0's buffers in its model, which its checkpoints save. The optimizer built
+  // over the model's parameters is the servers' template (whole_ goes to the server here).
   ParameterServer server(
-      comm_, psOptions(), model_->parameters(),
-      [&](const std::vector<at::Tensor>& params) { return makeOptimizer(optimizer, params); }, checkpointedBuffers());
+      comm_, psOptions(), model_->parameters(), [this](const std::vector<at::Tensor>&) { return std::move(whole_); },
+      checkpointedBuffers());
   if (resumedOptimizer_) {
-    loadOptimizerState(server.optimizer(), *resumedOptimizer_, /*report=*/role_.index == 0);
+    server.loadOptimizerState(*resumedOptimizer_, /*report=*/role_.index == 0);
     resumedOptimizer_.reset();  // the rates are the run's: the servers set them before every update
   }
   const PsCheckpointWriter writer{comm_.get(),      role_,          model_.get(), &o_, checkpoints_.get(),
                                   batchesPerEpoch_, o_.accumulation};
   int64_t saved = firstUpdate_;
   server.setCheckpointHook([&](int64_t updates) {
-    writer.write(updates, server.shard(), server.optimizer());
+    writer.write(updates, server);
     saved = updates;
   });
   trainStart_ = Clock::now();
   server.serve();
   trainEnd_ = Clock::now();
-  if (checkpoints_ && server.updates() != saved) writer.write(server.updates(), server.shard(), server.optimizer());
+  if (checkpoints_ && server.updates() != saved) writer.write(server.updates(), server);
   stats_ = server.stats();
   result_.steps = server.updates();
 }
@@ -209,7 +225,7 @@ void AsyncPsRun::work() {
     timer_.endPhase(Phase::kCommWait);
     timer_.endPhase(Phase::kOptimizer);
     timer_.endStep({});
-    const double lr = learningRateOf(ticket);
+    const double lr = learningRateOf(ticket, baseRate_);
     events_.stepEnd(timer_.record(), ticket + 1, epochOf(ticket), loss, lr);
     windowLoss_ += loss;
     ++windowSteps_;
@@ -218,7 +234,7 @@ void AsyncPsRun::work() {
   }
   worker.finish();
   trainEnd_ = Clock::now();
-  if (windowSteps_ > 0) logWindow(totalUpdates_ - 1, learningRateOf(totalUpdates_ - 1));
+  if (windowSteps_ > 0) logWindow(totalUpdates_ - 1, learningRateOf(totalUpdates_ - 1, baseRate_));
   waitSeconds_ = worker.waitSeconds();
 }
 

@@ -14,6 +14,8 @@
 // its own or any Trainer checkpoint, its first ticket the checkpoint's position in samples.
 #pragma once
 
+#include <torch/optim/optimizer.h>
+
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -37,9 +39,10 @@ class AsyncPsRun {
  private:
   using Clock = std::chrono::steady_clock;
   void checkOptions() const;
+  void checkOptimizer() const;
   void resume();
   PsOptions psOptions() const;
-  double learningRateOf(int64_t update) const;
+  double learningRateOf(int64_t update, double base) const;
   int64_t updatesPerEpoch() const;
   int64_t epochOf(int64_t ticket) const;
   void announce();
@@ -66,15 +69,17 @@ class AsyncPsRun {
 
   DistributedSampler sampler_;  // the whole training set: batch t % B of epoch t / B
   int64_t samplerEpoch_ = -1;
-  int64_t batchesPerEpoch_ = 0;  // B: the sampler's batches of trainer.batch_size per epoch
-  int64_t totalUpdates_ = 0;     // pushes of the run: each of trainer.accumulation batches
-  int64_t updateBatch_ = 0;      // samples per update
-  double lr_ = 0;                // the servers' learning rate after warmup: for one worker's batch
+  int64_t batchesPerEpoch_ = 0;                     // B: the sampler's batches of trainer.batch_size per epoch
+  int64_t totalUpdates_ = 0;                        // pushes of the run: each of trainer.accumulation batches
+  int64_t updateBatch_ = 0;                         // samples per update
+  std::unique_ptr<torch::optim::Optimizer> whole_;  // the run's optimizer over the model (a server's template)
+  double baseRate_ = 0;                             // its first group's rate
+  double lr_ = 0;  // that group's rate on the servers after warmup: for one worker's batch
   LrScalingOptions scaling_;
 
   std::unique_ptr<CheckpointDir> checkpoints_;
   int64_t firstUpdate_ = 0;                        // updates done before: a resumed run's first ticket
-  std::optional<TensorArchive> resumedOptimizer_;  // a server's: its range of the checkpoint's optimizer
+  std::optional<TensorArchive> resumedOptimizer_;  // a server's: the checkpoint's optimizer entries
 
   detail::StepTimer timer_;
   FitResult result_;

@@ -24,7 +24,7 @@ import sys
 
 # Private headers shared with one layer above on purpose: not a user's API, so not installed.
 SHARED = {
-    "optim/piece_optimizer.h": {"ddp"},   # ZeRO-2/3 step the user's optimizer over their pieces
+    "optim/piece_optimizer.h": {"ddp", "ps"},  # ZeRO-2/3 and the servers step the user's optimizer over their pieces
     "launch/launch_commands.h": {"cli"},  # `lockstep run`'s command lines and option checks
     "monitor/run_files.h": {"dashboard"},  # the run directory's files, which the dashboard reads
     "monitor/memory_json.h": {"cli"},     # FitResult::memory as JSON, for --result-json too

@@ -1,7 +1,8 @@
 // The Trainer with schedule async_ps: with staleness bound 0 it trains exactly like DDP on the same
 // samples; with a straggler (the test knob) no update passes the bound (the Trainer asserts it
 // while gathering the histogram) and every update is counted; the errors name the keys; checkpoints
-// resume, exactly with one worker, and load into DDP runs and back. That each
+// resume, exactly with one worker, and load into DDP runs and back; a user's optimizer with its own
+// parameter groups trains on the servers as it does in DDP, its state in and out of the same checkpoints. That each
 // batch goes to one worker (tickets) is tested in tests/ps. Threads as ranks over Gloo.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -9,6 +10,9 @@
 #include <torch/nn/modules/batchnorm.h>
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/modules/linear.h>
+#include <torch/optim/adamw.h>
+#include <torch/optim/rmsprop.h>
+#include <torch/optim/sgd.h>
 
 #include <fmt/format.h>
 
@@ -217,6 +221,81 @@ std::string freshDir(const std::string& name) {
   auto dir = std::filesystem::temp_directory_path() / fmt::format("lockstep-ps-{}-{}", ::getpid(), name);
   std::filesystem::remove_all(dir);
   return dir.string();
+}
+
+/// Two groups, not in the model's order: the weights, then the biases, each with its own rate.
+template <typename Optim, typename Options>
+OptimizerFactory weightsThenBiases(Options weights, Options biases) {
+  return [=](const std::vector<at::Tensor>& params) {
+    std::vector<at::Tensor> w, b;
+    for (const auto& p : params) (p.dim() > 1 ? w : b).push_back(p);
+    std::vector<torch::optim::OptimizerParamGroup> groups;
+    groups.emplace_back(w, std::make_unique<Options>(weights));
+    groups.emplace_back(b, std::make_unique<Options>(biases));
+    return std::unique_ptr<torch::optim::Optimizer>(std::make_unique<Optim>(std::move(groups), weights));
+  };
+}
+
+// A user's optimizer factory with two groups of their own rates, warmed up and scaled per group: with
+// bound 0 and plain SGD, 3 workers and 2 servers (a cut inside the first weight) train as DDP does.
+TEST(PsTrainer, FactoryGroupsKeepTheirRatesAsInDdp) {
+  TrainerOptions o = baseOptions();
+  o.optimizerFactory =
+      weightsThenBiases<torch::optim::SGD>(torch::optim::SGDOptions(0.05), torch::optim::SGDOptions(0.2));
+  o.lrScaling.warmupSteps = 3;
+  const Outcome ddp = train(3, o);
+  o.schedule = Schedule::kAsyncPs;
+  o.ps = {2, 0};
+  const Outcome ps = train(5, o);
+  for (size_t i = 0; i < ddp.weights.size(); ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_LE(maxRelativeDiff(ps.weights[i], ddp.weights[i]), 1e-6);
+  }
+  o.optimizerFactory = {};
+  o.optimizer.lr = 0.05;
+  const Outcome oneRate = train(5, o);
+  EXPECT_GT(maxRelativeDiff(oneRate.weights[1], ps.weights[1]), 1e-3) << "the biases' own rate changed nothing";
+}
+
+// AdamW in two groups (weight decay on the weights only) on one worker and two servers steps as one
+// DDP worker; its state goes in and out of the checkpoints in the whole optimizer's format: DDP's
+// 3 steps continued by async_ps to 6, then by DDP to 8, end where DDP's 8 end.
+TEST(PsTrainer, FactoryOptimizerStateCrossesCheckpointsWithDdp) {
+  TrainerOptions o = baseOptions();
+  o.optimizerFactory = weightsThenBiases<torch::optim::AdamW>(torch::optim::AdamWOptions(0.01).weight_decay(0.1),
+                                                              torch::optim::AdamWOptions(0.03).weight_decay(0));
+  o.maxSteps = 8;
+  const Outcome reference = train(1, o);
+  o.checkpoint.dir = freshDir("factory");
+  o.maxSteps = 3;
+  ASSERT_EQ(train(1, o).result.steps, 3);
+  TrainerOptions ps = o;
+  ps.schedule = Schedule::kAsyncPs;
+  ps.ps = {2, 0};
+  ps.maxSteps = 6;
+  const Outcome middle = train(3, ps);
+  EXPECT_EQ(middle.result.resumedFromStep, 3);
+  EXPECT_EQ(middle.result.steps, 6);
+  o.maxSteps = 8;
+  const Outcome back = train(1, o);
+  EXPECT_EQ(back.result.resumedFromStep, 6);
+  for (size_t i = 0; i < reference.weights.size(); ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_LE(maxRelativeDiff(back.weights[i], reference.weights[i]), 1e-6);
+  }
+  std::filesystem::remove_all(o.checkpoint.dir);
+}
+
+// The servers step an optimizer they can cut into pieces: another one is named.
+TEST(PsTrainer, FactoryOfAnotherOptimizerIsRefused) {
+  TrainerOptions o = baseOptions();
+  o.schedule = Schedule::kAsyncPs;
+  o.ps = {1, 0};
+  o.optimizerFactory = [](const std::vector<at::Tensor>& params) {
+    return std::unique_ptr<torch::optim::Optimizer>(
+        std::make_unique<torch::optim::RMSprop>(params, torch::optim::RMSpropOptions(0.01)));
+  };
+  EXPECT_HAS(test::errorOf([&] { train(2, o); }), "SGD, Adam or AdamW");
 }
 
 // An async_ps checkpoint is a Trainer checkpoint: with bound 0 and plain SGD, DDP's 4 steps

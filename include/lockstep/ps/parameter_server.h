@@ -3,7 +3,11 @@
 //
 // The world's last S ranks are servers, the others workers. The model's
 // parameters, flattened and concatenated, are cut into S equal ranges; server
-// j holds range j and an optimizer over it. Each worker, at its own pace:
+// j holds range j and steps the optimizer the factory builds over the whole
+// parameters (SGD, Adam or AdamW, any parameter groups and options) over its
+// pieces of them, one per parameter the range meets: since these optimizers
+// are elementwise, the servers together take exactly the whole optimizer's
+// step. Each worker, at its own pace:
 //
 //   worker.pull();                        // once: the servers' weights (rank 0's model at start)
 //   for each batch: forward, backward; worker.push();   // gradients out, fresh weights back
@@ -70,6 +74,8 @@
 
 namespace lockstep {
 
+class TensorArchive;
+
 struct PsOptions {
   int64_t servers = 1;    ///< S: the last S ranks hold the parameters (config ps.servers)
   int64_t staleness = 0;  ///< s: the most staleness an applied update may have (config ps.staleness)
@@ -80,10 +86,11 @@ struct PsOptions {
   int64_t firstUpdate = 0;
   /// lambda0 > 0: delay compensation (config ps.compensation; see "Delay compensation" above); 0: off.
   double compensation = 0;
-  /// When set, every server sets each parameter group's learning rate to learningRate(u) before it
-  /// applies update u (counted from 0 over the whole run, resumed updates included): warmup and
-  /// schedules. Null: the optimizer's own rates. The same function on every server.
-  std::function<double(int64_t update)> learningRate;
+  /// When set, every server sets each parameter group's learning rate to learningRate(u, base)
+  /// before it applies update u (counted from 0 over the whole run, resumed updates included),
+  /// `base` being that group's rate as the factory built it: warmup and schedules, per group.
+  /// Null: the optimizer's own rates. The same function on every server.
+  std::function<double(int64_t update, double base)> learningRate;
 };
 
 /// ConfigError naming ps.servers, ps.staleness or ps.compensation unless 1 <= servers < worldSize,
@@ -114,7 +121,10 @@ struct PsStats {
 
 /// A server rank. Collective with every rank's PsWorker/ParameterServer construction: it
 /// connects to each worker and takes rank 0's `parameters` (float32; every rank passes the
-/// same shapes in the same order). `factory` builds this server's optimizer over its shard.
+/// same shapes in the same order). `factory` is called once with `parameters` (which it may
+/// group as it likes); the server steps that optimizer's type, groups and options over its
+/// pieces. Throws Error for an optimizer other than SGD, Adam or AdamW, or one holding a
+/// tensor that is not among `parameters`.
 class ParameterServer {
  public:
   /// `buffers` (the model's, e.g. BatchNorm's statistics; the same shapes on every rank): server
@@ -132,7 +142,18 @@ class ParameterServer {
   const PsStats& stats() const;
   /// This server's flat shard of the parameters (the final weights after serve()).
   const at::Tensor& shard() const;
+  /// The optimizer over this server's pieces (its groups: the factory's, each holding the pieces
+  /// of its parameters that this server's range meets).
   torch::optim::Optimizer& optimizer();
+  /// Collective over the servers (every server calls it at the same version, e.g. in the
+  /// checkpoint hook): server 0, given an archive, receives the whole optimizer's entries
+  /// (optim/optimizer.h: groups and per-parameter state as the factory's optimizer would save
+  /// them), assembled from every server's pieces; the others pass null.
+  void saveOptimizerState(TensorArchive* archive);
+  /// Keeps this server's pieces of a whole optimizer's entries (as saveOptimizerState writes and
+  /// any Trainer checkpoint holds), checking every entry first; CheckpointError naming the
+  /// archive and the entry when they do not fit the factory's optimizer. Before serve().
+  void loadOptimizerState(const TensorArchive& archive, bool report);
   int64_t updates() const;  ///< optimizer steps applied (from PsOptions::firstUpdate on)
   /// Called by serve() on every server, with its state locked, when it has applied a multiple of
   /// PsOptions::checkpointEvery updates (the argument); shard() and optimizer() are then exactly
