@@ -89,6 +89,15 @@ double maxRelativeDiff(const at::Tensor& a, const at::Tensor& b) {
   return ((a - b).abs().max() / b.abs().max().clamp_min(1e-12)).item<double>();
 }
 
+/// Every parameter of `got`'s rank 0 within 1e-6 (relative to its largest element) of `want`'s.
+void expectWeightsNear(const Outcome& got, const Outcome& want) {
+  ASSERT_EQ(got.weights.size(), want.weights.size());
+  for (size_t i = 0; i < want.weights.size(); ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_LE(maxRelativeDiff(got.weights[i], want.weights[i]), 1e-6);
+  }
+}
+
 TEST(PsTrainer, ZeroStalenessTrainsLikeDdpOnTheSameSamples) {
   // DDP: 3 workers, 6 steps of 3 x 8 samples at lr 0.05 x 3 (linear scaling). async_ps: 3 workers and
   // a server, 18 updates of 8 samples at lr 0.05 each; each round of 3 covers one DDP step's samples.
@@ -97,11 +106,7 @@ TEST(PsTrainer, ZeroStalenessTrainsLikeDdpOnTheSameSamples) {
   o.schedule = Schedule::kAsyncPs;
   o.ps = {2, 0};  // two servers: the parameters in two slices
   Outcome ps = train(5, o);
-  ASSERT_EQ(ddp.weights.size(), ps.weights.size());
-  for (size_t i = 0; i < ddp.weights.size(); ++i) {
-    SCOPED_TRACE(i);
-    EXPECT_LE(maxRelativeDiff(ps.weights[i], ddp.weights[i]), 1e-6);
-  }
+  expectWeightsNear(ps, ddp);
   EXPECT_EQ(ps.result.steps, 18);
   EXPECT_EQ(ps.result.ps.staleness, (std::vector<int64_t>{18}));
   EXPECT_NEAR(ps.result.lastValidationLoss, ddp.result.lastValidationLoss, 1e-5);
@@ -142,10 +147,7 @@ TEST(PsTrainer, AccumulatedUpdatesTrainLikeDdpWithAccumulation) {
   o.schedule = Schedule::kAsyncPs;
   o.ps = {1, 0};
   Outcome ps = train(4, o);
-  for (size_t i = 0; i < ddp.weights.size(); ++i) {
-    SCOPED_TRACE(i);
-    EXPECT_LE(maxRelativeDiff(ps.weights[i], ddp.weights[i]), 1e-6);
-  }
+  expectWeightsNear(ps, ddp);
   EXPECT_EQ(ps.result.steps, 18);
   EXPECT_EQ(ps.result.globalBatch, 8);
 }
@@ -247,10 +249,7 @@ TEST(PsTrainer, FactoryGroupsKeepTheirRatesAsInDdp) {
   o.schedule = Schedule::kAsyncPs;
   o.ps = {2, 0};
   const Outcome ps = train(5, o);
-  for (size_t i = 0; i < ddp.weights.size(); ++i) {
-    SCOPED_TRACE(i);
-    EXPECT_LE(maxRelativeDiff(ps.weights[i], ddp.weights[i]), 1e-6);
-  }
+  expectWeightsNear(ps, ddp);
   o.optimizerFactory = {};
   o.optimizer.lr = 0.05;
   const Outcome oneRate = train(5, o);
@@ -279,10 +278,7 @@ TEST(PsTrainer, FactoryOptimizerStateCrossesCheckpointsWithDdp) {
   o.maxSteps = 8;
   const Outcome back = train(1, o);
   EXPECT_EQ(back.result.resumedFromStep, 6);
-  for (size_t i = 0; i < reference.weights.size(); ++i) {
-    SCOPED_TRACE(i);
-    EXPECT_LE(maxRelativeDiff(back.weights[i], reference.weights[i]), 1e-6);
-  }
+  expectWeightsNear(back, reference);
   std::filesystem::remove_all(o.checkpoint.dir);
 }
 
@@ -315,10 +311,7 @@ TEST(PsTrainer, CheckpointsCrossLoadWithDdp) {
   const Outcome ps = train(5, o);
   EXPECT_EQ(ps.result.resumedFromStep, 12);  // 4 steps of 3 workers: the 13th batch of the set comes next
   EXPECT_EQ(ps.result.steps, 18);
-  for (size_t i = 0; i < reference.weights.size(); ++i) {
-    SCOPED_TRACE(i);
-    EXPECT_LE(maxRelativeDiff(ps.weights[i], reference.weights[i]), 1e-6);
-  }
+  expectWeightsNear(ps, reference);
   for (int updates : {15, 18})
     EXPECT_TRUE(std::filesystem::exists(fmt::format("{}/step-{:09d}.ckpt", o.checkpoint.dir, updates)));
   ddp.maxSteps = 20;
