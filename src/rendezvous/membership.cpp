@@ -81,8 +81,10 @@ Membership::Membership(Store store, std::string id, int rank, MembershipOptions 
   LOCKSTEP_CHECK(options_.minMembers >= 1 && options_.maxMembers >= options_.minMembers,
                  "MembershipOptions: expected 1 <= minMembers <= maxMembers, got ", options_.minMembers, " and ",
                  options_.maxMembers);
-  LOCKSTEP_CHECK(id_.find('\n') == std::string::npos && !id_.empty(), "Membership: the member id must be one line, "
-                 "not '", id_, "'");
+  LOCKSTEP_CHECK(id_.find('\n') == std::string::npos && !id_.empty(),
+                 "Membership: the member id must be one line, "
+                 "not '",
+                 id_, "'");
 }
 
 /// The generation this call joins: the next one; a member's first, the first (a launcher's rank)
@@ -107,9 +109,10 @@ Generation Membership::next() {
   }
   if (arrival >= members) {
     rank_ = -1;  // no longer a member of any generation: a newcomer to the next
-    throw LateMemberError(fmt::format("membership generation {} closed with {} member(s) before '{}' arrived; call "
-                                      "next() again to join generation {}",
-                                      g, members, id_, g + 1));
+    throw LateMemberError(
+        fmt::format("membership generation {} closed with {} member(s) before '{}' arrived; call "
+                    "next() again to join generation {}",
+                    g, members, id_, g + 1));
   }
   std::vector<Entry> entries;
   for (int64_t i = 0; i < members; ++i) {

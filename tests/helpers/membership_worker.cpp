@@ -51,9 +51,7 @@ int main(int argc, char** argv) {
     }
     std::cerr << "no member was lost\n";
     return 1;
-  } catch (const CommError& e) {
-    std::cout << "lost: " << e.what() << std::endl;
-  }
+  } catch (const CommError& e) { std::cout << "lost: " << e.what() << std::endl; }
   g.comm.reset();
   g = m.next();
   std::cout << "generation " << g.number << ": rank " << g.rank << " of " << g.size << ", previous ranks";

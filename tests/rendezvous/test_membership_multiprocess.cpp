@@ -23,8 +23,8 @@ TEST(MembershipProcesses, SurvivorsOfAKilledMemberTrainOnAtTheNewSize) {
   Store store = Store::tcp(so);
   std::vector<std::future<test::ProcessResult>> futures;
   for (int r = 0; r < 3; ++r) {
-    std::vector<std::string> argv{test::helperBin("membership_worker"), std::to_string(store.port()),
-                                  std::to_string(r), "1"};
+    std::vector<std::string> argv{test::helperBin("membership_worker"), std::to_string(store.port()), std::to_string(r),
+                                  "1"};
     test::ProcessOptions o;
     o.timeout = std::chrono::seconds(60);
     futures.push_back(std::async(std::launch::async, [argv, o] { return test::runProcess(argv, o); }));

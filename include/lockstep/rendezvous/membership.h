@@ -43,8 +43,8 @@
 namespace lockstep {
 
 struct MembershipOptions {
-  int minMembers = 1;                                  ///< a generation with fewer is an Error
-  int maxMembers = 1 << 20;                            ///< a generation closes at once with this many
+  int minMembers = 1;                                             ///< a generation with fewer is an Error
+  int maxMembers = 1 << 20;                                       ///< a generation closes at once with this many
   std::chrono::milliseconds joinWindow{std::chrono::seconds(5)};  ///< from the first arrival to the close
   GlooOptions gloo;  ///< the communicators' address and timeout (rank and worldSize are set per generation)
 };
