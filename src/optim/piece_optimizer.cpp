@@ -108,9 +108,7 @@ void PieceOptimizer::buildOptimizer(torch::optim::Optimizer& whole) {
 }
 
 std::vector<std::pair<size_t, GradientPiece>> PieceOptimizer::optimizerOrder(int r) const {
-  std::vector<GradientPiece> theirs = r == rank()    ? pieces
-                                      : piecesOfRank ? piecesOfRank(r)
-                                                     : gradientPieces(plan, numels, world(), r);
+  std::vector<GradientPiece> theirs = r == rank() ? pieces : gradientPieces(plan, numels, world(), r);
   std::vector<int> pieceOf(params.size(), -1);
   for (size_t k = 0; k < theirs.size(); ++k) pieceOf[theirs[k].param] = static_cast<int>(k);
   std::vector<std::pair<size_t, GradientPiece>> order;

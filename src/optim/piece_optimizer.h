@@ -5,8 +5,8 @@
 // (ddp/fully_sharded_data_parallel.cpp) cut the parameters into groups (all of
 // them; buckets; units), each group's flattened elements split evenly over the
 // ranks (gradientPieces), and step an optimizer over the rank's pieces. The
-// parameter servers (ps/) cut the flattened parameters by their own ranges
-// (piecesOfRank) and step it over views of a server's shard.
+// parameter servers (ps/) cut one group of all parameters over the servers and
+// step it over views of a server's shard.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -36,8 +36,6 @@ struct PieceOptimizer {
   std::vector<std::vector<size_t>> plan;  ///< the groups (buckets, units): parameter indices, in order
   std::vector<GradientPiece> pieces;      ///< this rank's
   std::vector<at::Tensor> pieceViews;     ///< what the optimizer updates: one flat float32 view per piece
-  /// Another rank's pieces, when the cut is not gradientPieces over `plan` (the parameter servers').
-  std::function<std::vector<GradientPiece>(int rank)> piecesOfRank;
 
   std::unique_ptr<torch::optim::Optimizer> optimizer;  ///< over pieceViews
   std::vector<size_t> optimizerParams;                 ///< whole optimizer position -> parameter index

@@ -41,9 +41,9 @@ PsRole psRole(int rank, int worldSize, const PsOptions& options) {
 }
 
 std::pair<int64_t, int64_t> psShardRange(int64_t numel, int servers, int server) {
-  const int64_t base = numel / servers, extra = numel % servers;
-  const int64_t first = server * base + std::min<int64_t>(server, extra);
-  return {first, first + base + (server < extra ? 1 : 0)};
+  const int64_t part = (numel + servers - 1) / servers;  // gradientPieces' cut of one group
+  const int64_t first = std::min(numel, part * server);
+  return {first, std::min(numel, first + part)};
 }
 
 int64_t PsStats::maxStaleness() const {
@@ -89,20 +89,6 @@ std::unique_ptr<PsPairs> connectPsPairs(const std::shared_ptr<Communicator>& com
   }
   pairs->servers = comm->split(role.server ? 0 : -1, role.index, "ps servers");
   return pairs;
-}
-
-std::vector<GradientPiece> psShardPieces(const std::vector<int64_t>& numels, int servers, int server) {
-  int64_t total = 0;
-  for (int64_t n : numels) total += n;
-  const auto [begin, end] = psShardRange(total, servers, server);
-  std::vector<GradientPiece> pieces;
-  int64_t offset = 0;
-  for (size_t p = 0; p < numels.size(); ++p) {
-    const int64_t first = std::max(begin, offset), last = std::min(end, offset + numels[p]);
-    if (first < last) pieces.push_back({p, 0, first - offset, last - first, first - begin});
-    offset += numels[p];
-  }
-  return pieces;
 }
 
 int64_t totalElements(const std::vector<at::Tensor>& parameters) {

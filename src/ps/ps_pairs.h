@@ -8,7 +8,6 @@
 #include <string>
 #include <vector>
 
-#include "lockstep/optim/sharded_optimizer.h"
 #include "lockstep/ps/parameter_server.h"
 
 namespace lockstep::detail {
@@ -47,10 +46,6 @@ struct PsPairs {
 
 /// Collective over `comm`: checks the options and splits it into the pairs.
 std::unique_ptr<PsPairs> connectPsPairs(const std::shared_ptr<Communicator>& comm, const PsOptions& options);
-
-/// Server `server`'s range (psShardRange) of the flattened parameters of `numels` elements, as
-/// one piece per parameter it meets, in order; chunkOffset is the piece's first element in the shard.
-std::vector<GradientPiece> psShardPieces(const std::vector<int64_t>& numels, int servers, int server);
 
 /// Float32 parameters (throws Error naming the first that is not) flattened into one tensor,
 /// broadcast from rank 0 over `comm` (collective): every rank starts from rank 0's weights.

@@ -76,13 +76,10 @@ void ParameterServer::State::buildOptimizer(const std::vector<at::Tensor>& param
   pieces.comm = pairs->servers;
   pieces.params = parameters;
   for (const auto& p : parameters) pieces.numels.push_back(p.numel());
+  // One group of every parameter over the servers' group: psShardRange is gradientPieces' cut of it.
   pieces.plan.emplace_back(parameters.size());
   for (size_t i = 0; i < parameters.size(); ++i) pieces.plan[0][i] = i;
-  const int servers = pairs->role.servers;
-  pieces.piecesOfRank = [numels = pieces.numels, servers](int server) {
-    return detail::psShardPieces(numels, servers, server);
-  };
-  pieces.pieces = pieces.piecesOfRank(pairs->role.index);
+  pieces.pieces = gradientPieces(pieces.plan, pieces.numels, pieces.world(), pieces.rank());
   for (const auto& piece : pieces.pieces) pieces.pieceViews.push_back(shard.narrow(0, piece.chunkOffset, piece.length));
   std::unique_ptr<torch::optim::Optimizer> whole = factory(parameters);
   LOCKSTEP_CHECK(whole != nullptr, "parameter server ", pairs->role.index, ": the optimizer factory returned none");

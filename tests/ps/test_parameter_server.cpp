@@ -69,7 +69,7 @@ TEST(PsLayout, RolesShardsAndOptionErrors) {
   for (int j = 0; j < 3; ++j) {
     const auto range = psShardRange(10, 3, j);
     EXPECT_EQ(range.first, next);
-    EXPECT_GE(range.second - range.first, 3);
+    EXPECT_EQ(range.second - range.first, j < 2 ? 4 : 2);  // ceil(10 / 3), the last shorter
     next = range.second;
   }
   EXPECT_EQ(next, 10);
@@ -133,6 +133,18 @@ void runPs(int workers, int servers, int staleness, int64_t steps, double lr, in
     out.workerMaxStaleness[static_cast<size_t>(rank)] = worker.maxStaleness();
     out.tickets[static_cast<size_t>(rank)] = tickets;
   });
+}
+
+// 18 elements over 7 servers are ranges of 3 and an empty one: that server serves nothing and
+// the run ends where one server's ends.
+TEST(ParameterServer, AServerWithAnEmptyRangeTakesPart) {
+  ASSERT_EQ(psShardRange(18, 7, 6).first, psShardRange(18, 7, 6).second);
+  RunResult one, seven;
+  runPs(2, 1, /*staleness=*/0, /*steps=*/4, 0.05, /*slow=*/-1, /*slowMs=*/0, one);
+  runPs(2, 7, /*staleness=*/0, /*steps=*/4, 0.05, /*slow=*/-1, /*slowMs=*/0, seven);
+  for (int w = 0; w < 2; ++w) {
+    for (size_t i = 0; i < 2; ++i) EXPECT_LE(maxRelativeDiff(seven.workerParams[w][i], one.workerParams[w][i]), 1e-6);
+  }
 }
 
 TEST(ParameterServer, ZeroStalenessEqualsSynchronousSgd) {

@@ -2,7 +2,8 @@
 // parameter servers, with a bound on the staleness of every update.
 //
 // The world's last S ranks are servers, the others workers. The model's
-// parameters, flattened and concatenated, are cut into S equal ranges; server
+// parameters, flattened and concatenated, are cut into S ranges of ceil(n / S)
+// elements (the last shorter; ZeRO's cut of one group); server
 // j holds range j and steps the optimizer the factory builds over the whole
 // parameters (SGD, Adam or AdamW, any parameter groups and options) over its
 // pieces of them, one per parameter the range meets: since these optimizers
@@ -106,7 +107,9 @@ struct PsRole {
 };
 PsRole psRole(int rank, int worldSize, const PsOptions& options);
 
-/// The elements [first, second) of the flattened parameters that server `server` of `servers` holds.
+/// The elements [first, second) of the flattened parameters that server `server` of `servers` holds:
+/// ranges of ceil(numel / servers), the last ones shorter or, for a small numel, empty (5 elements
+/// over 4 servers: 2, 2, 1, 0).
 std::pair<int64_t, int64_t> psShardRange(int64_t numel, int servers, int server);
 
 /// What a server applied: histograms indexed by staleness and by lag (counts of updates).
