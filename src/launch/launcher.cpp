@@ -7,6 +7,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -14,6 +15,8 @@
 #include "launch/launch_modes.h"
 #include "launch/signal_pipe.h"
 #include "launch/supervisor.h"
+#include "lockstep/comm/store/store.h"
+#include "lockstep/common/comm_error.h"
 #include "lockstep/common/env.h"
 #include "lockstep/common/error.h"
 #include "lockstep/common/token.h"
@@ -76,6 +79,30 @@ void setThreadVariables(const LaunchOptions& o, std::map<std::string, std::strin
   }
 }
 
+/// Node 0's launcher serves the job's store, so that it outlives every worker (mpirun's workers
+/// keep theirs on rank 0: that launcher starts no worker itself).
+bool servesStore(const LaunchOptions& o) { return o.nodeRank == 0 && o.backend != Backend::kMpi; }
+
+/// The job's store, served at the master address (LOCKSTEP_STORE_BIND: where it listens) on
+/// o.masterPort, or on a free port when `pickPort` (o.masterPort is set to it). A fresh store per
+/// attempt: no key of an earlier attempt is there to be read by a later one.
+Store serveStore(LaunchOptions& o, bool pickPort, const std::map<std::string, std::string>& env) {
+  TcpStoreOptions so;
+  so.host = o.masterAddr;
+  so.isServer = true;
+  so.token = o.token;
+  if (auto bind = env.find(env::kStoreBind); bind != env.end()) so.bindAddr = bind->second;
+  for (int tries = 1;; ++tries) {
+    if (pickPort) o.masterPort = pickFreePort(o.masterAddr);
+    so.port = o.masterPort;
+    try {
+      return Store::tcp(so);
+    } catch (const CommError&) {
+      if (!pickPort || tries == 3) throw;  // a picked port taken in the meantime: pick another
+    }
+  }
+}
+
 }  // namespace
 
 LaunchResult launch(const LaunchOptions& input) {
@@ -97,15 +124,20 @@ LaunchResult launch(const LaunchOptions& input) {
   if (o.bindCores) o.threadsPerWorker = detail::threadsPerWorker(o, env);  // the cores each worker is bound to
   if (o.commTimeoutSeconds) env[env::kCommTimeout] = fmt::format("{}", *o.commTimeoutSeconds);
   for (int attempt = 0;; ++attempt) {
+    std::optional<Store> store;
     if (o.nodeRank == 0) {
-      if (pickPort) {
+      if (pickPort && !servesStore(o)) {
         o.masterPort = pickFreePort(o.masterAddr);
-      } else if (attempt == 0 && !portIsFree(o.masterAddr, o.masterPort)) {
+      } else if (attempt == 0 && !pickPort && !portIsFree(o.masterAddr, o.masterPort)) {
         throw ConfigError(
             fmt::format("--master-port {}: {}:{} is already in use; choose another port or leave "
                         "--master-port out to pick a free one",
                         o.masterPort, o.masterAddr, o.masterPort));
       }
+    }
+    if (servesStore(o)) {
+      store = serveStore(o, pickPort, env);
+      env[env::kAgentStore] = "1";
     }
     env[env::kRestartCount] = env["TORCHELASTIC_RESTART_COUNT"] = std::to_string(attempt);
     if (o.backend == Backend::kMpi) {

@@ -39,7 +39,6 @@ int usableCores() {
   return std::max(1u, std::thread::hardware_concurrency());
 }
 
-constexpr const char* kStoreBindVar = "LOCKSTEP_STORE_BIND";
 }  // namespace
 
 std::string jobToken(const Environment& env, const WorldInfo& world, Communicator* mpi) {
@@ -212,10 +211,10 @@ Context init(const InitOptions& options, const Environment& env) {
     TcpStoreOptions so;
     so.host = world.masterAddr;
     so.port = world.masterPort;
-    so.isServer = world.rank == 0;
+    so.isServer = world.rank == 0 && env.get(env::kAgentStore).value_or("") != "1";
     so.timeout = timeout;
     so.token = token;
-    so.bindAddr = env.get(kStoreBindVar).value_or("");
+    so.bindAddr = env.get(env::kStoreBind).value_or("");
     store = Store::tcp(so);
   };
   // The store comes first when the token is known: MPI_Init opens TCP ports of its own and

@@ -57,6 +57,11 @@ inline constexpr const char* kLogLevel = "LOCKSTEP_LOG_LEVEL";
 inline constexpr const char* kBackend = "LOCKSTEP_BACKEND";
 inline constexpr const char* kIface = "LOCKSTEP_IFACE";
 inline constexpr const char* kRestartCount = "LOCKSTEP_RESTART_COUNT";
+/// Where the job's store listens (its server: the launcher, else rank 0); default the master address.
+inline constexpr const char* kStoreBind = "LOCKSTEP_STORE_BIND";
+/// 1: the launcher serves the job's store at the master address for as long as the job runs,
+/// so that it outlives any worker; every worker, rank 0 too, connects to it.
+inline constexpr const char* kAgentStore = "LOCKSTEP_AGENT_STORE";
 /// Megabytes of freed tensor blocks the CPU allocator keeps for reuse (common/tensor_memory.h).
 inline constexpr const char* kCpuCacheMb = "LOCKSTEP_CPU_CACHE_MB";
 /// 1: the built-in convnet pools with LibTorch's relu + max_pool2d instead of

@@ -10,6 +10,10 @@
 // first failed rank, its exit code or signal and the tail of its stderr.
 // Bad options throw ConfigError before anything starts.
 //
+// Node 0's launcher serves the job's store at the master address for the
+// whole of each attempt (LOCKSTEP_AGENT_STORE=1 tells the workers), so the
+// store outlives any worker; mpirun's workers keep theirs on rank 0.
+//
 // Every launch prints where the ranks went (node, host, ranks, pids). With
 // maxRestarts, a failed group is stopped and started again (same ranks on this
 // node), and the summary of each failure is printed before the restart. With

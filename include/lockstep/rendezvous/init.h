@@ -5,8 +5,9 @@
 //
 // init() detects the world, sets LibTorch's intra-op threads (LOCKSTEP_NUM_THREADS,
 // else OMP_NUM_THREADS, else cores / local world size), tags log lines with the
-// rank, meets the other ranks through a TCP store served by rank 0 at the master
-// address, and connects the backend. Every rank must call it; it blocks until all
+// rank, meets the other ranks through a TCP store at the master address (served
+// by `lockstep run` where LOCKSTEP_AGENT_STORE=1, else by rank 0), and connects
+// the backend. Every rank must call it; it blocks until all
 // ranks joined or the timeout passed (CommError kTimeout naming the master).
 //
 // The store admits only processes holding the job token (see jobToken), and
