@@ -73,6 +73,28 @@ std::vector<HostSlots> parseHosts(const std::string& text) {
 
 namespace detail {
 
+void validateElastic(const LaunchOptions& o) {
+  if (o.minNp == 0 && o.maxNp == 0) return;
+  const int np = o.nprocPerNode * o.nnodes;
+  if (o.minNp == 0) throw ConfigError(fmt::format("--max-np {}: an elastic job needs --min-np too", o.maxNp));
+  if (o.minNp < 1 || o.minNp > np) {
+    throw ConfigError(
+        fmt::format("--min-np {}: must be between 1 and -np {} (the job starts with -np workers)", o.minNp, np));
+  }
+  if (o.maxNp != 0 && o.maxNp < np) {
+    throw ConfigError(
+        fmt::format("--max-np {}: must be at least -np {} (the job starts with -np workers)", o.maxNp, np));
+  }
+  if (o.backend == Backend::kMpi) {
+    throw ConfigError(
+        "--min-np: an MPI job cannot go on without a lost rank (OpenMPI does not shrink a running "
+        "job); use --backend gloo, or --max-restarts to restart from the last checkpoint");
+  }
+  if (!o.hosts.empty() || o.nnodes > 1) {
+    throw ConfigError("--min-np: elastic jobs run on one node (leave out -H and --nnodes; docs/elastic.md)");
+  }
+}
+
 std::string remoteLaunchCommand(const LaunchOptions& o, int nodeRank, const std::string& selfPath,
                                 const std::string& workingDir, const std::map<std::string, std::string>& forwardEnv) {
   std::vector<std::string> words{"cd", shellQuote(workingDir), "&&", "exec", "env"};
@@ -302,6 +324,7 @@ void validateLaunchOptions(const LaunchOptions& o) {
     }
   }
   if (o.maxRestarts < 0) throw ConfigError(fmt::format("--max-restarts {}: must be 0 or more", o.maxRestarts));
+  validateElastic(o);
   if (!o.hosts.empty()) {
     if (o.backend == Backend::kMpi) {
       throw ConfigError(

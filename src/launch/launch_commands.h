@@ -14,6 +14,8 @@ namespace lockstep::detail {
 
 /// Throws ConfigError naming the flag when `options` cannot be launched.
 void validateLaunchOptions(const LaunchOptions& options);
+/// --min-np/--max-np: within -np's bounds, one node, not MPI; ConfigError naming the flag.
+void validateElastic(const LaunchOptions& options);
 
 /// `-np TEXT`: a number of workers, or "gpu": one worker per visible GPU (`visibleGpus`, the
 /// CUDA runtime's count with CUDA_VISIBLE_DEVICES applied). ConfigError naming -np otherwise,

@@ -50,6 +50,7 @@ struct GroupEnd {
   int firstFailed = -1;     ///< rank of the first child that failed before the launcher stopped it; -1: none
   int interruptSignal = 0;  ///< the first signal forwarded to the group (SIGTERM when the parent went away)
   bool parentGone = false;  ///< --token-stdin: the launcher that started this one closed our stdin
+  std::vector<int> lost;    ///< --min-np: ranks that failed while enough others ran on, in order
 };
 
 /// What children a launch starts, and how its result names them.

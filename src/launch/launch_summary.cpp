@@ -9,13 +9,12 @@
 #include "launch/signal_pipe.h"
 
 namespace lockstep::detail {
-namespace {
-
-/// "was killed by SIGKILL" or "exited with code 3".
 std::string describeRankEnd(const RankResult& r) {
   return r.signal ? fmt::format("was killed by {}", signalName(r.signal))
                   : fmt::format("exited with code {}", r.exitCode);
 }
+
+namespace {
 
 /// What the launcher exits with when `r` failed: its exit code (at most 255), else 1.
 int exitCodeOfFailed(const RankResult& r) { return r.exitCode > 0 ? std::min(r.exitCode, 255) : 1; }
@@ -35,6 +34,7 @@ LaunchResult groupSummary(const Children& children, const GroupEnd& end, const s
   LaunchResult result;
   result.firstFailedRank = end.firstFailed;
   result.interruptSignal = end.interruptSignal;
+  result.lostRanks = end.lost;
   for (const auto& c : children) {
     RankResult r = c->result;
     r.stderrTail.assign(c->relay->tail().begin(), c->relay->tail().end());
@@ -55,6 +55,12 @@ LaunchResult groupSummary(const Children& children, const GroupEnd& end, const s
     s += fmt::format("lockstep run: {} (pid {}) {} after {:.1f} s; it was the first {} to fail\n", who, failed->pid,
                      describeRankEnd(*failed), failed->seconds, noun);
     s += stderrTailLines(who, failed->stderrTail);
+  } else {
+    for (int rank : end.lost) {
+      s += fmt::format("lockstep run: {} was lost; the others went on (--min-np)\n", label(rank));
+      for (const auto& r : result.ranks)
+        if (r.rank == rank) s += stderrTailLines(label(rank), r.stderrTail);
+    }
   }
   if (!s.empty()) {
     for (const auto& r : result.ranks) {

@@ -9,6 +9,9 @@
 
 namespace lockstep::detail {
 
+/// "was killed by SIGKILL" or "exited with code 3".
+std::string describeRankEnd(const RankResult& r);
+
 /// A group whose children are ranks (LocalWorkers) or nodes (RemoteHosts): after an interrupt,
 /// which signal went to every worker; after a failure, the first child to fail, how it ended and
 /// its stderr tail; then how every other child ended. `label` names a child by its rank ("rank 3",

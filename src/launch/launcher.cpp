@@ -20,6 +20,7 @@
 #include "lockstep/common/env.h"
 #include "lockstep/common/error.h"
 #include "lockstep/common/token.h"
+#include "lockstep/rendezvous/membership.h"
 #include "lockstep/rendezvous/world.h"
 
 namespace lockstep {
@@ -123,6 +124,10 @@ LaunchResult launch(const LaunchOptions& input) {
   setThreadVariables(o, env);
   if (o.bindCores) o.threadsPerWorker = detail::threadsPerWorker(o, env);  // the cores each worker is bound to
   if (o.commTimeoutSeconds) env[env::kCommTimeout] = fmt::format("{}", *o.commTimeoutSeconds);
+  if (o.minNp > 0) {
+    env[kMinMembersVar] = std::to_string(o.minNp);
+    env[kMaxMembersVar] = std::to_string(o.maxNp > 0 ? o.maxNp : o.nprocPerNode);
+  }
   for (int attempt = 0;; ++attempt) {
     std::optional<Store> store;
     if (o.nodeRank == 0) {

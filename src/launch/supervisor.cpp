@@ -16,6 +16,7 @@
 
 #include <fmt/format.h>
 
+#include "launch/launch_summary.h"
 #include "lockstep/common/error.h"
 
 namespace lockstep::detail {
@@ -159,11 +160,24 @@ void Supervisor::reap() {
   for (auto& c : children_) {
     if (!c->process->poll()) continue;
     record(*c);
-    if (c->result.failed() && end_.firstFailed < 0 && end_.interruptSignal == 0 && !c->result.stoppedByLauncher) {
+    if (c->result.failed() && end_.firstFailed < 0 && end_.interruptSignal == 0 && !c->result.stoppedByLauncher &&
+        !othersGoOn(*c)) {
       end_.firstFailed = c->rank;
       stopRunning(SIGTERM);
     }
   }
+}
+
+bool Supervisor::othersGoOn(const Child& lost) {
+  if (o_.minNp == 0) return false;
+  const auto running = std::count_if(children_.begin(), children_.end(), [](auto& c) { return c->process->running(); });
+  if (running < o_.minNp) return false;
+  end_.lost.push_back(lost.rank);
+  writeAll(
+      STDERR_FILENO,
+      fmt::format("lockstep run: rank {} (pid {}) {} after {:.1f} s; {} worker(s) go on (--min-np {})\n", lost.rank,
+                  lost.result.pid, describeRankEnd(lost.result), lost.result.seconds, running, o_.minNp));
+  return true;
 }
 
 void Supervisor::record(Child& child) {

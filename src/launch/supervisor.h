@@ -36,6 +36,8 @@ class Supervisor {
   void stopRunning(int sig);
   void drainSignals(int signalFd);
   void reap();
+  /// --min-np: whether the group goes on without `lost` (enough others run); says so on stderr.
+  bool othersGoOn(const Child& lost);
   static void record(Child& child);
 
   const LaunchOptions& o_;

@@ -76,6 +76,21 @@ std::vector<Entry> rankOrder(std::vector<Entry> entries, int64_t generation) {
 
 }  // namespace
 
+std::optional<MembershipOptions> elasticMembershipOptions(const Environment& env) {
+  const auto least = env.getInt(kMinMembersVar, 1, 1 << 20);
+  if (!least) return std::nullopt;
+  MembershipOptions o;
+  o.minMembers = static_cast<int>(*least);
+  o.maxMembers = static_cast<int>(env.getInt(kMaxMembersVar, 1, 1 << 20).value_or(o.maxMembers));
+  if (o.maxMembers < o.minMembers) {
+    throw ConfigError(fmt::format("{}={} is below {}={}: an elastic job needs a maximum of at least its minimum",
+                                  kMaxMembersVar, o.maxMembers, kMinMembersVar, o.minMembers));
+  }
+  if (auto timeout = env.getSeconds(env::kCommTimeout)) o.gloo.timeout = *timeout;
+  o.gloo.interface = env.get(env::kIface).value_or("");
+  return o;
+}
+
 Membership::Membership(Store store, std::string id, int rank, MembershipOptions options)
     : store_(std::move(store)), id_(std::move(id)), rank_(rank), options_(std::move(options)) {
   LOCKSTEP_CHECK(options_.minMembers >= 1 && options_.maxMembers >= options_.minMembers,

@@ -76,6 +76,12 @@ struct LaunchOptions {
   /// Restart the whole group up to this many times after a worker fails (not
   /// after an interrupt); workers see LOCKSTEP_RESTART_COUNT.
   int maxRestarts = 0;
+  /// --min-np (elastic, one node): a worker lost while at least this many still run does not
+  /// stop the job; the others go on and re-form through the store (rendezvous/membership.h,
+  /// LOCKSTEP_MIN_NP). 0: not elastic, the first failure stops the group.
+  int minNp = 0;
+  /// --max-np: the most workers a generation of an elastic job holds (LOCKSTEP_MAX_NP); 0: -np.
+  int maxNp = 0;
   /// -H: start one launcher per host through `rsh` (node rank = position);
   /// this process only watches them. Needs the same lockstep path and working
   /// directory on every host.
@@ -103,8 +109,9 @@ struct LaunchResult {
   int firstFailedRank = -1;  ///< -1: none failed
   int interruptSignal = 0;   ///< a signal the launcher received and forwarded
   std::vector<RankResult> ranks;
-  std::string summary;  ///< printed on stderr when something failed
-  int restarts = 0;     ///< group restarts that happened (--max-restarts)
+  std::string summary;         ///< printed on stderr when something failed
+  int restarts = 0;            ///< group restarts that happened (--max-restarts)
+  std::vector<int> lostRanks;  ///< --min-np: ranks lost while the others went on, in the order lost
 };
 
 /// Validates `options` (throws ConfigError), runs the workers to the end.

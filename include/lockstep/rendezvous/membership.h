@@ -32,12 +32,14 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "lockstep/comm/communicator.h"
 #include "lockstep/comm/store/store.h"
+#include "lockstep/common/env.h"
 #include "lockstep/common/error.h"
 
 namespace lockstep {
@@ -48,6 +50,16 @@ struct MembershipOptions {
   std::chrono::milliseconds joinWindow{std::chrono::seconds(5)};  ///< from the first arrival to the close
   GlooOptions gloo;  ///< the communicators' address and timeout (rank and worldSize are set per generation)
 };
+
+/// `lockstep run --min-np A --max-np B` tells its workers A and B in these variables.
+inline constexpr const char* kMinMembersVar = "LOCKSTEP_MIN_NP";
+inline constexpr const char* kMaxMembersVar = "LOCKSTEP_MAX_NP";
+
+/// The options of an elastic job's workers: minMembers and maxMembers from the launcher's
+/// variables, the communicators' timeout (LOCKSTEP_COMM_TIMEOUT) and interface (LOCKSTEP_IFACE)
+/// as init() reads them; nullopt when the job is not elastic (no LOCKSTEP_MIN_NP). ConfigError
+/// naming the variable for a value that is not a count, or a maximum below the minimum.
+std::optional<MembershipOptions> elasticMembershipOptions(const Environment& env);
 
 /// next() of a member that arrived after its generation closed; call next() again.
 class LateMemberError : public Error {
