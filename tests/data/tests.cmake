@@ -2,6 +2,7 @@
 # test_names and test_char_dataset read the real name sources that
 # scripts/setup.sh (scripts/setup_data.sh) installs, and fail when they are missing.
 lockstep_add_test(NAME test_sampler SOURCES data/test_sampler.cpp LABELS unit)
+lockstep_add_test(NAME test_global_batches SOURCES data/test_global_batches.cpp LABELS unit)
 lockstep_add_test(NAME test_names SOURCES data/test_names.cpp LABELS unit)
 lockstep_add_test(NAME test_char_dataset SOURCES data/test_char_dataset.cpp LABELS unit)
 # test_image_datasets reads the real Fashion-MNIST (Debian's dataset-fashion-mnist, installed by
