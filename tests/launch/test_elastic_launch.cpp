@@ -21,7 +21,7 @@ test::ProcessResult run(const std::vector<std::string>& args) {
 }
 
 TEST(ElasticLaunch, TheOthersOfALostWorkerGoOnAtTheNewSize) {
-  auto r = run({"-np", "3", "--min-np", "2", "--", test::helperBin("elastic_worker"), "1"});
+  auto r = run({"-np", "3", "--min-np", "2", "--", test::helperBin("membership_worker"), "1"});
   EXPECT_EQ(r.exitCode, 0) << r.out << r.err;
   EXPECT_HAS(r.err, "lockstep run: rank 1 (pid ");
   EXPECT_HAS(r.err, "was killed by SIGKILL");
@@ -32,8 +32,8 @@ TEST(ElasticLaunch, TheOthersOfALostWorkerGoOnAtTheNewSize) {
 }
 
 TEST(ElasticLaunch, TheStoreOutlivesRankZero) {
-  // The launcher serves the store: the others of a lost rank 0 still meet, and rank 2 becomes 0.
-  auto r = run({"-np", "3", "--min-np", "2", "--", test::helperBin("elastic_worker"), "0"});
+  // The launcher serves the store: the others of a lost rank 0 still meet, ranks 1 and 2 becoming 0 and 1.
+  auto r = run({"-np", "3", "--min-np", "2", "--", test::helperBin("membership_worker"), "0"});
   EXPECT_EQ(r.exitCode, 0) << r.out << r.err;
   EXPECT_HAS(r.err, "lockstep run: rank 0 (pid ");
   EXPECT_HAS(r.out, "[1] generation 2: rank 0 of 2, previous ranks 1 2, sum of previous ranks 3");
@@ -41,7 +41,7 @@ TEST(ElasticLaunch, TheStoreOutlivesRankZero) {
 }
 
 TEST(ElasticLaunch, BelowTheMinimumTheGroupStopsAsWithoutIt) {
-  auto r = run({"-np", "3", "--min-np", "3", "--", test::helperBin("elastic_worker"), "1"});
+  auto r = run({"-np", "3", "--min-np", "3", "--", test::helperBin("membership_worker"), "1"});
   EXPECT_EQ(r.exitCode, 128 + 9) << r.out << r.err;  // the lost worker's SIGKILL, as without --min-np
   EXPECT_HAS(r.err, "lockstep run: rank 1 (pid ");
   EXPECT_HAS(r.err, "it was the first worker to fail");
@@ -49,13 +49,13 @@ TEST(ElasticLaunch, BelowTheMinimumTheGroupStopsAsWithoutIt) {
 }
 
 TEST(ElasticLaunch, WorkersOfAJobThatIsNotElasticAreToldSo) {
-  auto r = run({"-np", "2", "--", test::helperBin("elastic_worker"), "1"});
+  auto r = run({"-np", "2", "--", test::helperBin("membership_worker"), "1"});
   EXPECT_EQ(r.exitCode, 2) << r.out << r.err;
-  EXPECT_HAS(r.err, "not an elastic job (no LOCKSTEP_MIN_NP)");
+  EXPECT_HAS(r.err, "membership_worker: not an elastic job (no LOCKSTEP_MIN_NP)");
 }
 
 TEST(ElasticLaunch, BadBoundsAreRefusedNamingTheFlag) {
-  const std::string worker = test::helperBin("elastic_worker");
+  const std::string worker = test::helperBin("membership_worker");
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases{
       {{"-np", "3", "--min-np", "4"}, "--min-np 4: must be between 1 and -np 3"},
       {{"-np", "3", "--min-np", "0", "--max-np", "4"}, "--max-np 4: an elastic job needs --min-np too"},
