@@ -129,20 +129,18 @@ LaunchResult launch(const LaunchOptions& input) {
     env[kMaxMembersVar] = std::to_string(o.maxNp > 0 ? o.maxNp : o.nprocPerNode);
   }
   for (int attempt = 0;; ++attempt) {
-    std::optional<Store> store;
-    if (o.nodeRank == 0) {
-      if (pickPort && !servesStore(o)) {
-        o.masterPort = pickFreePort(o.masterAddr);
-      } else if (attempt == 0 && !pickPort && !portIsFree(o.masterAddr, o.masterPort)) {
-        throw ConfigError(
-            fmt::format("--master-port {}: {}:{} is already in use; choose another port or leave "
-                        "--master-port out to pick a free one",
-                        o.masterPort, o.masterAddr, o.masterPort));
-      }
+    if (o.nodeRank == 0 && attempt == 0 && !pickPort && !portIsFree(o.masterAddr, o.masterPort)) {
+      throw ConfigError(
+          fmt::format("--master-port {}: {}:{} is already in use; choose another port or leave "
+                      "--master-port out to pick a free one",
+                      o.masterPort, o.masterAddr, o.masterPort));
     }
+    std::optional<Store> store;  // served for this attempt, until its workers ended
     if (servesStore(o)) {
       store = serveStore(o, pickPort, env);
       env[env::kAgentStore] = "1";
+    } else if (o.nodeRank == 0 && pickPort) {
+      o.masterPort = pickFreePort(o.masterAddr);  // mpirun's rank 0 serves it
     }
     env[env::kRestartCount] = env["TORCHELASTIC_RESTART_COUNT"] = std::to_string(attempt);
     if (o.backend == Backend::kMpi) {

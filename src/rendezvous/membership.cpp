@@ -97,9 +97,7 @@ Membership::Membership(Store store, std::string id, int rank, MembershipOptions 
                  "MembershipOptions: expected 1 <= minMembers <= maxMembers, got ", options_.minMembers, " and ",
                  options_.maxMembers);
   LOCKSTEP_CHECK(id_.find('\n') == std::string::npos && !id_.empty(),
-                 "Membership: the member id must be one line, "
-                 "not '",
-                 id_, "'");
+                 "Membership: the member id must be one line, not '", id_, "'");
 }
 
 /// The generation this call joins: the next one; a member's first, the first (a launcher's rank)

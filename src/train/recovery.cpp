@@ -27,14 +27,16 @@ Recovery recoverFromFurthest(std::unique_ptr<Strategy> lost, int64_t completedSt
                              const StrategyBuilder& build) {
   LOCKSTEP_CHECK(next != nullptr, "recoverFromFurthest: no communicator for the new generation");
   Communicator& comm = *next;
-  const int64_t mine = lost ? completedStep : -1;
-  Recovery r;
-  r.step = maxOver(comm, mine);
-  LOCKSTEP_CHECK(r.step >= 0, "recoverFromFurthest: none of the ", comm.size(),
-                 " members of the new generation brings a strategy to take up");
-  // The first member at the furthest step: the largest of (size - rank) over the members at it.
+  // One maximum finds both the furthest step and its first member: step x size + (size - 1 - rank)
+  // orders by step, then by lower rank; a member with nothing to give counts as step -1.
   const int64_t size = comm.size();
-  r.source = static_cast<int>(size - maxOver(comm, mine == r.step ? size - comm.rank() : 0));
+  const int64_t mine = lost ? completedStep : -1;
+  const int64_t furthest = maxOver(comm, mine * size + (size - 1 - comm.rank()));
+  LOCKSTEP_CHECK(furthest >= 0, "recoverFromFurthest: none of the ", size,
+                 " members of the new generation brings a strategy to take up");
+  Recovery r;
+  r.step = furthest / size;
+  r.source = static_cast<int>(size - 1 - furthest % size);
   std::optional<TensorArchive> state;
   if (comm.rank() == r.source) {
     state.emplace("recovered state");
