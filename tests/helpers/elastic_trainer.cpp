@@ -24,6 +24,7 @@
 #include "lockstep/rendezvous/init.h"
 #include "lockstep/rendezvous/membership.h"
 #include "lockstep/train/recovery.h"
+#include "support/elastic_steps.h"
 
 using namespace lockstep;
 
@@ -35,16 +36,8 @@ struct Job {
 };
 
 void trainStep(Strategy& strategy, Mlp& mlp, const Job& job, int64_t step, const Generation& g) {
-  for (auto& p : mlp->parameters()) p.mutable_grad() = at::Tensor();
   const BatchShare share = job.plan.share(step, 0, g.rank, g.size);
-  const at::Tensor rows = at::tensor(share.indices, at::kLong);
-  Batch b;
-  b.inputs = job.x.index_select(0, rows);
-  b.targets = job.y.index_select(0, rows);
-  MicroBatchHooks hooks;
-  strategy.trainMicroBatch(b, share.lossScale, /*sync=*/true, hooks);
-  strategy.finishGradientSync();
-  strategy.step(/*clipGradNorm=*/0);
+  test::trainShare(strategy, *mlp, job.x, job.y, share);
   std::string ids;
   for (int64_t i : share.indices) ids += (ids.empty() ? "" : ",") + std::to_string(i);
   std::cout << "step " << step << " world " << g.size << " samples " << ids << std::endl;
@@ -69,12 +62,8 @@ int main(int argc, char** argv) {
   }
   const int dieRank = std::stoi(argv[1]);
   const int64_t dieStep = std::stoll(argv[2]), steps = std::stoll(argv[3]);
-  auto options = elasticMembershipOptions(Environment::fromProcess());
-  if (!options) {
-    std::cerr << "elastic_trainer: not an elastic job (no " << kMinMembersVar << ")\n";
-    return 2;
-  }
-  options->joinWindow = std::chrono::seconds(2);
+  const auto options = test::launcherMembershipOptions("elastic_trainer");
+  if (!options) return 2;
   Context ctx = init(InitOptions{});
   const int launcherRank = ctx.world.rank;
   torch::manual_seed(3);

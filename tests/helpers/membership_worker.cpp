@@ -21,6 +21,7 @@
 #include "lockstep/comm/comm_error.h"
 #include "lockstep/rendezvous/init.h"
 #include "lockstep/rendezvous/membership.h"
+#include "support/elastic_steps.h"
 
 using namespace lockstep;
 
@@ -57,12 +58,8 @@ std::string memberId(int rank) { return "member" + std::to_string(rank) + ":" + 
 
 int main(int argc, char** argv) {
   if (argc == 2) {
-    auto options = elasticMembershipOptions(Environment::fromProcess());
-    if (!options) {
-      std::cerr << "membership_worker: not an elastic job (no " << kMinMembersVar << ")\n";
-      return 2;
-    }
-    options->joinWindow = std::chrono::seconds(2);
+    const auto options = test::launcherMembershipOptions("membership_worker");
+    if (!options) return 2;
     Context ctx = init(InitOptions{});
     Membership m(ctx.store, memberId(ctx.world.rank), ctx.world.rank, *options);
     return loseAndReform(m, std::stoi(argv[1]));

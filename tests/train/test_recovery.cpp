@@ -12,6 +12,7 @@
 
 #include "lockstep/data/global_batches.h"
 #include "lockstep/train/recovery.h"
+#include "support/elastic_steps.h"
 #include "support/thread_ranks.h"
 #include "train/zero_harness.h"
 
@@ -28,16 +29,7 @@ struct Data {
 /// Trains step `step` (0-based in the epoch) of `plan` on rank `rank` of `world`: its share, weighted.
 void trainStep(Strategy& strategy, Mlp& mlp, const Data& d, const GlobalBatchPlan& plan, int64_t step, int rank,
                int world) {
-  for (auto& p : mlp->parameters()) p.mutable_grad() = at::Tensor();
-  const BatchShare share = plan.share(step, 0, rank, world);
-  const at::Tensor rows = at::tensor(share.indices, at::kLong);
-  Batch b;
-  b.inputs = d.x.index_select(0, rows);
-  b.targets = d.y.index_select(0, rows);
-  MicroBatchHooks hooks;
-  strategy.trainMicroBatch(b, share.lossScale, /*sync=*/true, hooks);
-  strategy.finishGradientSync();
-  strategy.step(/*clipGradNorm=*/0);
+  test::trainShare(strategy, *mlp, d.x, d.y, plan.share(step, 0, rank, world));
 }
 
 /// Rank 0's parameters after kSteps; with `behind` >= 0, rank 2 leaves after kLoseAfter steps and
