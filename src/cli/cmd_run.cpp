@@ -139,6 +139,7 @@ LaunchOptions launchOptionsFrom(const RunArgs& r, const std::vector<std::string>
     facts.mpiBuilt = mpiBackendBuilt();
     facts.mpirunFound = !detail::resolveProgram("mpirun").empty();
     facts.gpus = facts.isLockstep ? visibleCudaDevices() : 0;
+    facts.elastic = o.minNp > 0;
   }
   auto choice = detail::chooseBackend(r.backend, facts);
   o.backend = choice.backend;

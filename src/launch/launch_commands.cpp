@@ -170,6 +170,8 @@ BackendChoice chooseBackend(const std::string& requested, const BackendFacts& f)
   if (!f.isLockstep) {
     return {Backend::kGloo, how + f.program + " does not link lockstep; it gets the lockstep and torchrun variables"};
   }
+  if (f.elastic)
+    return {Backend::kGloo, how + "an elastic job (--min-np) forms each generation's communicator over gloo"};
   if (f.gpus > 0 && f.gpus >= f.workers && (f.workers >= 2 || f.nnodes > 1 || f.hostsGiven)) {
     return {Backend::kNccl, how + fmt::format("every worker has a GPU of its own ({} visible on this node)", f.gpus)};
   }

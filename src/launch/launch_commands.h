@@ -45,10 +45,12 @@ struct BackendFacts {
   bool hostsGiven = false;  ///< -H
   bool mpiBuilt = false;
   bool mpirunFound = false;
-  int gpus = 0;  ///< CUDA devices visible on this node
+  int gpus = 0;          ///< CUDA devices visible on this node
+  bool elastic = false;  ///< --min-np: each generation's communicator is a gloo one (membership.h)
 };
 /// `requested` is --backend as given ("" when left out, which means "auto"):
-/// "gloo", "mpi" and "nccl" are taken as they are; "auto" picks nccl when the
+/// "gloo", "mpi" and "nccl" are taken as they are; "auto" picks gloo for an
+/// elastic job of a lockstep worker (its generations re-form over gloo), nccl when the
 /// program is a lockstep worker, every worker of the node has a GPU of its own
 /// and there is more than one worker in all; else mpi when the program
 /// is a lockstep worker (it finds its rank under mpirun; a Python or shell

@@ -407,6 +407,12 @@ TEST(Launcher, BackendChoiceAndItsReason) {
   EXPECT_EQ(with([](BackendFacts& f) { f.mpiBuilt = false; }).reason,
             "the default, auto: this lockstep was built without MPI");
   EXPECT_EQ(with([](BackendFacts& f) { f.mpirunFound = false; }).backend, Backend::kGloo);
+  // Elastic: the generations re-form over gloo, GPUs or not (mpi cannot shrink; --backend mpi is refused).
+  EXPECT_EQ(with([](BackendFacts& f) {
+              f.elastic = true;
+              f.gpus = 2;
+            }).reason,
+            "the default, auto: an elastic job (--min-np) forms each generation's communicator over gloo");
   // A GPU of its own for every worker: NCCL, across nodes too; fewer GPUs than workers: not.
   EXPECT_EQ(with([](BackendFacts& f) { f.gpus = 2; }).reason,
             "the default, auto: every worker has a GPU of its own (2 visible on this node)");
