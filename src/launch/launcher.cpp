@@ -37,14 +37,24 @@ std::unique_ptr<detail::LaunchMode> makeLaunchMode(const LaunchOptions& o) {
   return std::make_unique<detail::LocalWorkers>(o);
 }
 
-/// One run of the group: its children started, watched to the end, and summarized.
-LaunchResult runGroupOnce(const LaunchOptions& o, const std::map<std::string, std::string>& baseEnv) {
+/// One run of the group: its children started, watched to the end, and summarized. With the
+/// store this launcher serves, an elastic job's workers learn from it how many of them still run
+/// (kRunningMembersKey), so that the survivors of a loss need not wait out the join window.
+LaunchResult runGroupOnce(const LaunchOptions& o, const std::map<std::string, std::string>& baseEnv,
+                          Store* store = nullptr) {
   detail::SignalGuard signals;
   if (!o.backendReason.empty()) {
     writeAll(STDERR_FILENO, fmt::format("lockstep run: backend {} ({})\n", toString(o.backend), o.backendReason));
   }
   std::unique_ptr<detail::LaunchMode> mode = makeLaunchMode(o);
-  detail::Supervisor group(o, mode->start(baseEnv));
+  detail::Supervisor::LostFn onLost;
+  if (store && o.minNp > 0) {
+    onLost = [store](int running) {
+      const std::string count = std::to_string(running);
+      store->set(kRunningMembersKey, std::vector<uint8_t>(count.begin(), count.end()));
+    };
+  }
+  detail::Supervisor group(o, mode->start(baseEnv), std::move(onLost));
   const detail::GroupEnd end = group.run(signals.readFd());
   return mode->summarize(group.children(), end);
 }
@@ -151,7 +161,7 @@ LaunchResult launch(const LaunchOptions& input) {
       env[mpi.masterPort] = std::to_string(o.masterPort);
     }
     env[env::kBackend] = toString(o.backend);  // the workers use the backend chosen here, not one of their own
-    LaunchResult result = runGroupOnce(o, env);
+    LaunchResult result = runGroupOnce(o, env, store ? &*store : nullptr);
     result.restarts = attempt;
     bool workerFailed = result.exitCode != 0 && result.interruptSignal == 0;
     if (!workerFailed || attempt >= o.maxRestarts) {

@@ -173,6 +173,7 @@ bool Supervisor::othersGoOn(const Child& lost) {
   const auto running = std::count_if(children_.begin(), children_.end(), [](auto& c) { return c->process->running(); });
   if (running < o_.minNp) return false;
   end_.lost.push_back(lost.rank);
+  if (onLost_) onLost_(static_cast<int>(running));
   writeAll(
       STDERR_FILENO,
       fmt::format("lockstep run: rank {} (pid {}) {} after {:.1f} s; {} worker(s) go on (--min-np {})\n", lost.rank,

@@ -43,11 +43,23 @@ Entry parseEntry(const std::string& text, int64_t arrival, int64_t generation) {
   return e;
 }
 
-/// The first arrival's wait: until `most` arrived or the window passed; returns the members.
-int64_t closeWhenFull(Store& gen, int64_t most, std::chrono::milliseconds window) {
+/// The workers the launcher says still run (kRunningMembersKey); `most` when it says nothing.
+int64_t runningMembers(Store& store, int64_t most) {
+  const auto running = store.tryGet(kRunningMembersKey);
+  if (!running) return most;
+  try {
+    return std::min<int64_t>(most, std::stoll(textOf(*running)));
+  } catch (const std::exception&) {
+    return most;  // not a count: the window decides
+  }
+}
+
+/// The first arrival's wait: until `most` arrived, or all the workers still running did, or the
+/// window passed; returns the members.
+int64_t closeWhenFull(Store& store, Store& gen, int64_t most, std::chrono::milliseconds window) {
   const auto deadline = std::chrono::steady_clock::now() + window;
   int64_t arrived = gen.add("arrivals", 0);
-  while (arrived < most && std::chrono::steady_clock::now() < deadline) {
+  while (arrived < runningMembers(store, most) && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
     arrived = gen.add("arrivals", 0);
   }
@@ -115,7 +127,7 @@ Generation Membership::next() {
   gen.set(fmt::format("entry/{}", arrival), bytesOf(fmt::format("{} {}", rank_, id_)));
   int64_t members = 0;
   if (arrival == 0) {
-    members = closeWhenFull(gen, options_.maxMembers, options_.joinWindow);
+    members = closeWhenFull(store_, gen, options_.maxMembers, options_.joinWindow);
     store_.set("membership/current", bytesOf(std::to_string(g)));
   } else {
     members = std::stoll(textOf(gen.get("closed")));

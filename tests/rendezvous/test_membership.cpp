@@ -2,7 +2,8 @@
 // in-memory store: survivors of a member that left form the next generation at the new size with
 // their order kept, a newcomer joins the next generation after the last closed and is ranked after
 // the members, a generation below the minimum fails on every member naming both counts, a member
-// beyond the maximum is told it is late and joins the next, and two claims of one rank are named.
+// beyond the maximum is told it is late and joins the next, two claims of one rank are named, and
+// the launcher's count of running workers closes a generation without waiting out its window.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -12,6 +13,7 @@
 #include <functional>
 #include <future>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -80,6 +82,30 @@ TEST(Membership, SurvivorsFormTheNextGenerationAtTheNewSizeInTheirOrder) {
     EXPECT_EQ(g.size, 3);
     EXPECT_EQ(g.rank, r == 3 ? 2 : r);
     EXPECT_EQ(g.previousRanks, (std::vector<int>{0, 1, 3}));
+  }
+}
+
+// The launcher's count of running workers closes a generation as soon as they all arrived; a
+// count that is not a number is ignored, and the window decides.
+TEST(Membership, TheLaunchersCountOfRunningWorkersClosesAGenerationWithoutTheWindow) {
+  for (const std::string running : {"2", "garbage"}) {
+    SCOPED_TRACE(running);
+    Store store = Store::inMemory(std::chrono::seconds(20));
+    store.set(kRunningMembersKey, std::vector<uint8_t>(running.begin(), running.end()));
+    const auto window = std::chrono::seconds(3);
+    const auto start = std::chrono::steady_clock::now();
+    onThreads(2, [&](int r) {
+      Membership m(store, fmt::format("member{}", r), r, optionsFor(1, 4, window));
+      const Generation g = m.next();
+      EXPECT_EQ(g.size, 2);
+      EXPECT_EQ(sumOver(g, 1), 2);
+    });
+    const auto took = std::chrono::steady_clock::now() - start;
+    if (running == "2") {
+      EXPECT_LT(took, window / 2) << "the generation waited for its window";
+    } else {
+      EXPECT_GE(took, window);
+    }
   }
 }
 

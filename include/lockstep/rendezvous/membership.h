@@ -9,8 +9,10 @@
 // newcomer (a member late for a generation is a newcomer from then on).
 //   1. each caller takes an arrival number from the store and writes its entry
 //      (its rank in generation g-1, -1 for a newcomer, and its member id);
-//   2. the first arrival closes g once options.maxMembers have arrived or
-//      options.joinWindow has passed since its own arrival, whichever is first;
+//   2. the first arrival closes g once options.maxMembers have arrived, or as
+//      many as the store's kRunningMembersKey says still run (the launcher's
+//      count), or options.joinWindow has passed since its own arrival,
+//      whichever is first;
 //      arrivals beyond the close belong to no generation: their next() throws
 //      LateMemberError and they may call next() again, for g+1;
 //   3. every member reads the closed generation's entries and takes its rank:
@@ -50,6 +52,10 @@ struct MembershipOptions {
   std::chrono::milliseconds joinWindow{std::chrono::seconds(5)};  ///< from the first arrival to the close
   GlooOptions gloo;  ///< the communicators' address and timeout (rank and worldSize are set per generation)
 };
+
+/// Where `lockstep run --min-np` keeps the number of its workers still running, updated as each
+/// one is lost: a generation closes once that many have arrived (the join window bounds the wait).
+inline constexpr const char* kRunningMembersKey = "membership/running";
 
 /// `lockstep run --min-np A --max-np B` tells its workers A and B in these variables.
 inline constexpr const char* kMinMembersVar = "LOCKSTEP_MIN_NP";
