@@ -25,6 +25,7 @@
 #include "lockstep/rendezvous/init.h"
 #include "lockstep/train/checkpoint.h"
 #include "lockstep/train/config.h"
+#include "lockstep/train/elastic.h"
 #include "lockstep/train/task.h"
 #include "lockstep/train/trainer.h"
 #include "lockstep/workloads/tasks.h"
@@ -97,6 +98,7 @@ int train(const std::string& configFile, const std::vector<std::string>& overrid
   if (monitorDisabled(checkpointDir)) checkpointDir.clear();
   TrainerOptions options = config.trainer;
   options.localRank = ctx.world.localRank;
+  options.elastic = elasticTraining(ctx, Environment::fromProcess());
   if (!monitorDisabled(config.monitor.dir)) {
     auto monitors = makeMonitorCallbacks(monitorOptions(config, ctx.world));
     options.callbacks.insert(options.callbacks.end(), monitors.begin(), monitors.end());

@@ -71,7 +71,7 @@ std::string validationLine(const std::string& when, const FitResult& result) {
 void FitRun::validate(const std::string& when, int64_t ofEpoch) {
   const ValidationSums sums = sumValidation(*model_, *validation_, dataRank_, dataWorld_, o_,
                                             [this](const Batch& batch) { return strategy_->evaluate(batch); });
-  reduceValidation(comm_, sums, withAccuracy_, result_);
+  reduceValidation(comm(), sums, withAccuracy_, result_);
   validatedStep_ = at_.step;
   events_.validation(at_.step, ofEpoch, result_.lastValidationLoss, result_.lastValidationAccuracy);
   if (master_) log::info(validationLine(when, result_));
@@ -89,7 +89,7 @@ void FitRun::saveCheckpoint() {
     if (master_) archive.emplace();
     strategy_->saveState(archive ? &*archive : nullptr);
     if (master_) {
-      detail::putTrainingMeta(*archive, at_, dataWorld_, o_, metrics);
+      detail::putTrainingMeta(*archive, at_, batchWorld(), o_, metrics);
       if (scaler_) {
         archive->putDouble(kLossScaleKey, scaler_->scale());
         archive->putInt(kLossScaleGrowthKey, scaler_->growthTracker());
@@ -101,7 +101,7 @@ void FitRun::saveCheckpoint() {
   if (faults_.crashAfterStep > 0 && at_.step == faults_.crashAfterStep) {
     // Every rank gets here; the barrier keeps the others alive until rank 0
     // wrote the file (a rank killed first would make the launcher stop rank 0 mid-write).
-    comm_.barrier()->wait();
+    comm().barrier()->wait();
     log::warn(fmt::format("fault injection: killing this worker after step {}", at_.step));
     ::raise(SIGKILL);
   }
@@ -114,7 +114,7 @@ std::vector<double> FitRun::gatherLogWindow() {
   all[rank_] = windowLoss_;
   if (world_ > 1) {
     std::vector<at::Tensor> t{all};
-    comm_.allreduce(t, ReduceOp::kSum)->wait();
+    comm().allreduce(t, ReduceOp::kSum)->wait();
   }
   return std::vector<double>(all.data_ptr<double>(), all.data_ptr<double>() + world_);
 }
@@ -129,8 +129,8 @@ void FitRun::finish() {
     // validation and checkpoint are not training throughput.
     result_.samplesPerSecond = static_cast<double>(timer_.timedSteps() * globalBatch_) / timer_.timedSeconds();
   }
-  result_.breakdown = timer_.breakdown(comm_);
-  result_.memory = memory_.gather(comm_, strategy_->memory(), master_);
+  result_.breakdown = timer_.breakdown(comm());
+  result_.memory = memory_.gather(comm(), strategy_->memory(), master_);
   strategy_->end();
   const StepBreakdown& b = result_.breakdown;
   if (master_) {

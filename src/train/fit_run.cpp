@@ -15,20 +15,13 @@
 
 #include "lockstep/common/error.h"
 #include "lockstep/common/logging.h"
-#include "lockstep/data/sampler.h"
+#include "lockstep/train/elastic.h"
 #include "lockstep/train/strategy.h"
 #include "train/test_slowdown.h"
 
 namespace lockstep::detail {
 
 namespace {
-
-/// Data is sharded over the pipelines: every stage of one gets the same batches.
-DistributedSampler makeSampler(const Dataset& train, int dataRank, int dataWorld, const TrainerOptions& o) {
-  LOCKSTEP_CHECK(train.size() > 0, "the training set is empty");
-  return DistributedSampler(
-      SamplerOptions{train.size(), dataRank, dataWorld, /*shuffle=*/true, o.seed, /*dropLast=*/false});
-}
 
 /// The loop's marks on a micro-batch a Strategy trains, and fp16's loss scaling.
 class LoopHooks final : public MicroBatchHooks {
@@ -60,14 +53,14 @@ class LoopHooks final : public MicroBatchHooks {
 
 FitRun::FitRun(std::shared_ptr<Communicator> comm, const TrainerOptions& options, const LayeredModel& model,
                const FaultInjection& faults, const Dataset& train, const Dataset* validation)
-    : commPtr_(std::move(comm)), comm_(*commPtr_), o_(options), faults_(faults), events_(options.callbacks),
+    : commPtr_(std::move(comm)), o_(options), faults_(faults), events_(options.callbacks), layered_(model),
       model_(model.model), withAccuracy_(model.correct != nullptr), train_(train), validation_(validation),
-      rank_(comm_.rank()), world_(comm_.size()), master_(rank_ == 0),
+      rank_(commPtr_->rank()), world_(commPtr_->size()), master_(rank_ == 0),
       dataRank_(rank_ / static_cast<int>(options.pipeline.stages)),
       dataWorld_(world_ / static_cast<int>(options.pipeline.stages)),
-      sampler_(makeSampler(train, dataRank_, dataWorld_, options)), loader_(train, options.loader),
+      samples_(train, options, dataRank_, dataWorld_, /*elastic=*/options.elastic != nullptr),
+      microPerEpoch_(samples_.microPerEpoch()), globalBatch_(samples_.globalBatch()), loader_(train, options.loader),
       timer_(events_.origin(), events_.listening(), options.loader.device), memory_(options.loader.device) {
-  microPerEpoch_ = sampler_.numBatches(o_.batchSize, /*dropLastBatch=*/true);
   stepsPerEpoch_ = microPerEpoch_ / o_.accumulation;
   if (stepsPerEpoch_ == 0) {
     throw ConfigError(
@@ -76,37 +69,45 @@ FitRun::FitRun(std::shared_ptr<Communicator> comm, const TrainerOptions& options
                     train.size(), dataWorld_, o_.batchSize, o_.accumulation));
   }
   totalSteps_ = o_.maxSteps > 0 ? o_.maxSteps : o_.epochs * stepsPerEpoch_;
-  globalBatch_ = o_.batchSize * dataWorld_ * o_.accumulation;
   scaling_ = o_.lrScaling;
   if (scaling_.baseBatch == 0) scaling_.baseBatch = o_.batchSize * o_.accumulation;
 
-  strategy_ = buildStrategy(model);
+  if (o_.elastic) {
+    const ElasticTraining& e = *o_.elastic;
+    LOCKSTEP_CHECK(e.rank == rank_, "TrainerOptions::elastic is of rank ", e.rank, ", the communicator's rank is ",
+                   rank_);
+    members_ = std::make_unique<Membership>(e.store, e.memberId, e.rank, e.membership);
+  }
+  strategy_ = buildStrategy(commPtr_);
   if (o_.precision == Precision::kFp16) scaler_ = std::make_unique<LossScaler>(commPtr_, o_.lossScaler);
   if (!o_.checkpoint.dir.empty())
     checkpoints_ = std::make_unique<CheckpointDir>(o_.checkpoint.dir, o_.checkpoint.keepLast);
 }
 
-std::unique_ptr<Strategy> FitRun::buildStrategy(const LayeredModel& model) {
+/// A strategy over `comm` with a new optimizer; the first one's learning rates are the run's base.
+std::unique_ptr<Strategy> FitRun::buildStrategy(std::shared_ptr<Communicator> comm) {
   auto optimizer = o_.optimizerFactory ? o_.optimizerFactory(model_->parameters())
                                        : makeOptimizer(o_.optimizer, model_->parameters());
   LOCKSTEP_CHECK(optimizer != nullptr, "TrainerOptions::optimizerFactory returned no optimizer");
-  for (auto& group : optimizer->param_groups()) baseLrs_.push_back(group.options().get_lr());
+  if (baseLrs_.empty()) {
+    for (auto& group : optimizer->param_groups()) baseLrs_.push_back(group.options().get_lr());
+  }
   LOCKSTEP_CHECK(!baseLrs_.empty(), "the optimizer has no parameter groups");
   StrategyOptions strategy{o_.strategy, o_.ddp, o_.pipeline, o_.precision, o_.loader.device};
-  return makeStrategy(model, commPtr_, std::move(strategy), std::move(optimizer));
+  return makeStrategy(layered_, std::move(comm), std::move(strategy), std::move(optimizer));
 }
 
 FitResult FitRun::run() {
   detail::RunMetrics metrics;
   at_ = detail::resumeTraining(
-      o_, checkpoints_.get(), comm_,
+      o_, checkpoints_.get(), comm(),
       [this](const TensorArchive& archive, bool report) {
         strategy_->loadState(archive, report);
         if (scaler_ && archive.contains(kLossScaleKey)) {
           scaler_->setState(archive.getDouble(kLossScaleKey), archive.getInt(kLossScaleGrowthKey));
         }
       },
-      metrics, dataWorld_);
+      metrics, batchWorld());
   result_.resumedFromStep = at_.step;
   // A resumed run reports what its checkpoint reported until it has news, and continues the checkpoint's
   // log window when every rank has its part of it. One with nothing left to do reports how it ended.
@@ -125,17 +126,12 @@ FitResult FitRun::run() {
   windowStart_ = Clock::now();
   const auto runStart = Clock::now();
   while (at_.step < totalSteps_) {
-    runEpoch();
-    if (at_.batchInEpoch + o_.accumulation > microPerEpoch_) {  // the epoch is complete
-      at_.epoch += 1;
-      at_.batchInEpoch = 0;
-      if (o_.validate && validation_) {
-        validate(fmt::format("epoch {}", at_.epoch), at_.epoch - 1);
-        regular_.validationLoss = result_.lastValidationLoss;
-        regular_.validationAccuracy = result_.lastValidationAccuracy;
-      }
-      // After the validation, so the checkpoint holds it (runEpoch leaves this step's checkpoint to here).
-      if (o_.checkpoint.every == 0 || at_.step % o_.checkpoint.every == 0) saveCheckpoint();
+    try {
+      runEpoch();
+      if (at_.batchInEpoch + o_.accumulation > microPerEpoch_) endEpoch();  // the epoch is complete
+    } catch (const CommError& failure) {
+      if (!members_) throw;
+      takeUp(failure);
     }
   }
   // A run that stops inside an epoch is still measured at its end.
@@ -148,6 +144,19 @@ FitResult FitRun::run() {
   return result_;
 }
 
+/// Validation and the checkpoint of the epoch whose last step was the last one trained.
+void FitRun::endEpoch() {
+  at_.epoch += 1;
+  at_.batchInEpoch = 0;
+  if (o_.validate && validation_) {
+    validate(fmt::format("epoch {}", at_.epoch), at_.epoch - 1);
+    regular_.validationLoss = result_.lastValidationLoss;
+    regular_.validationAccuracy = result_.lastValidationAccuracy;
+  }
+  // After the validation, so the checkpoint holds it (runEpoch leaves this step's checkpoint to here).
+  if (o_.checkpoint.every == 0 || at_.step % o_.checkpoint.every == 0) saveCheckpoint();
+}
+
 void FitRun::announce(const std::string& strategy) {
   if (master_) {
     if (o_.precision == Precision::kBf16) {
@@ -158,13 +167,16 @@ void FitRun::announce(const std::string& strategy) {
     }
     log::info(fmt::format(
         "training on {} worker(s) ({} on rank 0): {} samples, per-worker batch {}{}, global batch {}; lr {} scaled to "
-        "{} ({} rule, base batch {}){}; {} optimizer steps ({} per epoch); {}{}",
+        "{} ({} rule, base batch {}){}; {} optimizer steps ({} per epoch); {}{}{}",
         world_, o_.loader.device.str(), train_.size(), o_.batchSize,
         o_.accumulation > 1 ? fmt::format(" x {} accumulated", o_.accumulation) : "", globalBatch_, baseLrs_[0],
         scaledLearningRate(baseLrs_[0], globalBatch_, scaling_), toString(scaling_.rule), scaling_.baseBatch,
         scaling_.warmupSteps > 0 ? fmt::format(", warmup {} steps", scaling_.warmupSteps) : "", totalSteps_,
         stepsPerEpoch_, strategy,
-        o_.precision == Precision::kFp32 ? "" : fmt::format("; {} autocast, float32 weights", toString(o_.precision))));
+        o_.precision == Precision::kFp32 ? "" : fmt::format("; {} autocast, float32 weights", toString(o_.precision)),
+        o_.elastic ? fmt::format("; elastic: goes on with {} or more worker(s) at this global batch",
+                                 o_.elastic->membership.minMembers)
+                   : ""));
   }
   FitInfo info;
   info.rank = rank_;
@@ -179,12 +191,12 @@ void FitRun::announce(const std::string& strategy) {
 
 /// The rest of the current epoch, up to the last step of the run.
 void FitRun::runEpoch() {
-  sampler_.setEpoch(at_.epoch);
+  samples_.setEpoch(at_.epoch);
   const int64_t stepsLeft = totalSteps_ - at_.step;
   const int64_t last = std::min(microPerEpoch_ - (microPerEpoch_ - at_.batchInEpoch) % o_.accumulation,
                                 at_.batchInEpoch + stepsLeft * o_.accumulation);
   std::vector<std::vector<int64_t>> plan;
-  for (int64_t b = at_.batchInEpoch; b < last; ++b) plan.push_back(sampler_.batch(b, o_.batchSize));
+  for (int64_t b = at_.batchInEpoch; b < last; ++b) plan.push_back(samples_.micro(b, dataRank_, dataWorld_).indices);
   loader_.start(std::move(plan), at_.epoch);
   while (at_.batchInEpoch + o_.accumulation <= microPerEpoch_ && at_.step < totalSteps_) {
     const double lr = applyLearningRate();
@@ -227,12 +239,13 @@ double FitRun::trainStep(std::vector<BucketTiming>& messages) {
   memory_.beginCompute();
   timer_.beginStep();
   const auto computeStart = Clock::now();
-  const double scale = 1.0 / static_cast<double>(o_.accumulation);
   for (int64_t m = 0; m < o_.accumulation; ++m) {
     Batch batch = loader_.next();
     timer_.endPhase(Phase::kDataWait);
     const bool last = m + 1 == o_.accumulation;
     LoopHooks hooks(timer_, scaler_.get(), faults_, rank_, last, computeStart);
+    // The weight of this micro-batch's mean loss (1 / accumulation where every rank's share is equal).
+    const double scale = samples_.micro(at_.batchInEpoch + m, dataRank_, dataWorld_).lossScale;
     stepLoss += strategy_->trainMicroBatch(batch, scale, /*sync=*/last, hooks);
   }
   memory_.endCompute();
@@ -253,7 +266,7 @@ bool FitRun::agreeLossIsFinite(double stepLoss) {
   int culprit = finite ? -1 : rank_;
   if (world_ > 1) {
     std::vector<at::Tensor> flag{at::tensor({static_cast<double>(culprit)}, at::kDouble)};
-    comm_.allreduce(flag, ReduceOp::kMax)->wait();
+    comm().allreduce(flag, ReduceOp::kMax)->wait();
     culprit = static_cast<int>(flag[0].item<double>());
   }
   if (culprit < 0) return true;
@@ -303,7 +316,7 @@ void FitRun::injectInfGradient() {
 /// The loss of the window averaged over ranks (collective), a progress line, onLog.
 void FitRun::logWindow() {
   std::vector<at::Tensor> l{at::tensor({windowLoss_ / static_cast<double>(windowSteps_)}, at::kDouble)};
-  comm_.allreduce(l, ReduceOp::kAvg)->wait();
+  comm().allreduce(l, ReduceOp::kAvg)->wait();
   result_.lastTrainLoss = l[0].item<double>();
   // A line cut short by the end of the run is not regular: the window goes on in the checkpoint.
   const bool regular = at_.step % o_.logEvery == 0;

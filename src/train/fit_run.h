@@ -7,11 +7,13 @@
 #include <string>
 #include <vector>
 
-#include "lockstep/data/sampler.h"
+#include "lockstep/comm/comm_error.h"
+#include "lockstep/rendezvous/membership.h"
 #include "lockstep/train/strategy.h"
 #include "lockstep/train/trainer.h"
 #include "train/fit_events.h"
 #include "train/run_memory.h"
+#include "train/step_samples.h"
 #include "train/step_timer.h"
 #include "train/training_state.h"
 #include "train/validation.h"
@@ -30,41 +32,51 @@ class FitRun {
  private:
   void announce(const std::string& strategy);
   void runEpoch();
+  void endEpoch();
+  void takeUp(const CommError& failure);
+  Position positionAfter(int64_t step) const;
   double trainStep(std::vector<BucketTiming>& messages);
   bool agreeLossIsFinite(double stepLoss);
   bool unscaleGradients();
   void injectInfGradient();
   void logWindow();
   void validate(const std::string& when, int64_t ofEpoch);
-  std::unique_ptr<Strategy> buildStrategy(const LayeredModel& model);
+  std::unique_ptr<Strategy> buildStrategy(std::shared_ptr<Communicator> comm);
+  /// The world the global batch is planned for: the run's (an elastic run's, the one it started with).
+  int64_t batchWorld() const { return globalBatch_ / (o_.batchSize * o_.accumulation); }
   void saveCheckpoint();
   std::vector<double> gatherLogWindow();
   void finish();
   double applyLearningRate();
 
+  /// The communicator of the ranks training now; with rank_ .. dataWorld_, set by joinWorld().
+  Communicator& comm() const { return *commPtr_; }
+  void joinWorld(std::shared_ptr<Communicator> comm);  // a generation of an elastic run (no pipeline stages)
+
   std::shared_ptr<Communicator> commPtr_;
-  Communicator& comm_;
   const TrainerOptions& o_;
   const FaultInjection& faults_;
   const FitEvents events_;  // before timer_, which takes its origin
+  const LayeredModel layered_;
   std::shared_ptr<torch::nn::Module> model_;
   const bool withAccuracy_;  // the model has an accuracy function
   const Dataset& train_;
   const Dataset* validation_;
-  const int rank_;
-  const int world_;
-  const bool master_;
-  const int dataRank_;   // this rank's pipeline (rank / stages); the rank without pipeline stages
-  const int dataWorld_;  // pipelines (world / stages)
+  int rank_ = 0;
+  int world_ = 1;
+  bool master_ = true;
+  int dataRank_ = 0;   // this rank's pipeline (rank / stages); the rank without pipeline stages
+  int dataWorld_ = 1;  // pipelines (world / stages)
 
-  DistributedSampler sampler_;
-  int64_t microPerEpoch_ = 0;
+  StepSamples samples_;
+  const int64_t microPerEpoch_;
   int64_t stepsPerEpoch_ = 0;
   int64_t totalSteps_ = 0;
-  int64_t globalBatch_ = 0;
+  const int64_t globalBatch_;
   LrScalingOptions scaling_;
   std::vector<double> baseLrs_;  // per parameter group, as the optimizer was built
 
+  std::unique_ptr<Membership> members_;  // an elastic run's generations (elastic.h)
   std::unique_ptr<Strategy> strategy_;
   std::unique_ptr<LossScaler> scaler_;  // precision fp16
   std::unique_ptr<CheckpointDir> checkpoints_;

@@ -14,6 +14,7 @@
 #include "lockstep/rendezvous/placement.h"
 #include "lockstep/rendezvous/world.h"
 #include "train/async_ps_run.h"
+#include "train/elastic_checks.h"
 #include "train/fit_run.h"
 
 namespace lockstep {
@@ -117,6 +118,7 @@ FitResult Trainer::fit(const LayeredModel& model, const Dataset& train, const Da
                     options_.batchSize, pipeline.microbatchesOrDefault()));
   }
   const PlacedRun placed = placeOn(options_, comm_, *model.model);
+  if (placed.options.elastic) detail::checkElasticOptions(placed.options);
   if (options_.schedule == Schedule::kAsyncPs) {
     return detail::AsyncPsRun(placed.comm, placed.options, model, faults_, train, validation).run();
   }

@@ -60,6 +60,8 @@ class Module;
 
 namespace lockstep {
 
+struct ElasticTraining;  // elastic.h
+
 /// Where and how often the Trainer writes checkpoints, and which it resumes from.
 struct CheckpointOptions {
   std::string dir;    ///< empty: no checkpoints
@@ -144,6 +146,8 @@ struct TrainerOptions {
 
   /// Called in order, on every rank, from the training thread (callbacks.h).
   std::vector<std::shared_ptr<TrainerCallback>> callbacks;
+  /// Set: the run goes on when workers are lost (elastic.h, elasticTraining()).
+  std::shared_ptr<const ElasticTraining> elastic;
 };
 
 /// One gradient bucket of a data-parallel step as this rank released and
