@@ -61,20 +61,23 @@ std::string extra(const CheckpointInfo& info, const std::string& key, const std:
   throw CheckpointError(fmt::format("checkpoint {} has no '{}' entry; was it written by `lockstep train`?", path, key));
 }
 
-/// Fault injection for the restart tests: LOCKSTEP_FAULT_KILL_AT_STEP=N makes rank
-/// LOCKSTEP_FAULT_KILL_RANK (default 0) SIGKILL itself when step N ends, before
-/// that step's checkpoint, in the first attempt only (LOCKSTEP_RESTART_COUNT 0).
+/// Fault injection for the restart and elastic tests: LOCKSTEP_FAULT_KILL_AT_STEP=N makes rank
+/// LOCKSTEP_FAULT_KILL_RANK (default 0) SIGKILL itself when step N ends, before that step's
+/// checkpoint, in the first attempt only (LOCKSTEP_RESTART_COUNT 0); LOCKSTEP_FAULT_SIGNAL=TERM
+/// sends SIGTERM instead (a preemption).
 class FaultKiller : public TrainerCallback {
  public:
-  explicit FaultKiller(int64_t step) : step_(step) {}
+  FaultKiller(int64_t step, int signal) : step_(step), signal_(signal) {}
   void onStepEnd(const StepRecord& record) override {
     if (record.step != step_) return;
-    log::warn(fmt::format("fault injection: SIGKILL at the end of step {}", step_));
-    ::raise(SIGKILL);
+    log::warn(
+        fmt::format("fault injection: {} at the end of step {}", signal_ == SIGTERM ? "SIGTERM" : "SIGKILL", step_));
+    ::raise(signal_);
   }
 
  private:
   int64_t step_;
+  int signal_;
 };
 
 std::shared_ptr<TrainerCallback> makeFaultKiller(const Environment& env, int rank) {
@@ -82,7 +85,11 @@ std::shared_ptr<TrainerCallback> makeFaultKiller(const Environment& env, int ran
   if (!step) return nullptr;
   if (env.getInt("LOCKSTEP_FAULT_KILL_RANK", 0).value_or(0) != rank) return nullptr;
   if (env.getInt(env::kRestartCount, 0).value_or(0) != 0) return nullptr;
-  return std::make_shared<FaultKiller>(*step);
+  const std::string signal = env.get("LOCKSTEP_FAULT_SIGNAL").value_or("KILL");
+  if (signal != "KILL" && signal != "TERM") {
+    throw ConfigError(fmt::format("LOCKSTEP_FAULT_SIGNAL={}: expected KILL or TERM", signal));
+  }
+  return std::make_shared<FaultKiller>(*step, signal == "TERM" ? SIGTERM : SIGKILL);
 }
 
 int train(const std::string& configFile, const std::vector<std::string>& overrides, const std::string& resultJson) {

@@ -39,7 +39,8 @@ std::unique_ptr<detail::LaunchMode> makeLaunchMode(const LaunchOptions& o) {
 
 /// One run of the group: its children started, watched to the end, and summarized. With the
 /// store this launcher serves, an elastic job's workers learn from it how many of them still run
-/// (kRunningMembersKey), so that the survivors of a loss need not wait out the join window.
+/// (kRunningMembersKey, written as each exits), so that the survivors of a loss need not wait out
+/// the join window.
 LaunchResult runGroupOnce(const LaunchOptions& o, const std::map<std::string, std::string>& baseEnv,
                           Store* store = nullptr) {
   detail::SignalGuard signals;
@@ -47,14 +48,14 @@ LaunchResult runGroupOnce(const LaunchOptions& o, const std::map<std::string, st
     writeAll(STDERR_FILENO, fmt::format("lockstep run: backend {} ({})\n", toString(o.backend), o.backendReason));
   }
   std::unique_ptr<detail::LaunchMode> mode = makeLaunchMode(o);
-  detail::Supervisor::LostFn onLost;
+  detail::Supervisor::ExitFn onExit;
   if (store && o.minNp > 0) {
-    onLost = [store](int running) {
+    onExit = [store](int running) {
       const std::string count = std::to_string(running);
       store->set(kRunningMembersKey, std::vector<uint8_t>(count.begin(), count.end()));
     };
   }
-  detail::Supervisor group(o, mode->start(baseEnv), std::move(onLost));
+  detail::Supervisor group(o, mode->start(baseEnv), std::move(onExit));
   const detail::GroupEnd end = group.run(signals.readFd());
   return mode->summarize(group.children(), end);
 }

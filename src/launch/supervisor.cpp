@@ -160,6 +160,10 @@ void Supervisor::reap() {
   for (auto& c : children_) {
     if (!c->process->poll()) continue;
     record(*c);
+    if (onExit_) {
+      onExit_(static_cast<int>(
+          std::count_if(children_.begin(), children_.end(), [](auto& other) { return other->process->running(); })));
+    }
     if (c->result.failed() && end_.firstFailed < 0 && end_.interruptSignal == 0 && !c->result.stoppedByLauncher &&
         !othersGoOn(*c)) {
       end_.firstFailed = c->rank;
@@ -173,7 +177,6 @@ bool Supervisor::othersGoOn(const Child& lost) {
   const auto running = std::count_if(children_.begin(), children_.end(), [](auto& c) { return c->process->running(); });
   if (running < o_.minNp) return false;
   end_.lost.push_back(lost.rank);
-  if (onLost_) onLost_(static_cast<int>(running));
   writeAll(
       STDERR_FILENO,
       fmt::format("lockstep run: rank {} (pid {}) {} after {:.1f} s; {} worker(s) go on (--min-np {})\n", lost.rank,

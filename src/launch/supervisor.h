@@ -15,11 +15,11 @@ namespace lockstep::detail {
 
 class Supervisor {
  public:
-  /// Called with the number of workers still running each time one is lost (--min-np).
-  using LostFn = std::function<void(int running)>;
+  /// Called with the number of workers still running each time one exits.
+  using ExitFn = std::function<void(int running)>;
   /// Watches `children` (started by a LaunchMode) under the options `o`.
-  Supervisor(const LaunchOptions& o, Children children, LostFn onLost = nullptr)
-      : o_(o), children_(std::move(children)), onLost_(std::move(onLost)) {}
+  Supervisor(const LaunchOptions& o, Children children, ExitFn onExit = nullptr)
+      : o_(o), children_(std::move(children)), onExit_(std::move(onExit)) {}
 
   /// Relays the children's output until every one has exited and its pipes are closed (or 2 s
   /// after the last exit); `signalFd` is SignalGuard's pipe. Anything still running then is killed.
@@ -46,7 +46,7 @@ class Supervisor {
 
   const LaunchOptions& o_;
   Children children_;
-  LostFn onLost_;
+  ExitFn onExit_;
   GroupEnd end_;
   static constexpr LaunchClock::time_point kNever = LaunchClock::time_point::max();
   /// Children still running at killAt_ get SIGKILL; kNever while nobody is being stopped.

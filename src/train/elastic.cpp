@@ -22,6 +22,24 @@ std::shared_ptr<const ElasticTraining> elasticTraining(const Context& ctx, const
 
 namespace detail {
 
+namespace {
+volatile sig_atomic_t leaveRequested = 0;
+extern "C" void onSigterm(int) { leaveRequested = 1; }
+}  // namespace
+
+LeaveOnSigterm::LeaveOnSigterm() {
+  leaveRequested = 0;
+  struct sigaction action {};
+  action.sa_handler = onSigterm;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;  // a blocked read or write goes on: the step ends as it would
+  ::sigaction(SIGTERM, &action, &previous_);
+}
+
+LeaveOnSigterm::~LeaveOnSigterm() { ::sigaction(SIGTERM, &previous_, nullptr); }
+
+bool LeaveOnSigterm::requested() { return leaveRequested != 0; }
+
 void checkElasticOptions(const TrainerOptions& o) {
   auto refuse = [](const std::string& setting) {
     throw ConfigError(fmt::format(

@@ -60,4 +60,17 @@ void FitRun::takeUp(const CommError& failure) {
   }
 }
 
+/// SIGTERM in an elastic run: this worker leaves after the last step it completed, with no
+/// collective (the others learn of it as of a loss, and go on from the furthest step).
+FitResult FitRun::leave() {
+  log::warn(fmt::format("SIGTERM: leaving the job after step {}; the others go on without this worker", at_.step));
+  result_.leftAfterStep = at_.step;
+  result_.steps = at_.step;
+  result_.worldSize = world_;
+  result_.globalBatch = globalBatch_;
+  strategy_->end();
+  events_.fitEnd(result_);
+  return result_;
+}
+
 }  // namespace lockstep::detail

@@ -77,6 +77,7 @@ FitRun::FitRun(std::shared_ptr<Communicator> comm, const TrainerOptions& options
     LOCKSTEP_CHECK(e.rank == rank_, "TrainerOptions::elastic is of rank ", e.rank, ", the communicator's rank is ",
                    rank_);
     members_ = std::make_unique<Membership>(e.store, e.memberId, e.rank, e.membership);
+    leaveOnSigterm_.emplace();
   }
   strategy_ = buildStrategy(commPtr_);
   if (o_.precision == Precision::kFp16) scaler_ = std::make_unique<LossScaler>(commPtr_, o_.lossScaler);
@@ -128,9 +129,11 @@ FitResult FitRun::run() {
   while (at_.step < totalSteps_) {
     try {
       runEpoch();
+      if (leaving()) return leave();
       if (at_.batchInEpoch + o_.accumulation > microPerEpoch_) endEpoch();  // the epoch is complete
     } catch (const CommError& failure) {
       if (!members_) throw;
+      if (leaving()) return leave();
       takeUp(failure);
     }
   }
@@ -198,7 +201,7 @@ void FitRun::runEpoch() {
   std::vector<std::vector<int64_t>> plan;
   for (int64_t b = at_.batchInEpoch; b < last; ++b) plan.push_back(samples_.micro(b, dataRank_, dataWorld_).indices);
   loader_.start(std::move(plan), at_.epoch);
-  while (at_.batchInEpoch + o_.accumulation <= microPerEpoch_ && at_.step < totalSteps_) {
+  while (at_.batchInEpoch + o_.accumulation <= microPerEpoch_ && at_.step < totalSteps_ && !leaving()) {
     const double lr = applyLearningRate();
     std::vector<BucketTiming> messages;
     const double loss = trainStep(messages);

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,7 @@
 #include "lockstep/rendezvous/membership.h"
 #include "lockstep/train/strategy.h"
 #include "lockstep/train/trainer.h"
+#include "train/elastic_checks.h"
 #include "train/fit_events.h"
 #include "train/run_memory.h"
 #include "train/step_samples.h"
@@ -34,6 +36,8 @@ class FitRun {
   void runEpoch();
   void endEpoch();
   void takeUp(const CommError& failure);
+  FitResult leave();
+  bool leaving() const { return leaveOnSigterm_ && LeaveOnSigterm::requested(); }
   Position positionAfter(int64_t step) const;
   double trainStep(std::vector<BucketTiming>& messages);
   bool agreeLossIsFinite(double stepLoss);
@@ -76,7 +80,8 @@ class FitRun {
   LrScalingOptions scaling_;
   std::vector<double> baseLrs_;  // per parameter group, as the optimizer was built
 
-  std::unique_ptr<Membership> members_;  // an elastic run's generations (elastic.h)
+  std::unique_ptr<Membership> members_;           // an elastic run's generations (elastic.h)
+  std::optional<LeaveOnSigterm> leaveOnSigterm_;  // an elastic run's
   std::unique_ptr<Strategy> strategy_;
   std::unique_ptr<LossScaler> scaler_;  // precision fp16
   std::unique_ptr<CheckpointDir> checkpoints_;

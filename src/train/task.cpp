@@ -78,7 +78,7 @@ FitResult trainTask(const TaskRegistry& tasks, const TrainConfig& config, Traine
   size_t tensors = 0;
   const uint32_t checksum = parameterChecksum(*parts.model, &tensors);
   log::info(fmt::format("final parameters of this rank's model: crc32c {:08x} over {} tensors", checksum, tensors));
-  task->afterFit(config, result, rank);
+  if (result.leftAfterStep < 0) task->afterFit(config, result, rank);  // a worker that left does not sample
   return result;
 }
 

@@ -1,7 +1,7 @@
 // `lockstep train` as an elastic job (`lockstep run --min-np`, docs/elastic.md): a worker killed at
-// a random step costs no step, and the others end with the parameters of the run without the
-// kill; without a failure an elastic run trains as a fixed world does, bit for bit; the settings
-// whose state a survivor could not hand on are refused by name.
+// a random step, or told SIGTERM (it leaves after its step), costs no step, and the others end with
+// the parameters of the run without it; without a failure an elastic run trains as a fixed world does, bit for bit; the
+// settings whose state a survivor could not hand on are refused by name.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -50,37 +50,71 @@ TensorArchive readArchive(const std::string& path) { return TensorArchive::parse
   return ::testing::AssertionSuccess();
 }
 
-TEST(ElasticTrainer, AKilledWorkerCostsNoStepAndTheOthersEndAsTheRunWithoutIt) {
-  const std::string straight = makeRunDir();
-  const ProcessResult a = test::trainTiny(straight, 4, "", {}, "--min-np 2");
-  ASSERT_EQ(a.exitCode, 0) << a.err;
+/// The 4-worker elastic run without a failure, once for the tests that compare with it.
+const std::string& straightRun() {
+  static const std::string dir = [] {
+    std::string d = makeRunDir();
+    const ProcessResult r = test::trainTiny(d, 4, "", {}, "--min-np 2");
+    EXPECT_EQ(r.exitCode, 0) << r.err;
+    return d;
+  }();
+  return dir;
+}
 
+/// `signal` ("KILL" or "TERM") to a worker of random rank at the end of a random step: the job ends
+/// well, the others go on from that step quickly (the launcher's count of running workers closes
+/// their generation, not the 5 s join window) and end with the parameters of the run without it.
+/// Returns the run's standard error and sets `rank` and `step`.
+std::string loseAWorker(const std::string& signal, int& rank, int& step) {
   const unsigned seed = std::random_device{}();
   std::mt19937 rng(seed);
-  const int step = std::uniform_int_distribution<int>(1, 25)(rng);
-  const int rank = std::uniform_int_distribution<int>(0, 3)(rng);
-  SCOPED_TRACE("seed " + std::to_string(seed) + ": rank " + std::to_string(rank) + " killed at the end of step " +
-               std::to_string(step));
-  const std::string killed = makeRunDir();
-  ProcessOptions kill;
-  kill.setEnv = {{"LOCKSTEP_FAULT_KILL_AT_STEP", std::to_string(step)},
-                 {"LOCKSTEP_FAULT_KILL_RANK", std::to_string(rank)}};
-  const ProcessResult b = test::trainTiny(killed, 4, "", kill, "--min-np 2");
-  ASSERT_EQ(b.exitCode, 0) << b.err;
-  EXPECT_NE(b.err.find("rank " + std::to_string(rank) + " (pid"), std::string::npos) << b.err;
-  EXPECT_NE(b.err.find("3 worker(s) go on (--min-np 2)"), std::string::npos) << b.err;
-  // The killed worker completed its step: so did the others, and they go on from it. They close
-  // their generation when the launcher's count of running workers arrived, not after the join
-  // window (5 s).
+  step = std::uniform_int_distribution<int>(1, 25)(rng);
+  rank = std::uniform_int_distribution<int>(0, 3)(rng);
+  SCOPED_TRACE("seed " + std::to_string(seed) + ": SIG" + signal + " to rank " + std::to_string(rank) +
+               " at the end of step " + std::to_string(step));
+  const std::string dir = makeRunDir();
+  ProcessOptions fault;
+  fault.setEnv = {{"LOCKSTEP_FAULT_KILL_AT_STEP", std::to_string(step)},
+                  {"LOCKSTEP_FAULT_KILL_RANK", std::to_string(rank)},
+                  {"LOCKSTEP_FAULT_SIGNAL", signal}};
+  const ProcessResult r = test::trainTiny(dir, 4, "", fault, "--min-np 2");
+  EXPECT_EQ(r.exitCode, 0) << r.err;
+  // The worker completed its step: so did the others, and they go on from it.
   std::smatch m;
   const std::regex took("generation 1: 3 worker\\(s\\) \\(were 4\\) go on from step " + std::to_string(step) +
                         ", taken from rank \\d, in ([0-9.]+) s");
-  ASSERT_TRUE(std::regex_search(b.err, m, took)) << b.err;
-  EXPECT_LT(std::stod(m[1].str()), 4.0) << b.err;
-  EXPECT_TRUE(test::sameFinalParameters(b.err, 3)) << b.err;
+  EXPECT_TRUE(std::regex_search(r.err, m, took)) << r.err;
+  if (!m.empty()) EXPECT_LT(std::stod(m[1].str()), 4.0) << r.err;
   // The same samples in the same steps at the same learning rate: the same parameters but for the
   // order of the sums (3 shares of a global batch are added in another order than 4 are).
-  EXPECT_TRUE(sameModelWithin(test::ckptPath(killed, 26), test::ckptPath(straight, 26), 1e-5));
+  EXPECT_TRUE(sameModelWithin(test::ckptPath(dir, 26), test::ckptPath(straightRun(), 26), 1e-5));
+  return r.err;
+}
+
+TEST(ElasticTrainer, AKilledWorkerCostsNoStepAndTheOthersEndAsTheRunWithoutIt) {
+  int rank = 0, step = 0;
+  const std::string err = loseAWorker("KILL", rank, step);
+  EXPECT_NE(err.find("rank " + std::to_string(rank) + " (pid"), std::string::npos) << err;
+  EXPECT_NE(err.find("3 worker(s) go on (--min-np 2)"), std::string::npos) << err;
+  EXPECT_TRUE(test::sameFinalParameters(err, 3)) << err;
+}
+
+// A preemption: SIGTERM to one worker makes it leave after its step, with exit code 0.
+TEST(ElasticTrainer, ASigtermedWorkerLeavesAfterItsStepAndTheOthersLoseNothing) {
+  int rank = 0, step = 0;
+  const std::string err = loseAWorker("TERM", rank, step);
+  EXPECT_NE(err.find("[" + std::to_string(rank) + "] [lockstep"), std::string::npos) << err;
+  EXPECT_NE(err.find("SIGTERM: leaving the job after step " + std::to_string(step) + "; the others go on"),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(err.find("killed by"), std::string::npos) << err;
+  // Every worker reports its parameters; the three that trained to the end agree.
+  auto checksums = test::finalChecksums(err);
+  ASSERT_EQ(checksums.size(), 4u) << err;
+  const std::string left = checksums[rank];
+  checksums.erase(rank);
+  for (const auto& [r, checksum] : checksums) EXPECT_EQ(checksum, checksums.begin()->second) << "rank " << r;
+  EXPECT_NE(left, checksums.begin()->second) << "the worker that left trained to the end";
 }
 
 TEST(ElasticTrainer, WithoutAFailureItTrainsAsAFixedWorldBitForBit) {

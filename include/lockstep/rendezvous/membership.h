@@ -54,7 +54,7 @@ struct MembershipOptions {
 };
 
 /// Where `lockstep run --min-np` keeps the number of its workers still running, updated as each
-/// one is lost: a generation closes once that many have arrived (the join window bounds the wait).
+/// one exits: a generation closes once that many have arrived (the join window bounds the wait).
 inline constexpr const char* kRunningMembersKey = "membership/running";
 
 /// `lockstep run --min-np A --max-np B` tells its workers A and B in these variables.

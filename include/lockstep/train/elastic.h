@@ -10,6 +10,8 @@
 // store (rendezvous/membership.h), take up the furthest completed step from its first member
 // (train/recovery.h) and go on at the new size with the learning rate of the starting global
 // batch, reading no file. Below the launcher's minimum the generation's Error ends the run.
+// SIGTERM to one worker (a preemption) makes it leave after the step it is in, or as soon as a
+// collective fails: fit() returns with FitResult::leftAfterStep, and the others go on without it.
 // Elastic runs are data-parallel with strategy ddp on the CPU, without gradient compression,
 // pipeline stages or fp16 (their state is not whole on every rank); fit() refuses the others
 // with a ConfigError naming the setting.

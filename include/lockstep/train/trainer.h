@@ -227,6 +227,10 @@ struct FitResult {
   /// same on every rank). stepPeakBytes needs common/tensor_memory.h tracking.
   std::vector<RankMemory> memory;
   PsResult ps;  ///< schedule async_ps only
+  /// An elastic run (TrainerOptions::elastic) of a worker told SIGTERM: the step after which it
+  /// left the others (they go on without it), and fit() returned without a final validation,
+  /// checkpoint or collective; -1 when it trained to the end.
+  int64_t leftAfterStep = -1;
 };
 
 class Trainer {
