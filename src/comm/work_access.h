@@ -4,6 +4,7 @@
 
 #include <exception>
 #include <functional>
+#include <mutex>
 #include <utility>
 
 #include "lockstep/comm/work.h"
@@ -15,6 +16,10 @@ struct WorkAccess {
   static void setStreamWait(Work& work, std::function<bool()> streamWait) { work.streamWait_ = std::move(streamWait); }
   static void setPoll(Work& work, std::function<void(Work::Clock::time_point)> poll) { work.poll_ = std::move(poll); }
   static bool finishBy(Work& work, Work::Clock::time_point until) { return work.finishBy(until); }
+  static void setCompletedAt(Work& work, Work::Clock::time_point at) {
+    std::lock_guard<std::mutex> lock(work.mutex_);
+    work.completedAt_ = at;
+  }
 };
 
 /// Marks `work` finished; `error` is null on success.
@@ -31,6 +36,9 @@ inline void setStreamWait(Work& work, std::function<bool()> streamWait) {
 inline void setPoll(Work& work, std::function<void(Work::Clock::time_point)> poll) {
   WorkAccess::setPoll(work, std::move(poll));
 }
+
+/// Makes a finished `work` say the backend completed it at `at` (a wrapper's work, its inner one's time).
+inline void setCompletedAt(Work& work, Work::Clock::time_point at) { WorkAccess::setCompletedAt(work, at); }
 
 /// Waits for `work` until it is done or `until` passed (polling a polled backend); past its
 /// deadline fails it as wait() would. Returns whether it is done.

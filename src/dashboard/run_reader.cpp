@@ -101,6 +101,28 @@ static void checkPs(const nlohmann::json& info, const std::string& displayName) 
   }
 }
 
+/// "generations" (an elastic run's): a list of objects whose fields are numbers.
+static void checkGenerations(const nlohmann::json& info, const std::string& displayName) {
+  auto it = info.find("generations");
+  if (it == info.end()) return;
+  if (!it->is_array()) {
+    throw RunFormatError(displayName, 0, fmt::format("\"generations\" is {}, expected an array", it->type_name()));
+  }
+  for (size_t i = 0; i < it->size(); ++i) {
+    const auto& g = (*it)[i];
+    if (!g.is_object()) {
+      throw RunFormatError(displayName, 0,
+                           fmt::format("\"generations\"[{}] is {}, expected an object", i, g.type_name()));
+    }
+    for (const auto& [key, value] : g.items()) {
+      if (!value.is_number()) {
+        throw RunFormatError(displayName, 0,
+                             fmt::format("\"generations\"[{}].{} is {}, expected a number", i, key, value.type_name()));
+      }
+    }
+  }
+}
+
 nlohmann::json readRunInfo(const std::string& runDir, const std::string& displayName) {
   std::string path = runDir + "/run.json";
   std::string text;
@@ -130,6 +152,7 @@ nlohmann::json readRunInfo(const std::string& runDir, const std::string& display
   }
   checkMemory(info, displayName);
   checkPs(info, displayName);
+  checkGenerations(info, displayName);
   return info;
 }
 

@@ -55,6 +55,7 @@ LaunchResult runGroupOnce(const LaunchOptions& o, const std::map<std::string, st
       store->set(kRunningMembersKey, std::vector<uint8_t>(count.begin(), count.end()));
     };
   }
+  if (onExit) onExit(o.nprocPerNode);  // before any worker looks
   detail::Supervisor group(o, mode->start(baseEnv), std::move(onExit));
   const detail::GroupEnd end = group.run(signals.readFd());
   return mode->summarize(group.children(), end);

@@ -60,6 +60,18 @@ void MetricsWriter::writeRunJson(const char* status) {
   run["steps_per_epoch"] = info_.stepsPerEpoch;
   run["start_step"] = info_.startStep;
   run["pid"] = static_cast<int64_t>(::getpid());
+  if (!generations_.empty()) {
+    Json list = Json::array();
+    for (const auto& g : generations_) {
+      list.push_back({{"generation", g.generation},
+                      {"step", g.step},
+                      {"time", unixTime(g.timeUs)},
+                      {"world_size", g.worldSize},
+                      {"previous_world_size", g.previousWorldSize},
+                      {"recovery_seconds", g.seconds}});
+    }
+    run["generations"] = std::move(list);
+  }
   if (!memory_.empty()) run["memory"] = detail::rankMemoryJson<Json>(memory_);
   if (!staleness_.empty()) {
     run["ps"] = {{"staleness_bound", static_cast<int64_t>(staleness_.size()) - 1},
@@ -128,6 +140,31 @@ void MetricsWriter::onValidation(const ValidationRecord& r) {
       events_->flush();
     }
   } catch (const std::exception& e) { detail::warnOnce(warned_, "writing metrics", e.what()); }
+}
+
+/// A new generation of an elastic run: a metrics line, TensorBoard's elastic/ scalars, run.json's
+/// world size and "generations".
+void MetricsWriter::onGeneration(const GenerationRecord& r) {
+  generations_.push_back(r);
+  info_.worldSize = r.worldSize;
+  try {
+    const double time = unixTime(r.timeUs);
+    Json line;
+    line["kind"] = "generation";
+    line["step"] = r.step;
+    line["time"] = time;
+    line["generation"] = r.generation;
+    line["world_size"] = r.worldSize;
+    line["previous_world_size"] = r.previousWorldSize;
+    line["recovery_seconds"] = r.seconds;
+    jsonl_->writeLine(line.dump() + "\n");
+    if (events_) {
+      events_->addScalar("elastic/world_size", r.step, r.worldSize, time);
+      events_->addScalar("elastic/recovery_seconds", r.step, r.seconds, time);
+      events_->flush();
+    }
+  } catch (const std::exception& e) { detail::warnOnce(warned_, "writing metrics", e.what()); }
+  writeRunJson("running");
 }
 
 void MetricsWriter::onFitEnd(const FitResult& result) {

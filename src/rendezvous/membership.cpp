@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "lockstep/comm/abandonable.h"
 #include "lockstep/common/logging.h"
 
 namespace lockstep {
@@ -158,7 +159,12 @@ Generation Membership::next() {
   GlooOptions gloo = options_.gloo;
   gloo.rank = out.rank;
   gloo.worldSize = out.size;
-  out.comm = makeGlooCommunicator(gen.withPrefix("gloo"), gloo);
+  // A member still waiting on one that went on to the next generation gives this one up at once.
+  const std::string nextArrivals = fmt::format("membership/gen{}/arrivals", g + 1);
+  out.comm = withAbandonment(
+      makeGlooCommunicator(gen.withPrefix("gloo"), gloo),
+      [store = store_, nextArrivals]() mutable { return store.tryGet(nextArrivals).has_value(); },
+      fmt::format("a member of generation {} went on to generation {}", g, g + 1));
   log::debug(fmt::format("membership generation {}: rank {} of {} (was {})", g, out.rank, out.size, rank_));
   rank_ = out.rank;
   return out;

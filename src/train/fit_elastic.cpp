@@ -4,7 +4,9 @@
 
 #include <chrono>
 
+#include "lockstep/common/error.h"
 #include "lockstep/common/logging.h"
+#include "lockstep/common/tensor_archive.h"
 #include "lockstep/train/elastic.h"
 #include "lockstep/train/recovery.h"
 #include "train/fit_run.h"
@@ -16,6 +18,15 @@ void FitRun::joinWorld(std::shared_ptr<Communicator> comm) {
   rank_ = dataRank_ = commPtr_->rank();
   world_ = dataWorld_ = commPtr_->size();
   master_ = rank_ == 0;
+}
+
+/// An elastic run trains over the communicator of its first generation, not the one it was given:
+/// its only holders are this run and its strategy, so that ending them closes its connections.
+void FitRun::formFirstGeneration() {
+  Generation g = members_->next();
+  LOCKSTEP_CHECK(g.rank == rank_ && g.size == world_, "the first generation of the elastic run has rank ", g.rank,
+                 " of ", g.size, ", the communicator it was given rank ", rank_, " of ", world_);
+  joinWorld(std::move(g.comm));
 }
 
 /// Where the loop stands once `step` steps are done. A step that ends an epoch leaves the epoch's
@@ -53,6 +64,7 @@ void FitRun::takeUp(const CommError& failure) {
   stepsSinceLog_ = 0;
   windowStart_ = Clock::now();
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  events_.generation({g.number, r.step, world_, before, rank_, seconds, 0});
   if (master_) {
     log::info(fmt::format(
         "generation {}: {} worker(s) (were {}) go on from step {}, taken from rank {}, in {:.2f} s; global batch {}",

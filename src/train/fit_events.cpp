@@ -30,6 +30,11 @@ void FitEvents::validation(int64_t step, int64_t epoch, double loss, double accu
   for (const auto& c : callbacks_) c->onValidation(record);
 }
 
+void FitEvents::generation(GenerationRecord record) const {
+  record.timeUs = sinceOrigin(Clock::now());
+  for (const auto& c : callbacks_) c->onGeneration(record);
+}
+
 void FitEvents::fitEnd(const FitResult& result) const {
   for (const auto& c : callbacks_) c->onFitEnd(result);
 }

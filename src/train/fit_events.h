@@ -33,6 +33,8 @@ class FitEvents {
   void log(LogRecord record, Clock::time_point at) const;
   /// onValidation at `step` of `epoch` with the result's validation figures, timed now.
   void validation(int64_t step, int64_t epoch, double loss, double accuracy) const;
+  /// onGeneration with `record` timed now.
+  void generation(GenerationRecord record) const;
   void fitEnd(const FitResult& result) const;
 
  private:

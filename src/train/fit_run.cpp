@@ -78,6 +78,7 @@ FitRun::FitRun(std::shared_ptr<Communicator> comm, const TrainerOptions& options
                    rank_);
     members_ = std::make_unique<Membership>(e.store, e.memberId, e.rank, e.membership);
     leaveOnSigterm_.emplace();
+    formFirstGeneration();
   }
   strategy_ = buildStrategy(commPtr_);
   if (o_.precision == Precision::kFp16) scaler_ = std::make_unique<LossScaler>(commPtr_, o_.lossScaler);

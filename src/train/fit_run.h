@@ -35,6 +35,7 @@ class FitRun {
   void announce(const std::string& strategy);
   void runEpoch();
   void endEpoch();
+  void formFirstGeneration();
   void takeUp(const CommError& failure);
   FitResult leave();
   bool leaving() const { return leaveOnSigterm_ && LeaveOnSigterm::requested(); }

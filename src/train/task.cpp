@@ -1,6 +1,7 @@
 #include "lockstep/train/task.h"
 
 #include <ATen/ATen.h>
+#include <torch/nn/module.h>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>

@@ -18,8 +18,9 @@ struct RunFixture {
   int valEvery = 10;
   std::string status = "finished";
   bool gpu = false;
-  bool memory = true;  ///< run.json "memory", as a finished run writes it
-  bool ps = false;     ///< run.json "ps" of an async_ps run: updates by staleness 0/1/2: 5, 3, 1
+  bool memory = true;    ///< run.json "memory", as a finished run writes it
+  bool ps = false;       ///< run.json "ps" of an async_ps run: updates by staleness 0/1/2: 5, 3, 1
+  bool elastic = false;  ///< run.json "generations": 4 -> 3 workers after step 12 (0.25 s), 3 -> 2 after 30 (0.5 s)
   std::string config = "model:\n  type: charlstm\ntrainer:\n  max_steps: 40\n";
 };
 
@@ -80,6 +81,20 @@ inline void writeRunFixture(const std::string& dir, const RunFixture& f = {}) {
     }
   }
   if (f.ps) { run["ps"] = {{"staleness_bound", 2}, {"staleness", {5, 3, 1}}, {"wait_seconds", {0.5, 1.25}}}; }
+  if (f.elastic) {
+    run["generations"] = {{{"generation", 1},
+                           {"step", 12},
+                           {"time", t0 + 120},
+                           {"world_size", 3},
+                           {"previous_world_size", 4},
+                           {"recovery_seconds", 0.25}},
+                          {{"generation", 2},
+                           {"step", 30},
+                           {"time", t0 + 300},
+                           {"world_size", 2},
+                           {"previous_world_size", 3},
+                           {"recovery_seconds", 0.5}}};
+  }
   writeText(dir + "/run.json", run.dump(2) + "\n");
   writeText(dir + "/config.yaml", f.config);
   std::string metrics;

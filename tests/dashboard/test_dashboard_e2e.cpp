@@ -206,6 +206,11 @@ TEST(DashboardEndToEnd, ChromiumRendersTheDashboardAndTheReport) {
   async.ps = true;
   test::writeRunFixture(logdir + "/async", async);
 
+  // An elastic run that lost two workers: its generations.
+  test::RunFixture elastic;
+  elastic.elastic = true;
+  test::writeRunFixture(logdir + "/elastic", elastic);
+
   // A run on GPUs (the gpu_* fields NVML gives each worker): one GPU panel per worker.
   test::RunFixture gpu;
   gpu.gpu = true;
@@ -227,6 +232,12 @@ TEST(DashboardEndToEnd, ChromiumRendersTheDashboardAndTheReport) {
     EXPECT_EQ(intAttribute(tagAttributes(asyncDom, "data-staleness=\"1\""), "data-count"), 3);
     EXPECT_NE(asyncDom.find("staleness of the 9 applied updates (bound 2); workers waited 0.5 s, 1.3 s"),
               std::string::npos);
+    EXPECT_EQ(tagAttributes(tinyDom, "class=\"generations-table").count("hidden"), 1u) << "no generations";
+    const std::string elasticDom = dumpDom(dashboard.url() + "#runs=elastic");
+    EXPECT_EQ(intAttribute(tagAttributes(elasticDom, "class=\"generations-table"), "data-changes"), 2);
+    EXPECT_NE(elasticDom.find("Elastic: 2 change(s) of the workers, 0.75 s to go on in all"), std::string::npos)
+        << elasticDom.substr(0, 4000);
+    EXPECT_NE(elasticDom.find("3 → 2"), std::string::npos);
     std::string broken = dumpDom(dashboard.url() + "#runs=broken");
     EXPECT_NE(broken.find("cannot read run broken: broken/metrics.jsonl:2: not valid JSON"), std::string::npos)
         << broken;
@@ -245,6 +256,9 @@ TEST(DashboardEndToEnd, ChromiumRendersTheDashboardAndTheReport) {
   const std::string gpuReport = tmp + "/gpu-report.html";
   ASSERT_EQ(test::runProcess({test::lockstepBin(), "report", logdir + "/gpu", "-o", gpuReport}).exitCode, 0);
   expectGpuPanels(dumpDom("file://" + gpuReport), "report, GPU fixture", fixtureGpuCaption());
+  const std::string elasticReport = tmp + "/elastic-report.html";
+  ASSERT_EQ(test::runProcess({test::lockstepBin(), "report", logdir + "/elastic", "-o", elasticReport}).exitCode, 0);
+  EXPECT_NE(dumpDom("file://" + elasticReport).find("Elastic: 2 change(s) of the workers"), std::string::npos);
 }
 
 /// A sweep directory as `lockstep sweep` writes it: four trials of a 2-parameter space, ASHA rungs on

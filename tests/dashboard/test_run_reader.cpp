@@ -130,6 +130,10 @@ TEST(RunReader, WrongTypesAndMissingFieldsAreErrors) {
   expectError("run.json", "{\"name\": \"x\", \"ps\": [1]}\n", "types/run.json: \"ps\" is array, expected an object");
   expectError("run.json", "{\"name\": \"x\", \"ps\": {\"staleness\": [3, \"2\"]}}\n",
               "types/run.json: \"ps\".staleness[1] is string, expected a number");
+  expectError("run.json", "{\"name\": \"x\", \"generations\": {}}\n",
+              "types/run.json: \"generations\" is object, expected an array");
+  expectError("run.json", "{\"name\": \"x\", \"generations\": [{\"step\": 5, \"world_size\": \"3\"}]}\n",
+              "types/run.json: \"generations\"[0].world_size is string, expected a number");
 }
 
 TEST(RunReader, MemoryOfAFinishedRunIsPassedOn) {

@@ -25,6 +25,7 @@ TAGS = {
     "train": {"loss": "train/loss", "lr": "train/lr", "samples_per_sec": "train/samples_per_sec",
               "step_time": "train/step_time"},
     "val": {"val_loss": "val/loss", "val_accuracy": "val/accuracy"},
+    "generation": {"world_size": "elastic/world_size", "recovery_seconds": "elastic/recovery_seconds"},
 }
 
 

@@ -12,6 +12,8 @@
 #include <regex>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "lockstep/common/tensor_archive.h"
 #include "lockstep/nn/model_state.h"
 #include "lockstep/train/checkpoint.h"
@@ -81,13 +83,24 @@ std::string loseAWorker(const std::string& signal, int& rank, int& step) {
   EXPECT_EQ(r.exitCode, 0) << r.err;
   // The worker completed its step: so did the others, and they go on from it.
   std::smatch m;
-  const std::regex took("generation 1: 3 worker\\(s\\) \\(were 4\\) go on from step " + std::to_string(step) +
+  const std::regex took("generation 2: 3 worker\\(s\\) \\(were 4\\) go on from step " + std::to_string(step) +
                         ", taken from rank \\d, in ([0-9.]+) s");
   EXPECT_TRUE(std::regex_search(r.err, m, took)) << r.err;
   if (!m.empty()) EXPECT_LT(std::stod(m[1].str()), 4.0) << r.err;
   // The same samples in the same steps at the same learning rate: the same parameters but for the
   // order of the sums (3 shares of a global batch are added in another order than 4 are).
   EXPECT_TRUE(sameModelWithin(test::ckptPath(dir, 26), test::ckptPath(straightRun(), 26), 1e-5));
+  // Launcher rank 0 writes the run's metrics: while it lives, they hold the new generation.
+  if (rank != 0) {
+    const auto run = nlohmann::json::parse(test::readAll(dir + "/runs/tiny/run.json"));
+    EXPECT_EQ(run["world_size"], 3);
+    EXPECT_EQ(run["generations"].size(), 1u) << run.dump();
+    EXPECT_EQ(run["generations"][0]["step"], step);
+    EXPECT_EQ(run["generations"][0]["previous_world_size"], 4);
+    EXPECT_NE(test::readAll(dir + "/runs/tiny/metrics.jsonl")
+                  .find("{\"kind\":\"generation\",\"step\":" + std::to_string(step) + ","),
+              std::string::npos);
+  }
   return r.err;
 }
 

@@ -35,6 +35,7 @@ class MetricsWriter : public TrainerCallback {
   void onStepEnd(const StepRecord& record) override;
   void onLog(const LogRecord& record) override;
   void onValidation(const ValidationRecord& record) override;
+  void onGeneration(const GenerationRecord& record) override;
   void onFitEnd(const FitResult& result) override;
 
  private:
@@ -50,8 +51,9 @@ class MetricsWriter : public TrainerCallback {
   bool started_ = false;
   bool ended_ = false;
   bool warned_ = false;
-  std::vector<RankMemory> memory_;  ///< every rank's, from the FitResult; run.json "memory" once finished
-  std::vector<int64_t> staleness_;  ///< async_ps: updates by staleness; run.json "ps" once finished
+  std::vector<RankMemory> memory_;             ///< every rank's, from the FitResult; run.json "memory" once finished
+  std::vector<GenerationRecord> generations_;  ///< an elastic run's; run.json "generations"
+  std::vector<int64_t> staleness_;             ///< async_ps: updates by staleness; run.json "ps" once finished
   std::vector<double> psWaitSeconds_;
   int64_t maxStaleness_ = -1;  ///< async_ps: the largest staleness any server applied
   std::unique_ptr<detail::AppendFile> jsonl_;

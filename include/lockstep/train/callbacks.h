@@ -91,6 +91,17 @@ struct ValidationRecord {
   double timeUs = 0;
 };
 
+/// An elastic run (elastic.h) went on in a new generation of workers after a loss.
+struct GenerationRecord {
+  int64_t generation = 0;     ///< its number (rendezvous/membership.h)
+  int64_t step = 0;           ///< the completed step it took up; training goes on with the next
+  int worldSize = 0;          ///< workers in it
+  int previousWorldSize = 0;  ///< workers in the one before
+  int rank = 0;               ///< this worker's rank in it
+  double seconds = 0;         ///< from the failed collective to the new generation's strategy
+  double timeUs = 0;          ///< when it was ready
+};
+
 struct FitResult;
 
 class TrainerCallback {
@@ -100,6 +111,8 @@ class TrainerCallback {
   virtual void onStepEnd(const StepRecord& /*record*/) {}
   virtual void onLog(const LogRecord& /*record*/) {}
   virtual void onValidation(const ValidationRecord& /*record*/) {}
+  /// Elastic runs: after a new generation took up the training, before its first step.
+  virtual void onGeneration(const GenerationRecord& /*record*/) {}
   virtual void onFitEnd(const FitResult& /*result*/) {}
 };
 

@@ -131,6 +131,8 @@
       memory: el('table', { class: 'memory-table', 'data-ranks': '0', hidden: '' }),
       stalenessTitle: el('h3', { hidden: '' }),
       staleness: el('table', { class: 'staleness-table', 'data-updates': '0', 'data-bins': '0', hidden: '' }),
+      generationsTitle: el('h3', { hidden: '' }),
+      generations: el('table', { class: 'generations-table', 'data-changes': '0', hidden: '' }),
       phaseChart: el('div', { class: 'chart phases', 'data-run': name }),
       phaseTable: el('table', { class: 'phase-table' }),
       windowInput: el('input', { type: 'number', min: '1', value: String(state.phaseWindow) }),
@@ -146,7 +148,7 @@
       el('h3', { text: 'Workers (one line per rank; time since the run started)' }), parts.workers,
       parts.gpusTitle, parts.gpus,
       parts.memoryTitle, parts.memory,
-      parts.stalenessTitle, parts.staleness,
+      parts.stalenessTitle, parts.staleness, parts.generationsTitle, parts.generations,
       el('h3', { text: 'Step phases per rank' }),
       el('div', { class: 'phase-controls' }, [document.createTextNode('mean over the last '), parts.windowInput,
         document.createTextNode(' steps of each rank')]),
@@ -211,6 +213,23 @@
         el('td', { class: 'num', text: mb(m.peak_rss_bytes) })]);
     });
     parts.memory.replaceChildren(head, ...rows);
+  }
+
+  // run.json "generations" (an elastic run that lost workers): each new generation's step, size and
+  // how long the others took to go on.
+  function renderGenerations(parts, generations) {
+    const list = Array.isArray(generations) ? generations : [];
+    parts.generationsTitle.hidden = parts.generations.hidden = list.length === 0;
+    parts.generations.dataset.changes = String(list.length);
+    const seconds = list.map((g) => g.recovery_seconds).filter(isNum);
+    parts.generationsTitle.textContent = 'Elastic: ' + list.length + ' change(s) of the workers' +
+      (seconds.length ? ', ' + seconds.reduce((a, b) => a + b, 0).toFixed(2) + ' s to go on in all' : '');
+    const head = el('tr', {}, ['generation', 'after step', 'workers', 'seconds to go on'].map((t) => el('th', { text: t })));
+    const rows = list.map((g) => el('tr', { 'data-generation': String(g.generation) }, [
+      el('td', { class: 'num', text: String(g.generation) }), el('td', { class: 'num', text: String(g.step) }),
+      el('td', { class: 'num', text: g.previous_world_size + ' → ' + g.world_size }),
+      el('td', { class: 'num', text: isNum(g.recovery_seconds) ? g.recovery_seconds.toFixed(2) : '–' })]));
+    parts.generations.replaceChildren(head, ...rows);
   }
 
   // run.json "ps" (an async_ps run, once finished): the applied updates by staleness, a bar each,
@@ -287,6 +306,7 @@
 
     renderMemory(parts, run.memory);
     renderStaleness(parts, run.ps);
+    renderGenerations(parts, run.generations);
 
     parts.windowInput.value = String(state.phaseWindow);
     phaseChart(parts.phaseChart, parts.phaseTable, d.phases || [], state.phaseWindow);
