@@ -107,7 +107,9 @@ int train(const std::string& configFile, const std::vector<std::string>& overrid
   options.localRank = ctx.world.localRank;
   options.elastic = elasticTraining(ctx, Environment::fromProcess());
   if (!monitorDisabled(config.monitor.dir)) {
-    auto monitors = makeMonitorCallbacks(monitorOptions(config, ctx.world));
+    MonitorOptions monitor = monitorOptions(config, ctx.world);
+    monitor.elastic = options.elastic != nullptr;
+    auto monitors = makeMonitorCallbacks(monitor);
     options.callbacks.insert(options.callbacks.end(), monitors.begin(), monitors.end());
   }
   if (!resultJson.empty()) options.callbacks.push_back(makeResultJsonWriter(resultJson, ctx.numThreads));

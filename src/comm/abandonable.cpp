@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <utility>
 
 #include "comm/forwarding.h"
@@ -54,30 +55,36 @@ class AbandonableCommunicator final : public detail::ForwardingCommunicator {
 
  private:
   /// A work that finishes as `inner` does, or fails once the group is abandoned while it waits.
+  /// `abandoned` is asked at most once a period, and only of a work older than a period: a test()
+  /// of one that completes in time never asks.
   WorkHandle watched(WorkHandle inner) {
     auto outer = std::make_shared<Work>(inner->description(), Work::Clock::time_point::max(), nullptr);
     std::weak_ptr<Work> self = outer;
-    detail::setPoll(*outer, [inner, self, abandoned = abandoned_, why = why_, period = period_, rank = rank(),
-                             size = size()](Work::Clock::time_point until) {
+    auto nextCheck = std::make_shared<std::atomic<int64_t>>((Work::Clock::now() + period_).time_since_epoch().count());
+    detail::setPoll(*outer, [inner, self, nextCheck, abandoned = abandoned_, why = why_, period = period_,
+                             rank = rank(), size = size()](Work::Clock::time_point until) {
       auto work = self.lock();
       if (!work || work->isCompleted()) return;
-      const bool done = detail::finishBy(*inner, std::min(until, Work::Clock::now() + period));
-      if (done) {
+      if (detail::finishBy(*inner, std::min(until, Work::Clock::now() + period))) {
         std::exception_ptr error;
         try {
           inner->wait();
         } catch (...) { error = std::current_exception(); }
         detail::completeWork(*work, error);
         detail::setCompletedAt(*work, inner->completedAt());  // the backend's time, for the timelines
-      } else if (abandoned()) {
-        CommErrorInfo info;
-        info.kind = CommErrorKind::kAborted;
-        info.op = inner->description();
-        info.rank = rank;
-        info.worldSize = size;
-        info.detail = fmt::format("given up: {}", why);
-        detail::completeWork(*work, std::make_exception_ptr(CommError(info)));
+        return;
       }
+      const int64_t now = Work::Clock::now().time_since_epoch().count();
+      int64_t due = nextCheck->load();
+      if (now < due || !nextCheck->compare_exchange_strong(due, now + Work::Clock::duration(period).count())) return;
+      if (!abandoned()) return;
+      CommErrorInfo info;
+      info.kind = CommErrorKind::kAborted;
+      info.op = inner->description();
+      info.rank = rank;
+      info.worldSize = size;
+      info.detail = fmt::format("given up: {}", why);
+      detail::completeWork(*work, std::make_exception_ptr(CommError(info)));
     });
     return outer;
   }

@@ -29,20 +29,25 @@ std::string cell(double value) { return fmt::format("{}", value); }
 }  // namespace
 
 MetricsWriter::MetricsWriter(const std::string& dir, const std::string& runName, const std::string& configText,
-                             bool tensorboard)
+                             bool tensorboard, bool standby)
     : dir_(dir), runName_(runName.empty() ? detail::runNameOf(dir) : runName), hostname_(detail::hostName()),
-      startTime_(detail::unixNow()), jsonl_(std::make_unique<detail::AppendFile>()),
-      csv_(std::make_unique<detail::AppendFile>()) {
+      configText_(configText), tensorboard_(tensorboard), standby_(standby), startTime_(detail::unixNow()),
+      jsonl_(std::make_unique<detail::AppendFile>()), csv_(std::make_unique<detail::AppendFile>()) {
+  if (!standby_) open();
+}
+
+/// The run's files: config.yaml written, the metrics files opened for appending, the event file.
+void MetricsWriter::open() {
   detail::createDirectories(dir_);
-  detail::writeFileAtomically(join(dir_, "config.yaml"), {configText}, detail::Durability::kProcessCrash);
+  detail::writeFileAtomically(join(dir_, "config.yaml"), {configText_}, detail::Durability::kProcessCrash);
   jsonl_->open(join(dir_, "metrics.jsonl"));
   csv_->open(join(dir_, "metrics.csv"));
   if (csv_->wasEmpty()) csv_->writeLine(kCsvHeader);
-  if (tensorboard) events_ = std::make_unique<TensorBoardWriter>(dir_);
+  if (tensorboard_) events_ = std::make_unique<TensorBoardWriter>(dir_);
 }
 
 MetricsWriter::~MetricsWriter() {
-  if (started_ && !ended_) writeRunJson("failed");
+  if (started_ && !ended_ && !standby_) writeRunJson("failed");
 }
 
 void MetricsWriter::writeRunJson(const char* status) {
@@ -88,12 +93,13 @@ void MetricsWriter::onFitStart(const FitInfo& info) {
   info_ = info;
   step_ = info.startStep;
   started_ = true;
-  writeRunJson("running");
+  if (!standby_) writeRunJson("running");
 }
 
 void MetricsWriter::onStepEnd(const StepRecord& record) { step_ = record.step; }
 
 void MetricsWriter::onLog(const LogRecord& r) {
+  if (standby_) return;
   try {
     double time = unixTime(r.timeUs);
     Json line;
@@ -121,6 +127,7 @@ void MetricsWriter::onLog(const LogRecord& r) {
 }
 
 void MetricsWriter::onValidation(const ValidationRecord& r) {
+  if (standby_) return;
   try {
     double time = unixTime(r.timeUs);
     bool hasAccuracy = r.accuracy >= 0;
@@ -147,6 +154,16 @@ void MetricsWriter::onValidation(const ValidationRecord& r) {
 void MetricsWriter::onGeneration(const GenerationRecord& r) {
   generations_.push_back(r);
   info_.worldSize = r.worldSize;
+  if (standby_) {
+    if (r.rank != 0) return;
+    try {  // the run's rank 0 was lost: this one writes its files from now on
+      open();
+      standby_ = false;
+    } catch (const std::exception& e) {
+      detail::warnOnce(warned_, "taking over the run's files", e.what());
+      return;
+    }
+  }
   try {
     const double time = unixTime(r.timeUs);
     Json line;
@@ -169,6 +186,7 @@ void MetricsWriter::onGeneration(const GenerationRecord& r) {
 
 void MetricsWriter::onFitEnd(const FitResult& result) {
   ended_ = true;
+  if (standby_) return;
   memory_ = result.memory;
   staleness_ = result.ps.staleness;
   maxStaleness_ = result.ps.maxStaleness;

@@ -51,8 +51,9 @@ std::vector<std::shared_ptr<TrainerCallback>> makeMonitorCallbacks(const Monitor
   LOCKSTEP_CHECK_GE(o.traceSteps, int64_t{-1}, "(MonitorOptions::traceSteps: -1 every step, 0 none)");
   detail::createDirectories(o.dir);
   std::vector<std::shared_ptr<TrainerCallback>> callbacks;
-  if (o.rank == 0) {
-    callbacks.push_back(std::make_shared<MetricsWriter>(o.dir, o.runName, o.configText, o.tensorboard));
+  if (o.rank == 0 || o.elastic) {
+    callbacks.push_back(
+        std::make_shared<MetricsWriter>(o.dir, o.runName, o.configText, o.tensorboard, /*standby=*/o.rank != 0));
   }
   auto timeline = std::make_shared<StepTimeline>(o.dir, o.rank, o.traceSteps);
   callbacks.push_back(timeline);

@@ -20,7 +20,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 TEST(Abandonable, AWaitOnASilentPeerEndsOnceTheGroupIsGivenUp) {
-  std::atomic<bool> givenUp{false};
+  std::atomic<bool> givenUp{false}, waiting{false}, done{false};
+  std::atomic<int64_t> givenUpAt{0};
   test::runRanks(2, [&](int rank, Communicator& raw) {
     auto comm = withAbandonment(
         test::borrow(raw), [&] { return givenUp.load(); }, "the test gave it up", std::chrono::milliseconds(20));
@@ -32,20 +33,24 @@ TEST(Abandonable, AWaitOnASilentPeerEndsOnceTheGroupIsGivenUp) {
     EXPECT_DOUBLE_EQ(t[0][0].item<double>(), 3.0);
     EXPECT_NE(sum->completedAt(), Work::Clock::time_point{});
     if (rank == 1) {
-      // Rank 1 never sends: rank 0's receive waits until the group is given up.
-      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      // Rank 1 never sends: once rank 0 waits for it, it gives the group up a little later.
+      while (!waiting) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      givenUpAt = Clock::now().time_since_epoch().count();
       givenUp = true;
+      while (!done) std::this_thread::sleep_for(std::chrono::milliseconds(5));  // its connection stays open
       return;
     }
     at::Tensor landing = at::zeros({4}, at::kDouble);
-    const auto start = Clock::now();
     WorkHandle recv = comm->recv(landing, 1);
+    waiting = true;
     const CommError e = test::commErrorOf([&] { recv->wait(); });
+    const auto ended = Clock::now().time_since_epoch().count();
+    done = true;
     EXPECT_EQ(e.kind(), CommErrorKind::kAborted);
     EXPECT_NE(std::string(e.what()).find("given up: the test gave it up"), std::string::npos) << e.what();
-    const auto took = Clock::now() - start;
-    EXPECT_GE(took, std::chrono::milliseconds(250));
-    EXPECT_LT(took, std::chrono::seconds(5)) << "it waited for the deadline";
+    ASSERT_TRUE(givenUp) << "the wait ended before the group was given up";
+    EXPECT_LT(Clock::duration(ended - givenUpAt.load()), std::chrono::seconds(2)) << "it waited for the deadline";
   });
 }
 

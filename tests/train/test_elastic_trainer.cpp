@@ -90,9 +90,11 @@ std::string loseAWorker(const std::string& signal, int& rank, int& step) {
   // The same samples in the same steps at the same learning rate: the same parameters but for the
   // order of the sums (3 shares of a global batch are added in another order than 4 are).
   EXPECT_TRUE(sameModelWithin(test::ckptPath(dir, 26), test::ckptPath(straightRun(), 26), 1e-5));
-  // Launcher rank 0 writes the run's metrics: while it lives, they hold the new generation.
-  if (rank != 0) {
+  // Rank 0 writes the run's metrics; after its loss the new rank 0 takes them over: either way
+  // they hold the new generation.
+  {
     const auto run = nlohmann::json::parse(test::readAll(dir + "/runs/tiny/run.json"));
+    EXPECT_EQ(run["status"], "finished");
     EXPECT_EQ(run["world_size"], 3);
     EXPECT_EQ(run["generations"].size(), 1u) << run.dump();
     EXPECT_EQ(run["generations"][0]["step"], step);

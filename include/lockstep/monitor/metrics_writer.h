@@ -25,9 +25,11 @@ class TensorBoardWriter;
 class MetricsWriter : public TrainerCallback {
  public:
   /// Creates `dir`, writes config.yaml and opens the metrics files (appending).
-  /// Throws Error naming the path that cannot be written.
+  /// Throws Error naming the path that cannot be written. `standby` (an elastic run's rank
+  /// other than 0): writes nothing until a new generation makes this rank 0 (onGeneration),
+  /// then takes the run's files over from the lost rank 0.
   MetricsWriter(const std::string& dir, const std::string& runName, const std::string& configText,
-                bool tensorboard = true);
+                bool tensorboard = true, bool standby = false);
   /// Marks run.json "failed" when fit started but never ended (an exception unwound it).
   ~MetricsWriter() override;
 
@@ -39,12 +41,16 @@ class MetricsWriter : public TrainerCallback {
   void onFitEnd(const FitResult& result) override;
 
  private:
+  void open();
   void writeRunJson(const char* status);
   double unixTime(double timeUs) const { return info_.unixTimeAtOrigin + timeUs * 1e-6; }
 
   std::string dir_;
   std::string runName_;
   std::string hostname_;
+  std::string configText_;
+  bool tensorboard_ = true;
+  bool standby_ = false;
   FitInfo info_;
   double startTime_ = 0;
   int64_t step_ = 0;

@@ -52,13 +52,15 @@ struct MonitorOptions {
   ProgressMode progress = ProgressMode::kAuto;
   double progressInterval = 10;  ///< seconds between plain progress lines
   bool tensorboard = true;       ///< write the events.out.tfevents file
+  /// An elastic run (train/elastic.h): every rank keeps a MetricsWriter in standby, which takes
+  /// the run's files over when a new generation makes it rank 0.
+  bool elastic = false;
 };
 
 /// The callbacks that write `options.dir` on this rank: metrics, TensorBoard
-/// events and progress on rank 0; phases, trace and system samples on every
-/// rank. Throws Error naming the path when the directory or a file cannot be
-/// created. The system sampler's thread starts here and stops at fit end
-/// (or when the last reference is dropped).
+/// events and progress on rank 0 (metrics in standby on the others of an elastic run); phases, trace and system samples
+/// on every rank. Throws Error naming the path when the directory or a file cannot be created. The system sampler's
+/// thread starts here and stops at fit end (or when the last reference is dropped).
 std::vector<std::shared_ptr<TrainerCallback>> makeMonitorCallbacks(const MonitorOptions& options);
 
 /// Where monitor.dir points when it is empty: runs/<stem of configFile>
