@@ -6,7 +6,6 @@
 
 #include "lockstep/common/error.h"
 #include "lockstep/common/logging.h"
-#include "lockstep/common/tensor_archive.h"
 #include "lockstep/train/elastic.h"
 #include "lockstep/train/recovery.h"
 #include "train/fit_run.h"
@@ -21,7 +20,8 @@ void FitRun::joinWorld(std::shared_ptr<Communicator> comm) {
 }
 
 /// An elastic run trains over the communicator of its first generation, not the one it was given:
-/// its only holders are this run and its strategy, so that ending them closes its connections.
+/// a generation's communicator gives up a wait once a member went on to the next generation
+/// (Membership, comm/abandonable.h), so that no survivor waits for its deadline after a loss.
 void FitRun::formFirstGeneration() {
   Generation g = members_->next();
   LOCKSTEP_CHECK(g.rank == rank_ && g.size == world_, "the first generation of the elastic run has rank ", g.rank,

@@ -200,7 +200,13 @@ void FitRun::runEpoch() {
   const int64_t last = std::min(microPerEpoch_ - (microPerEpoch_ - at_.batchInEpoch) % o_.accumulation,
                                 at_.batchInEpoch + stepsLeft * o_.accumulation);
   std::vector<std::vector<int64_t>> plan;
-  for (int64_t b = at_.batchInEpoch; b < last; ++b) plan.push_back(samples_.micro(b, dataRank_, dataWorld_).indices);
+  microScales_.clear();
+  for (int64_t b = at_.batchInEpoch; b < last; ++b) {
+    BatchShare share = samples_.micro(b, dataRank_, dataWorld_);
+    plan.push_back(std::move(share.indices));
+    microScales_.push_back(share.lossScale);
+  }
+  planStart_ = at_.batchInEpoch;
   loader_.start(std::move(plan), at_.epoch);
   while (at_.batchInEpoch + o_.accumulation <= microPerEpoch_ && at_.step < totalSteps_ && !leaving()) {
     const double lr = applyLearningRate();
@@ -249,7 +255,7 @@ double FitRun::trainStep(std::vector<BucketTiming>& messages) {
     const bool last = m + 1 == o_.accumulation;
     LoopHooks hooks(timer_, scaler_.get(), faults_, rank_, last, computeStart);
     // The weight of this micro-batch's mean loss (1 / accumulation where every rank's share is equal).
-    const double scale = samples_.micro(at_.batchInEpoch + m, dataRank_, dataWorld_).lossScale;
+    const double scale = microScales_[static_cast<size_t>(at_.batchInEpoch + m - planStart_)];
     stepLoss += strategy_->trainMicroBatch(batch, scale, /*sync=*/last, hooks);
   }
   memory_.endCompute();

@@ -74,6 +74,8 @@ class FitRun {
   int dataWorld_ = 1;  // pipelines (world / stages)
 
   StepSamples samples_;
+  std::vector<double> microScales_;  // the loss weight of each micro-batch of the loader's plan
+  int64_t planStart_ = 0;            // the plan's first micro-batch in the epoch
   const int64_t microPerEpoch_;
   int64_t stepsPerEpoch_ = 0;
   int64_t totalSteps_ = 0;

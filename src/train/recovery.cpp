@@ -25,30 +25,25 @@ int64_t maxOver(Communicator& comm, int64_t value) {
 
 Recovery recoverFromFurthest(std::unique_ptr<Strategy> lost, int64_t completedStep, std::shared_ptr<Communicator> next,
                              const StrategyBuilder& build) {
-  std::optional<TensorArchive> state;
-  if (lost) {
-    state.emplace("recovered state");
-    lost->saveState(&*state);
-  }
-  lost.reset();  // its autograd hooks go with it
-  return recoverFromFurthest(state ? &*state : nullptr, completedStep, std::move(next), build);
-}
-
-Recovery recoverFromFurthest(const TensorArchive* state, int64_t completedStep, std::shared_ptr<Communicator> next,
-                             const StrategyBuilder& build) {
   LOCKSTEP_CHECK(next != nullptr, "recoverFromFurthest: no communicator for the new generation");
   Communicator& comm = *next;
   // One maximum finds both the furthest step and its first member: step x size + (size - 1 - rank)
   // orders by step, then by lower rank; a member with nothing to give counts as step -1.
   const int64_t size = comm.size();
-  const int64_t mine = state ? completedStep : -1;
+  const int64_t mine = lost ? completedStep : -1;
   const int64_t furthest = maxOver(comm, mine * size + (size - 1 - comm.rank()));
   LOCKSTEP_CHECK(furthest >= 0, "recoverFromFurthest: none of the ", size,
                  " members of the new generation brings a strategy to take up");
   Recovery r;
   r.step = furthest / size;
   r.source = static_cast<int>(size - 1 - furthest % size);
-  TensorArchive taken = broadcastArchive(comm, comm.rank() == r.source ? state : nullptr, r.source, "recovered state");
+  std::optional<TensorArchive> state;
+  if (comm.rank() == r.source) {
+    state.emplace("recovered state");
+    lost->saveState(&*state);
+  }
+  TensorArchive taken = broadcastArchive(comm, state ? &*state : nullptr, r.source, "recovered state");
+  lost.reset();
   r.strategy = build(std::move(next));
   r.strategy->loadState(taken, /*report=*/false);
   r.strategy->start();

@@ -12,7 +12,6 @@
 #include <memory>
 
 #include "lockstep/comm/communicator.h"
-#include "lockstep/common/tensor_archive.h"
 #include "lockstep/train/strategy.h"
 
 namespace lockstep {
@@ -35,14 +34,6 @@ struct Recovery {
 /// communicator: ddp without pipeline stages or a compression hook's per-rank state (zero and
 /// pipeline strategies keep part of theirs on the lost rank). Error when no member brings a strategy.
 Recovery recoverFromFurthest(std::unique_ptr<Strategy> lost, int64_t completedStep, std::shared_ptr<Communicator> next,
-                             const StrategyBuilder& build);
-
-/// The same from `state`, what the member's strategy of the lost generation saved (saveState into
-/// a whole archive; null for a newcomer or a member with nothing to give). A member that ends its
-/// strategy and the lost communicator before it forms the new generation closes its connections,
-/// so that a member still blocked on it in the lost generation fails at once instead of at its
-/// deadline.
-Recovery recoverFromFurthest(const TensorArchive* state, int64_t completedStep, std::shared_ptr<Communicator> next,
                              const StrategyBuilder& build);
 
 }  // namespace lockstep
