@@ -63,7 +63,8 @@ std::string extra(const CheckpointInfo& info, const std::string& key, const std:
 
 /// Fault injection for the restart and elastic tests: LOCKSTEP_FAULT_KILL_AT_STEP=N makes rank
 /// LOCKSTEP_FAULT_KILL_RANK (default 0) SIGKILL itself when step N ends, before that step's
-/// checkpoint, in the first attempt only (LOCKSTEP_RESTART_COUNT 0); LOCKSTEP_FAULT_SIGNAL=TERM
+/// checkpoint, in the first attempt only (LOCKSTEP_RESTART_COUNT 0) and not in a newcomer to an elastic
+/// job; LOCKSTEP_FAULT_SIGNAL=TERM
 /// sends SIGTERM instead (a preemption).
 class FaultKiller : public TrainerCallback {
  public:
@@ -84,6 +85,7 @@ std::shared_ptr<TrainerCallback> makeFaultKiller(const Environment& env, int ran
   auto step = env.getInt("LOCKSTEP_FAULT_KILL_AT_STEP", 1);
   if (!step) return nullptr;
   if (env.getInt("LOCKSTEP_FAULT_KILL_RANK", 0).value_or(0) != rank) return nullptr;
+  if (env.get(kNewcomerVar).value_or("") == "1") return nullptr;  // the one taking the killed worker's slot
   if (env.getInt(env::kRestartCount, 0).value_or(0) != 0) return nullptr;
   const std::string signal = env.get("LOCKSTEP_FAULT_SIGNAL").value_or("KILL");
   if (signal != "KILL" && signal != "TERM") {
@@ -109,6 +111,7 @@ int train(const std::string& configFile, const std::vector<std::string>& overrid
   if (!monitorDisabled(config.monitor.dir)) {
     MonitorOptions monitor = monitorOptions(config, ctx.world);
     monitor.elastic = options.elastic != nullptr;
+    monitor.newcomer = options.elastic && options.elastic->newcomer;
     auto monitors = makeMonitorCallbacks(monitor);
     options.callbacks.insert(options.callbacks.end(), monitors.begin(), monitors.end());
   }

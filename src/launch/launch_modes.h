@@ -61,6 +61,11 @@ class LaunchMode {
   virtual Children start(const std::map<std::string, std::string>& baseEnv) = 0;
   /// The ended group's result: exit code, first failed rank, and the summary for stderr.
   virtual LaunchResult summarize(const Children& children, const GroupEnd& end) const = 0;
+  /// An elastic job's newcomer in the slot of `lost` (its rank, with kNewcomerVar set); null
+  /// where this mode starts no single worker.
+  virtual std::unique_ptr<Child> respawn(const Child& /*lost*/, const std::map<std::string, std::string>& /*baseEnv*/) {
+    return nullptr;
+  }
 };
 
 /// nprocPerNode workers of the command on this host, ranks nodeRank·N ..., each with the
@@ -70,10 +75,12 @@ class LocalWorkers final : public LaunchMode {
   explicit LocalWorkers(const LaunchOptions& o) : o_(o) {}
   Children start(const std::map<std::string, std::string>& baseEnv) override;
   LaunchResult summarize(const Children& children, const GroupEnd& end) const override;
+  std::unique_ptr<Child> respawn(const Child& lost, const std::map<std::string, std::string>& baseEnv) override;
   /// The variables a worker finds its place by, in lockstep's and torchrun's forms.
   std::map<std::string, std::string> workerEnvironment(int rank, int localRank) const;
 
  private:
+  std::unique_ptr<Child> startWorker(int local, std::map<std::string, std::string> env) const;
   const LaunchOptions& o_;
 };
 

@@ -59,7 +59,7 @@ LaunchResult groupSummary(const Children& children, const GroupEnd& end, const s
     for (int rank : end.lost) {
       s += fmt::format("lockstep run: {} was lost; the others went on (--min-np)\n", label(rank));
       for (const auto& r : result.ranks)
-        if (r.rank == rank) s += stderrTailLines(label(rank), r.stderrTail);
+        if (r.rank == rank && r.failed()) s += stderrTailLines(label(rank), r.stderrTail);
     }
   }
   if (!s.empty()) {

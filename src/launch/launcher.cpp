@@ -39,10 +39,10 @@ std::unique_ptr<detail::LaunchMode> makeLaunchMode(const LaunchOptions& o) {
 
 /// One run of the group: its children started, watched to the end, and summarized. With the
 /// store this launcher serves, an elastic job's workers learn from it how many of them still run
-/// (kRunningMembersKey, written as each exits), so that the survivors of a loss need not wait out
-/// the join window.
+/// (kRunningMembersKey, written as each exits or starts), so that the survivors of a loss need not
+/// wait out the join window; up to `respawns` lost workers are replaced by newcomers.
 LaunchResult runGroupOnce(const LaunchOptions& o, const std::map<std::string, std::string>& baseEnv,
-                          Store* store = nullptr) {
+                          Store* store = nullptr, int respawns = 0) {
   detail::SignalGuard signals;
   if (!o.backendReason.empty()) {
     writeAll(STDERR_FILENO, fmt::format("lockstep run: backend {} ({})\n", toString(o.backend), o.backendReason));
@@ -56,9 +56,13 @@ LaunchResult runGroupOnce(const LaunchOptions& o, const std::map<std::string, st
     };
   }
   if (onExit) onExit(o.nprocPerNode);  // before any worker looks
-  detail::Supervisor group(o, mode->start(baseEnv), std::move(onExit));
+  detail::Supervisor::RespawnFn respawn;
+  if (o.minNp > 0) respawn = [&](const detail::Child& lost) { return mode->respawn(lost, baseEnv); };
+  detail::Supervisor group(o, mode->start(baseEnv), std::move(onExit), std::move(respawn), respawns);
   const detail::GroupEnd end = group.run(signals.readFd());
-  return mode->summarize(group.children(), end);
+  LaunchResult result = mode->summarize(group.children(), end);
+  result.respawns = group.respawned();
+  return result;
 }
 
 /// The job token: from stdin (-H's remote launchers), the options, the
@@ -140,7 +144,8 @@ LaunchResult launch(const LaunchOptions& input) {
     env[kMinMembersVar] = std::to_string(o.minNp);
     env[kMaxMembersVar] = std::to_string(o.maxNp > 0 ? o.maxNp : o.nprocPerNode);
   }
-  for (int attempt = 0;; ++attempt) {
+  int restarts = 0;  // of the group, and (elastic) of lost workers' slots
+  for (int attempt = 0;; ++attempt, ++restarts) {
     if (o.nodeRank == 0 && attempt == 0 && !pickPort && !portIsFree(o.masterAddr, o.masterPort)) {
       throw ConfigError(
           fmt::format("--master-port {}: {}:{} is already in use; choose another port or leave "
@@ -163,10 +168,11 @@ LaunchResult launch(const LaunchOptions& input) {
       env[mpi.masterPort] = std::to_string(o.masterPort);
     }
     env[env::kBackend] = toString(o.backend);  // the workers use the backend chosen here, not one of their own
-    LaunchResult result = runGroupOnce(o, env, store ? &*store : nullptr);
+    LaunchResult result = runGroupOnce(o, env, store ? &*store : nullptr, o.maxRestarts - restarts);
     result.restarts = attempt;
+    restarts += result.respawns;
     bool workerFailed = result.exitCode != 0 && result.interruptSignal == 0;
-    if (!workerFailed || attempt >= o.maxRestarts) {
+    if (!workerFailed || restarts >= o.maxRestarts) {
       if (workerFailed && o.maxRestarts > 0) {
         result.summary += fmt::format("lockstep run: giving up: the group failed {} time(s) and --max-restarts is {}\n",
                                       attempt + 1, o.maxRestarts);
@@ -178,7 +184,7 @@ LaunchResult launch(const LaunchOptions& input) {
     writeAll(STDERR_FILENO,
              fmt::format("lockstep run: {} failed; restarting all {} worker(s) of node {} (restart {} of "
                          "{}); they resume from the last complete checkpoint\n",
-                         failed, o.nprocPerNode, o.nodeRank, attempt + 1, o.maxRestarts));
+                         failed, o.nprocPerNode, o.nodeRank, restarts + 1, o.maxRestarts));
   }
 }
 

@@ -6,6 +6,7 @@
 #include "launch/launch_commands.h"
 #include "launch/launch_modes.h"
 #include "launch/launch_summary.h"
+#include "lockstep/rendezvous/membership.h"
 #include "lockstep/rendezvous/world.h"
 
 namespace lockstep::detail {
@@ -24,20 +25,28 @@ std::map<std::string, std::string> LocalWorkers::workerEnvironment(int rank, int
   return env;
 }
 
+/// Worker `local` of this node with `env` and its place's variables (and its cores with --bind core).
+std::unique_ptr<Child> LocalWorkers::startWorker(int local, std::map<std::string, std::string> env) const {
+  auto c = std::make_unique<Child>();
+  c->rank = o_.nodeRank * o_.nprocPerNode + local;
+  c->relay = makeRelay(o_, c->rank, OutputRelay::Source::kWorker);
+  for (auto& [key, value] : workerEnvironment(c->rank, local)) env[key] = value;
+  std::vector<int> cpus;
+  if (o_.bindCores) cpus = workerCpus(local, *o_.threadsPerWorker);
+  c->spawn(o_.command, env, /*pipeStdin=*/false, cpus);
+  c->result.rank = c->rank;
+  return c;
+}
+
+std::unique_ptr<Child> LocalWorkers::respawn(const Child& lost, const std::map<std::string, std::string>& baseEnv) {
+  auto env = baseEnv;
+  env[kNewcomerVar] = "1";
+  return startWorker(lost.rank - o_.nodeRank * o_.nprocPerNode, std::move(env));
+}
+
 Children LocalWorkers::start(const std::map<std::string, std::string>& baseEnv) {
   Children children;
-  for (int local = 0; local < o_.nprocPerNode; ++local) {
-    auto c = std::make_unique<Child>();
-    c->rank = o_.nodeRank * o_.nprocPerNode + local;
-    c->relay = makeRelay(o_, c->rank, OutputRelay::Source::kWorker);
-    auto env = baseEnv;
-    for (auto& [key, value] : workerEnvironment(c->rank, local)) env[key] = value;
-    std::vector<int> cpus;
-    if (o_.bindCores) cpus = workerCpus(local, *o_.threadsPerWorker);
-    c->spawn(o_.command, env, /*pipeStdin=*/false, cpus);
-    c->result.rank = c->rank;
-    children.push_back(std::move(c));
-  }
+  for (int local = 0; local < o_.nprocPerNode; ++local) children.push_back(startWorker(local, baseEnv));
   std::string placement;
   for (auto& c : children)
     placement += fmt::format("{}rank {} pid {}", placement.empty() ? "" : ", ", c->rank, c->result.pid);

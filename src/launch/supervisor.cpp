@@ -155,26 +155,35 @@ void Supervisor::drainSignals(int signalFd) {
   }
 }
 
-/// Records the children that exited; the first to fail on its own stops the others.
+/// Records the children that exited; the first to fail on its own stops the others, unless
+/// --min-np lets them go on (and a newcomer may take its slot).
 void Supervisor::reap() {
-  for (auto& c : children_) {
+  // By index and pointer: refill() appends to children_.
+  for (size_t i = 0; i < children_.size(); ++i) {
+    Child* c = children_[i].get();
     if (!c->process->poll()) continue;
     record(*c);
-    if (onExit_) {
-      onExit_(static_cast<int>(
-          std::count_if(children_.begin(), children_.end(), [](auto& other) { return other->process->running(); })));
+    if (!c->result.failed()) ending_ = true;
+    if (c->result.failed() && end_.firstFailed < 0 && end_.interruptSignal == 0 && !c->result.stoppedByLauncher) {
+      if (othersGoOn(*c)) {
+        refill(*c);
+      } else {
+        end_.firstFailed = c->rank;
+        stopRunning(SIGTERM);
+      }
     }
-    if (c->result.failed() && end_.firstFailed < 0 && end_.interruptSignal == 0 && !c->result.stoppedByLauncher &&
-        !othersGoOn(*c)) {
-      end_.firstFailed = c->rank;
-      stopRunning(SIGTERM);
-    }
+    if (onExit_) onExit_(runningCount());
   }
+}
+
+int Supervisor::runningCount() const {
+  return static_cast<int>(
+      std::count_if(children_.begin(), children_.end(), [](auto& c) { return c->process->running(); }));
 }
 
 bool Supervisor::othersGoOn(const Child& lost) {
   if (o_.minNp == 0) return false;
-  const auto running = std::count_if(children_.begin(), children_.end(), [](auto& c) { return c->process->running(); });
+  const int running = runningCount();
   if (running < o_.minNp) return false;
   end_.lost.push_back(lost.rank);
   writeAll(
@@ -182,6 +191,19 @@ bool Supervisor::othersGoOn(const Child& lost) {
       fmt::format("lockstep run: rank {} (pid {}) {} after {:.1f} s; {} worker(s) go on (--min-np {})\n", lost.rank,
                   lost.result.pid, describeRankEnd(lost.result), lost.result.seconds, running, o_.minNp));
   return true;
+}
+
+void Supervisor::refill(const Child& lost) {
+  if (!respawn_ || respawnsLeft_ == 0 || ending_) return;
+  std::unique_ptr<Child> newcomer = respawn_(lost);
+  if (!newcomer) return;
+  --respawnsLeft_;
+  ++respawned_;
+  writeAll(STDERR_FILENO,
+           fmt::format("lockstep run: a new worker (pid {}) takes the slot of rank {}; it joins the others at their "
+                       "next step (--max-restarts: {} more)\n",
+                       newcomer->result.pid, lost.rank, respawnsLeft_));
+  children_.push_back(std::move(newcomer));
 }
 
 void Supervisor::record(Child& child) {

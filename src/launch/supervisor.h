@@ -6,6 +6,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -17,14 +18,21 @@ class Supervisor {
  public:
   /// Called with the number of workers still running each time one exits.
   using ExitFn = std::function<void(int running)>;
-  /// Watches `children` (started by a LaunchMode) under the options `o`.
-  Supervisor(const LaunchOptions& o, Children children, ExitFn onExit = nullptr)
-      : o_(o), children_(std::move(children)), onExit_(std::move(onExit)) {}
+  /// --min-np: a new worker for the slot of `lost` (a newcomer to the job), or null for none.
+  using RespawnFn = std::function<std::unique_ptr<Child>(const Child& lost)>;
+  /// Watches `children` (started by a LaunchMode) under the options `o`. `respawns`: how many lost
+  /// workers `respawn` may replace while no worker has ended on its own.
+  Supervisor(const LaunchOptions& o, Children children, ExitFn onExit = nullptr, RespawnFn respawn = nullptr,
+             int respawns = 0)
+      : o_(o), children_(std::move(children)), onExit_(std::move(onExit)), respawn_(std::move(respawn)),
+        respawnsLeft_(respawns) {}
 
   /// Relays the children's output until every one has exited and its pipes are closed (or 2 s
   /// after the last exit); `signalFd` is SignalGuard's pipe. Anything still running then is killed.
   GroupEnd run(int signalFd);
   const Children& children() const { return children_; }
+  /// The lost workers this group replaced with newcomers.
+  int respawned() const { return respawned_; }
 
  private:
   struct PollSet;
@@ -42,11 +50,18 @@ class Supervisor {
   void reap();
   /// --min-np: whether the group goes on without `lost` (enough others run); says so on stderr.
   bool othersGoOn(const Child& lost);
+  /// --min-np: starts a newcomer in the slot of `lost` when the budget allows; says so on stderr.
+  void refill(const Child& lost);
+  int runningCount() const;
   static void record(Child& child);
 
   const LaunchOptions& o_;
   Children children_;
   ExitFn onExit_;
+  RespawnFn respawn_;
+  int respawnsLeft_ = 0;
+  int respawned_ = 0;
+  bool ending_ = false;  // a worker exited with code 0: the job is ending, no slot is refilled
   GroupEnd end_;
   static constexpr LaunchClock::time_point kNever = LaunchClock::time_point::max();
   /// Children still running at killAt_ get SIGKILL; kNever while nobody is being stopped.

@@ -51,9 +51,10 @@ std::vector<std::shared_ptr<TrainerCallback>> makeMonitorCallbacks(const Monitor
   LOCKSTEP_CHECK_GE(o.traceSteps, int64_t{-1}, "(MonitorOptions::traceSteps: -1 every step, 0 none)");
   detail::createDirectories(o.dir);
   std::vector<std::shared_ptr<TrainerCallback>> callbacks;
-  if (o.rank == 0 || o.elastic) {
+  const bool first = o.rank == 0 && !o.newcomer;  // rank 0 from the start
+  if (first || o.elastic) {
     callbacks.push_back(
-        std::make_shared<MetricsWriter>(o.dir, o.runName, o.configText, o.tensorboard, /*standby=*/o.rank != 0));
+        std::make_shared<MetricsWriter>(o.dir, o.runName, o.configText, o.tensorboard, /*standby=*/!first));
   }
   auto timeline = std::make_shared<StepTimeline>(o.dir, o.rank, o.traceSteps);
   callbacks.push_back(timeline);
@@ -62,7 +63,7 @@ std::vector<std::shared_ptr<TrainerCallback>> makeMonitorCallbacks(const Monitor
     timeline->drawSystemSamples(system->samples());
     callbacks.push_back(system);
   }
-  if (o.rank == 0 && o.progress != ProgressMode::kOff) {
+  if (first && o.progress != ProgressMode::kOff) {
     callbacks.push_back(std::make_shared<ProgressReporter>(o.progress, o.progressInterval));
   }
   return callbacks;

@@ -24,6 +24,7 @@
 #include "lockstep/common/error.h"
 #include "lockstep/common/logging.h"
 #include "lockstep/common/token.h"
+#include "lockstep/rendezvous/membership.h"
 #include "lockstep/rendezvous/placement.h"
 
 namespace lockstep {
@@ -154,6 +155,20 @@ void checkNcclFits(const WorldInfo& world, const std::string& source) {
   if (auto why = detail::ncclMisfit(world, visibleCudaDevices(), ncclBackendBuilt(), source)) throw ConfigError(*why);
 }
 
+/// A worker `lockstep run --min-np` started into the running job (kNewcomerVar): the job's store,
+/// and a world of its own until it joins the members' next generation (train/elastic.h).
+Context newcomerContext(const WorldInfo& world, Store store, const Placement& placement,
+                        std::chrono::milliseconds timeout) {
+  GlooOptions gloo;
+  gloo.rank = 0;
+  gloo.worldSize = 1;
+  gloo.timeout = timeout;
+  gloo.hostname = "127.0.0.1";
+  auto comm = makeGlooCommunicator(Store::inMemory(timeout), gloo);
+  log::debug(fmt::format("a newcomer to the running job ({}); store {}", world.describe(), store.description()));
+  return Context{world, std::move(comm), store, at::get_num_threads(), placement};
+}
+
 }  // namespace
 
 std::string chooseBackend(const std::string& requested, const WorldInfo& world, const std::string& source,
@@ -222,6 +237,15 @@ Context init(const InitOptions& options, const Environment& env) {
   std::optional<std::string> token;
   if (world.worldSize > 1) token = tokenFromEnvironment(env);
   if (token) serveOrJoin(*token);
+  if (env.get(kNewcomerVar).value_or("") == "1") {
+    if (!token) {
+      throw ConfigError(
+          fmt::format("{}=1: a newcomer joins a running job through its store, and {} has no job token "
+                      "({}); only `lockstep run --min-np` starts newcomers",
+                      kNewcomerVar, world.describe(), kJobTokenVar));
+    }
+    return newcomerContext(world, std::move(store), placement, timeout);
+  }
   std::shared_ptr<Communicator> comm;
   if (backend == Backend::kMpi) {
     MpiOptions mpi;

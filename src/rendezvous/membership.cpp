@@ -1,7 +1,8 @@
 // Generations of members through the store (lockstep/rendezvous/membership.h). Keys, under
 // "membership/gen<g>/": "arrivals" (a counter), "entry/<i>" (arrival i: "<previous rank> <id>"),
 // "closed" (the number of members), and the generation's communicator under "gloo/"; and
-// "membership/current": the last generation closed, where a newcomer starts looking.
+// "membership/current": the last generation closed, where a newcomer starts looking; and
+// "membership/finished" once the job's work is done.
 #include "lockstep/rendezvous/membership.h"
 
 #include <fmt/format.h>
@@ -112,6 +113,14 @@ Membership::Membership(Store store, std::string id, int rank, MembershipOptions 
   LOCKSTEP_CHECK(id_.find('\n') == std::string::npos && !id_.empty(),
                  "Membership: the member id must be one line, not '", id_, "'");
 }
+
+bool Membership::nextStarted() {
+  return store_.tryGet(fmt::format("membership/gen{}/arrivals", generation_ + 1)).has_value();
+}
+
+void Membership::finish() { store_.set("membership/finished", bytesOf("1")); }
+
+bool Membership::finished() { return store_.tryGet("membership/finished").has_value(); }
 
 /// The generation this call joins: the next one; a member's first, the first (a launcher's rank)
 /// or the one after the last closed (a newcomer).

@@ -358,6 +358,7 @@ void AsyncPsRun::gather() {
 
 void AsyncPsRun::finish() {
   result_.worldSize = comm_->size();
+  result_.rank = comm_->rank();
   result_.globalBatch = updateBatch_;
   if (result_.seconds > 0) {
     result_.samplesPerSecond = static_cast<double>((result_.steps - firstUpdate_) * updateBatch_) / result_.seconds;

@@ -122,6 +122,7 @@ std::vector<double> FitRun::gatherLogWindow() {
 void FitRun::finish() {
   result_.steps = at_.step;
   result_.worldSize = world_;
+  result_.rank = rank_;
   result_.globalBatch = globalBatch_;
   result_.dataWaitSeconds = loader_.waitSeconds();
   if (timer_.timedSteps() > 0) {

@@ -58,7 +58,9 @@ FitRun::FitRun(std::shared_ptr<Communicator> comm, const TrainerOptions& options
       rank_(commPtr_->rank()), world_(commPtr_->size()), master_(rank_ == 0),
       dataRank_(rank_ / static_cast<int>(options.pipeline.stages)),
       dataWorld_(world_ / static_cast<int>(options.pipeline.stages)),
-      samples_(train, options, dataRank_, dataWorld_, /*elastic=*/options.elastic != nullptr),
+      newcomer_(options.elastic && options.elastic->newcomer),
+      samples_(train, options, dataRank_, options.elastic ? options.elastic->launchWorld : dataWorld_,
+               /*elastic=*/options.elastic != nullptr),
       microPerEpoch_(samples_.microPerEpoch()), globalBatch_(samples_.globalBatch()), loader_(train, options.loader),
       timer_(events_.origin(), events_.listening(), options.loader.device), memory_(options.loader.device) {
   stepsPerEpoch_ = microPerEpoch_ / o_.accumulation;
@@ -74,11 +76,11 @@ FitRun::FitRun(std::shared_ptr<Communicator> comm, const TrainerOptions& options
 
   if (o_.elastic) {
     const ElasticTraining& e = *o_.elastic;
-    LOCKSTEP_CHECK(e.rank == rank_, "TrainerOptions::elastic is of rank ", e.rank, ", the communicator's rank is ",
-                   rank_);
-    members_ = std::make_unique<Membership>(e.store, e.memberId, e.rank, e.membership);
+    LOCKSTEP_CHECK(e.newcomer || e.rank == rank_, "TrainerOptions::elastic is of rank ", e.rank,
+                   ", the communicator's rank is ", rank_);
+    members_ = std::make_unique<Membership>(e.store, e.memberId, e.newcomer ? -1 : e.rank, e.membership);
     leaveOnSigterm_.emplace();
-    formFirstGeneration();
+    if (!newcomer_) formFirstGeneration();
   }
   strategy_ = buildStrategy(commPtr_);
   if (o_.precision == Precision::kFp16) scaler_ = std::make_unique<LossScaler>(commPtr_, o_.lossScaler);
@@ -100,6 +102,38 @@ std::unique_ptr<Strategy> FitRun::buildStrategy(std::shared_ptr<Communicator> co
 }
 
 FitResult FitRun::run() {
+  if (newcomer_) {
+    if (!joinAsNewcomer()) return result_;
+    announce("");
+  } else {
+    resume();
+    announce(strategy_->start());
+  }
+  model_->train();
+  windowStart_ = Clock::now();
+  runStart_ = Clock::now();
+  for (;;) {
+    try {
+      if (at_.step >= totalSteps_) break;
+      runEpoch();
+      if (leaving()) return leave();
+      if (growing_) {
+        grow();
+        continue;
+      }
+      if (at_.batchInEpoch + o_.accumulation > microPerEpoch_) endEpoch();  // the epoch is complete
+    } catch (const CommError& failure) {
+      if (!members_) throw;
+      if (leaving()) return leave();
+      takeUp(failure);
+    }
+  }
+  endRun();
+  return result_;
+}
+
+/// Where a run starts: the newest checkpoint's step (or 0), and what that checkpoint reported.
+void FitRun::resume() {
   detail::RunMetrics metrics;
   at_ = detail::resumeTraining(
       o_, checkpoints_.get(), comm(),
@@ -122,30 +156,27 @@ FitResult FitRun::run() {
     windowLoss_ = metrics.windowLoss[rank_];
     windowSteps_ = metrics.windowSteps;
   }
-  const std::string description = strategy_->start();
-  announce(description);
-  model_->train();
-  windowStart_ = Clock::now();
-  const auto runStart = Clock::now();
-  while (at_.step < totalSteps_) {
+}
+
+/// The end of the run (collective): a run that stops inside an epoch is still measured at its end,
+/// and checkpointed. In an elastic run a lost worker or a newcomer here makes the next generation
+/// do it again.
+void FitRun::endRun() {
+  for (;;) {
     try {
-      runEpoch();
-      if (leaving()) return leave();
-      if (at_.batchInEpoch + o_.accumulation > microPerEpoch_) endEpoch();  // the epoch is complete
+      if (o_.validate && validation_ && validatedStep_ != at_.step && at_.step > result_.resumedFromStep) {
+        validate(fmt::format("step {}", at_.step), at_.epoch);
+      }
+      if (checkpoints_ && savedStep_ != at_.step) saveCheckpoint();
+      result_.seconds = std::chrono::duration<double>(Clock::now() - runStart_).count();
+      finish();
+      if (members_) members_->finish();
+      return;
     } catch (const CommError& failure) {
       if (!members_) throw;
-      if (leaving()) return leave();
       takeUp(failure);
     }
   }
-  // A run that stops inside an epoch is still measured at its end.
-  if (o_.validate && validation_ && validatedStep_ != at_.step && at_.step > result_.resumedFromStep) {
-    validate(fmt::format("step {}", at_.step), at_.epoch);
-  }
-  if (checkpoints_ && savedStep_ != at_.step) saveCheckpoint();
-  result_.seconds = std::chrono::duration<double>(Clock::now() - runStart).count();
-  finish();
-  return result_;
 }
 
 /// Validation and the checkpoint of the epoch whose last step was the last one trained.
@@ -208,7 +239,7 @@ void FitRun::runEpoch() {
   }
   planStart_ = at_.batchInEpoch;
   loader_.start(std::move(plan), at_.epoch);
-  while (at_.batchInEpoch + o_.accumulation <= microPerEpoch_ && at_.step < totalSteps_ && !leaving()) {
+  while (at_.batchInEpoch + o_.accumulation <= microPerEpoch_ && at_.step < totalSteps_ && !stopsHere()) {
     const double lr = applyLearningRate();
     std::vector<BucketTiming> messages;
     const double loss = trainStep(messages);

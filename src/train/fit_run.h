@@ -35,10 +35,18 @@ class FitRun {
   void announce(const std::string& strategy);
   void runEpoch();
   void endEpoch();
+  void resume();
+  void endRun();
   void formFirstGeneration();
+  bool joinAsNewcomer();
+  std::string fingerprint() const;  // what a newcomer must share with the job (join_fingerprint.h)
   void takeUp(const CommError& failure);
+  void grow();
+  void formNextGeneration(Clock::time_point start, Generation g);
   FitResult leave();
   bool leaving() const { return leaveOnSigterm_ && LeaveOnSigterm::requested(); }
+  /// Whether the loop stops at this step boundary: SIGTERM, or a newcomer waits (sets growing_).
+  bool stopsHere();
   Position positionAfter(int64_t step) const;
   double trainStep(std::vector<BucketTiming>& messages);
   bool agreeLossIsFinite(double stepLoss);
@@ -70,8 +78,10 @@ class FitRun {
   int rank_ = 0;
   int world_ = 1;
   bool master_ = true;
-  int dataRank_ = 0;   // this rank's pipeline (rank / stages); the rank without pipeline stages
-  int dataWorld_ = 1;  // pipelines (world / stages)
+  int dataRank_ = 0;      // this rank's pipeline (rank / stages); the rank without pipeline stages
+  int dataWorld_ = 1;     // pipelines (world / stages)
+  const bool newcomer_;   // an elastic run's worker started into the running job (joins at a boundary)
+  bool growing_ = false;  // a newcomer waits for the members at the next generation
 
   StepSamples samples_;
   std::vector<double> microScales_;  // the loss weight of each micro-batch of the loader's plan
@@ -100,6 +110,7 @@ class FitRun {
   int64_t windowSteps_ = 0;
   int64_t stepsSinceLog_ = 0;  // in this process (a resumed window's earlier steps were timed by another)
   Clock::time_point windowStart_;
+  Clock::time_point runStart_;
 };
 
 }  // namespace lockstep::detail

@@ -9,6 +9,7 @@
 #include "lockstep/common/checksum.h"
 #include "lockstep/common/error.h"
 #include "lockstep/common/logging.h"
+#include "lockstep/train/elastic.h"
 
 namespace lockstep {
 
@@ -52,7 +53,8 @@ std::vector<std::string> TaskRegistry::datasets() const {
 FitResult trainTask(const TaskRegistry& tasks, const TrainConfig& config, TrainerOptions options,
                     std::shared_ptr<Communicator> comm) {
   LOCKSTEP_CHECK(comm != nullptr, "trainTask needs a communicator");
-  const int rank = comm->rank();
+  // A newcomer to an elastic run is in a world of its own until it joins: its slot's rank speaks for it.
+  const int rank = options.elastic ? options.elastic->rank : comm->rank();
   auto task = tasks.make(config.data.dataset);
   at::manual_seed(config.trainer.seed);
   TaskParts parts = task->build(config, rank);
@@ -79,7 +81,8 @@ FitResult trainTask(const TaskRegistry& tasks, const TrainConfig& config, Traine
   size_t tensors = 0;
   const uint32_t checksum = parameterChecksum(*parts.model, &tensors);
   log::info(fmt::format("final parameters of this rank's model: crc32c {:08x} over {} tensors", checksum, tensors));
-  if (result.leftAfterStep < 0) task->afterFit(config, result, rank);  // a worker that left does not sample
+  // A worker that left does not sample; a newcomer of an elastic run is not rank 0 at the end.
+  if (result.leftAfterStep < 0) task->afterFit(config, result, result.rank);
   return result;
 }
 

@@ -55,6 +55,30 @@ TEST(ElasticLaunch, BelowTheMinimumTheGroupStopsAsWithoutIt) {
   EXPECT_EQ(r.err.find("go on"), std::string::npos) << r.err;
 }
 
+// A worker that SIGKILLs itself unless it is a newcomer; a newcomer says so and ends well.
+const char* kLoseRankOne =
+    "if [ \"$LOCKSTEP_ELASTIC_NEWCOMER\" = 1 ]; then echo newcomer in slot $LOCKSTEP_RANK of $LOCKSTEP_WORLD_SIZE;"
+    " exit 0; fi; if [ $LOCKSTEP_RANK = 1 ]; then kill -9 $$; fi; sleep 3";
+
+TEST(ElasticLaunch, ANewcomerTakesALostWorkersSlotWithinMaxRestarts) {
+  auto r = run({"-np", "3", "--min-np", "2", "--max-restarts", "2", "--", "sh", "-c", kLoseRankOne});
+  EXPECT_EQ(r.exitCode, 0) << r.out << r.err;
+  EXPECT_HAS(r.err, "2 worker(s) go on (--min-np 2)");
+  EXPECT_HAS(r.err, "lockstep run: a new worker (pid ");
+  EXPECT_HAS(r.err, ") takes the slot of rank 1; it joins the others at their next step (--max-restarts: 1 more)");
+  EXPECT_HAS(r.out, "[1] newcomer in slot 1 of 3");
+  // Only the lost worker's stderr is shown as lost, not the newcomer's.
+  EXPECT_HAS(r.err, "lockstep run: rank 1 was lost; the others went on (--min-np)");
+}
+
+TEST(ElasticLaunch, WithoutRestartsLeftNoNewcomerIsStarted) {
+  auto r = run({"-np", "3", "--min-np", "2", "--", "sh", "-c", kLoseRankOne});
+  EXPECT_EQ(r.exitCode, 0) << r.out << r.err;
+  EXPECT_HAS(r.err, "2 worker(s) go on (--min-np 2)");
+  EXPECT_EQ(r.err.find("a new worker"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("newcomer"), std::string::npos) << r.out;
+}
+
 TEST(ElasticLaunch, WorkersOfAJobThatIsNotElasticAreToldSo) {
   auto r = run({"-np", "2", "--", test::helperBin("membership_worker"), "1"});
   EXPECT_EQ(r.exitCode, 2) << r.out << r.err;

@@ -1,6 +1,7 @@
 // `lockstep train` as an elastic job (`lockstep run --min-np`, docs/elastic.md): a worker killed at
 // a random step, or told SIGTERM (it leaves after its step), costs no step, and the others end with
-// the parameters of the run without it; without a failure an elastic run trains as a fixed world does, bit for bit; the
+// the parameters of the run without it; a newcomer in the killed worker's slot ends equal to the others;
+// without a failure an elastic run trains as a fixed world does, bit for bit; the
 // settings whose state a survivor could not hand on are refused by name.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -30,6 +31,9 @@ using test::ProcessResult;
 // 750 samples, a global batch of 4 x 16: 11 steps per epoch, so 26 steps cross two epoch ends.
 const std::string kTinyConfig =
     test::tinyNamesConfig("  max_steps: 26\n  log_every: 2\n", "checkpoint:\n  dir: ckpt\n  every: 6\n");
+
+// Rank 0's steps take 8 times their computation: the others wait for it, the math is the same.
+const std::string kSlowSteps = "testing.slow_rank=0 testing.slow_factor=8";
 
 std::string makeRunDir() {
   std::string dir = test::makeTempDir();
@@ -130,6 +134,83 @@ TEST(ElasticTrainer, ASigtermedWorkerLeavesAfterItsStepAndTheOthersLoseNothing) 
   checksums.erase(rank);
   for (const auto& [r, checksum] : checksums) EXPECT_EQ(checksum, checksums.begin()->second) << "rank " << r;
   EXPECT_NE(left, checksums.begin()->second) << "the worker that left trained to the end";
+}
+
+// With --max-restarts, the launcher starts a newcomer in the killed worker's slot: it joins the
+// others at a step boundary, takes up their state over the communicator, and ends with their
+// parameters bit for bit; the run ends as the one without the kill (to the order of the sums).
+TEST(ElasticTrainer, ANewcomerTakesTheKilledWorkersSlotAndEndsEqualToTheOthers) {
+  const unsigned seed = std::random_device{}();
+  std::mt19937 rng(seed);
+  const int step = std::uniform_int_distribution<int>(1, 6)(rng);
+  const int rank = std::uniform_int_distribution<int>(0, 3)(rng);
+  SCOPED_TRACE("seed " + std::to_string(seed) + ": SIGKILL to rank " + std::to_string(rank) + " at the end of step " +
+               std::to_string(step));
+  const std::string dir = makeRunDir();
+  ProcessOptions fault;
+  fault.setEnv = {{"LOCKSTEP_FAULT_KILL_AT_STEP", std::to_string(step)},
+                  {"LOCKSTEP_FAULT_KILL_RANK", std::to_string(rank)}};
+  // Slower steps (the same math), so that the newcomer starts before the run ends.
+  const ProcessResult r = test::trainTiny(dir, 4, kSlowSteps, fault, "--min-np 2 --max-restarts 1");
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  EXPECT_NE(r.err.find("takes the slot of rank " + std::to_string(rank)), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("a newcomer to the running job: joining the workers at their next step"), std::string::npos)
+      << r.err;
+  std::smatch m;
+  const std::regex joined("generation (\\d+): 4 worker\\(s\\) \\(were [34]\\) go on from step (\\d+)");
+  ASSERT_TRUE(std::regex_search(r.err, m, joined)) << r.err;
+  EXPECT_GE(std::stoi(m[2].str()), step);
+  // The killed worker printed nothing at the end; its slot's newcomer did, and all four agree.
+  EXPECT_TRUE(test::sameFinalParameters(r.err, 4)) << r.err;
+  EXPECT_TRUE(sameModelWithin(test::ckptPath(dir, 26), test::ckptPath(straightRun(), 26), 1e-5));
+  const auto run = nlohmann::json::parse(test::readAll(dir + "/runs/tiny/run.json"));
+  EXPECT_EQ(run["status"], "finished");
+  EXPECT_EQ(run["world_size"], 4);
+  ASSERT_GE(run["generations"].size(), 1u) << run.dump();
+  EXPECT_EQ(run["generations"].back()["world_size"], 4) << run.dump();
+}
+
+// A worker started by hand as a newcomer into the running job (the launcher's variables, its port
+// and token): with another model it is refused by the fingerprint, with another token by the
+// store; the job trains on as if neither came, bit for bit.
+TEST(ElasticTrainer, AJoinerWithAnotherModelOrWithoutTheTokenIsRefusedAndChangesNothing) {
+  const std::string dir = makeRunDir();
+  const std::string token = "0123456789abcdef0123456789abcdef";
+  const std::string bin = test::quote(test::lockstepBin());
+  const std::string joiner =
+      "LOCKSTEP_ELASTIC_NEWCOMER=1 LOCKSTEP_RANK=3 LOCKSTEP_WORLD_SIZE=4 LOCKSTEP_MASTER_ADDR=127.0.0.1 "
+      "LOCKSTEP_MASTER_PORT=$PORT LOCKSTEP_AGENT_STORE=1 LOCKSTEP_MIN_NP=2 LOCKSTEP_MAX_NP=4 LOCKSTEP_BACKEND=gloo "
+      "LOCKSTEP_COMM_TIMEOUT=20 ";
+  const std::string script =
+      "cd " + test::quote(dir) +
+      "; PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind((\"127.0.0.1\", 0)); "
+      "print(s.getsockname()[1])')"
+      "; (LOCKSTEP_JOB_TOKEN=" +
+      token + " " + bin + " run -np 4 --min-np 2 --comm-timeout 60 --master-port $PORT -- " + bin +
+      " train tiny.yaml testing.slow_rank=0 testing.slow_factor=40 > job.out 2> job.err; echo $? > job.rc) &"
+      " for i in $(seq 600); do grep -q 'step 2/26' " +
+      test::quote(dir) +
+      "/job.err 2>/dev/null && break; sleep 0.1; done;"
+      " mkdir -p other; cd other; cp ../tiny.yaml .; " +
+      joiner + "LOCKSTEP_JOB_TOKEN=" + token + " " + bin +
+      " train tiny.yaml model.hidden=24; echo \"model joiner exit $?\";"
+      " " +
+      joiner + "LOCKSTEP_JOB_TOKEN=ffffffffffffffffffffffffffffffff " + bin +
+      " train tiny.yaml; echo \"token joiner exit $?\"; wait";
+  ProcessOptions o;
+  o.timeout = std::chrono::seconds(240);
+  const ProcessResult r = test::runProcess({"sh", "-c", script}, o);
+  const std::string jobErr = test::readAll(dir + "/job.err");
+  EXPECT_EQ(test::readAll(dir + "/job.rc"), "0\n") << jobErr;
+  EXPECT_NE(r.out.find("model joiner exit 2"), std::string::npos) << r.out << r.err;
+  EXPECT_NE(r.err.find("this newcomer does not fit the running elastic job: the job has 'parameter "),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.out.find("token joiner exit 1"), std::string::npos) << r.out << r.err;
+  EXPECT_NE(r.err.find("refused this process: wrong job token"), std::string::npos) << r.err;
+  // Nobody joined: no generation after the first, and the parameters of the run without joiners.
+  EXPECT_EQ(jobErr.find("generation 2"), std::string::npos) << jobErr;
+  EXPECT_TRUE(sameModelWithin(test::ckptPath(dir, 26), test::ckptPath(straightRun(), 26), 0.0));
 }
 
 TEST(ElasticTrainer, WithoutAFailureItTrainsAsAFixedWorldBitForBit) {

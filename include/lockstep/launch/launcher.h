@@ -74,7 +74,8 @@ struct LaunchOptions {
   /// `--nnodes > 1` without -H needs the same token on every node.
   std::string token;
   /// Restart the whole group up to this many times after a worker fails (not
-  /// after an interrupt); workers see LOCKSTEP_RESTART_COUNT.
+  /// after an interrupt); workers see LOCKSTEP_RESTART_COUNT. With minNp, each
+  /// lost worker whose slot a newcomer takes counts as one restart too.
   int maxRestarts = 0;
   /// --min-np (elastic, one node): a worker lost while at least this many still run does not
   /// stop the job; the others go on and re-form through the store (rendezvous/membership.h,
@@ -112,6 +113,7 @@ struct LaunchResult {
   std::string summary;         ///< printed on stderr when something failed
   int restarts = 0;            ///< group restarts that happened (--max-restarts)
   std::vector<int> lostRanks;  ///< --min-np: ranks lost while the others went on, in the order lost
+  int respawns = 0;            ///< --min-np: lost workers whose slots newcomers took (within --max-restarts)
 };
 
 /// Validates `options` (throws ConfigError), runs the workers to the end.

@@ -55,6 +55,9 @@ struct MonitorOptions {
   /// An elastic run (train/elastic.h): every rank keeps a MetricsWriter in standby, which takes
   /// the run's files over when a new generation makes it rank 0.
   bool elastic = false;
+  /// A newcomer to an elastic run (ElasticTraining::newcomer): its slot's rank is not its rank in
+  /// the generation it joins, so its writer starts in standby and it reports no progress.
+  bool newcomer = false;
 };
 
 /// The callbacks that write `options.dir` on this rank: metrics, TensorBoard

@@ -60,6 +60,9 @@ inline constexpr const char* kRunningMembersKey = "membership/running";
 /// `lockstep run --min-np A --max-np B` tells its workers A and B in these variables.
 inline constexpr const char* kMinMembersVar = "LOCKSTEP_MIN_NP";
 inline constexpr const char* kMaxMembersVar = "LOCKSTEP_MAX_NP";
+/// Set to 1 on a worker `lockstep run --min-np` starts into a running job (in a lost worker's
+/// slot): it joins the members at their next generation instead of init()'s world.
+inline constexpr const char* kNewcomerVar = "LOCKSTEP_ELASTIC_NEWCOMER";
 
 /// The options of an elastic job's workers: minMembers and maxMembers from the launcher's
 /// variables, the communicators' timeout (LOCKSTEP_COMM_TIMEOUT) and interface (LOCKSTEP_IFACE)
@@ -94,6 +97,13 @@ class Membership {
   Generation next();
   /// The number of the last generation this member took part in or was late for (0 before any).
   int64_t generation() const { return generation_; }
+  /// Whether anyone arrived at the generation after this member's (a newcomer waiting, or a member
+  /// that went on after a failure): one store read.
+  bool nextStarted();
+  /// Says in the store that the job's work is done: no generation follows (finished() is true for
+  /// every member). Any member may say it, more than once.
+  void finish();
+  bool finished();
 
  private:
   int64_t target();

@@ -10,6 +10,10 @@
 // store (rendezvous/membership.h), take up the furthest completed step from its first member
 // (train/recovery.h) and go on at the new size with the learning rate of the starting global
 // batch, reading no file. Below the launcher's minimum the generation's Error ends the run.
+// A newcomer (a worker `lockstep run` starts in a lost worker's slot, kNewcomerVar) joins the
+// members at their next step boundary, where they form the next generation with it, and takes up
+// their state from the first of them over the communicator; one that arrives after the last step
+// returns from fit() with FitResult::leftAfterStep 0, having trained nothing.
 // SIGTERM to one worker (a preemption) makes it leave after the step it is in, or as soon as a
 // collective fails: fit() returns with FitResult::leftAfterStep, and the others go on without it.
 // Elastic runs are data-parallel with strategy ddp on the CPU, without gradient compression,
@@ -29,7 +33,9 @@ namespace lockstep {
 struct ElasticTraining {
   Store store;                   ///< the job's store (Context::store), where the generations meet
   MembershipOptions membership;  ///< the generations' sizes and communicators
-  int rank = 0;                  ///< this worker's rank in the world init() formed
+  int rank = 0;                  ///< this worker's rank in the world init() formed (a newcomer's: its slot's)
+  int launchWorld = 1;           ///< the workers the job was launched with: the global batch is planned for them
+  bool newcomer = false;         ///< started into the running job (kNewcomerVar): joins at the members' next step
   std::string memberId;          ///< names this worker in the generations' logs and errors
 };
 

@@ -221,6 +221,7 @@ struct FitResult {
   double seconds = 0;
   std::string lastCheckpoint;
   int worldSize = 1;
+  int rank = 0;             ///< this worker's rank at the end (an elastic run's may differ from its start's)
   int64_t globalBatch = 0;  ///< samples per optimizer step over all ranks
   StepBreakdown breakdown;
   /// Every rank's memory at the end of the run, in rank order (gathered: the
