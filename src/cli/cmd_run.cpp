@@ -20,8 +20,8 @@ namespace {
 constexpr const char* kRunUsage =
     "usage: lockstep run -np N|gpu [--nnodes M --node-rank K] [--master-addr A] [--master-port P]\n"
     "                    [-H host1:slots,host2:slots [--rsh CMD]] [--iface IF] [--token-file F]\n"
-    "                    [--max-restarts R] [--min-np A [--max-np B]] [--threads T] [--comm-timeout S] [--stop-grace "
-    "S] [--no-prefix]\n"
+    "                    [--max-restarts R] [--min-np A [--max-np B] [--host-discovery CMD]] [--threads T]\n"
+    "                    [--comm-timeout S] [--stop-grace S] [--no-prefix]\n"
     "                    [--bind none|core]\n"
     "                    [--backend gloo|mpi|nccl|auto] [--mpirun-args ARGS] -- PROGRAM [ARGS...]";
 
@@ -71,6 +71,10 @@ void addRunOptions(CLI::App& app, RunArgs& r) {
                  "elastic: a lost worker does not stop the job while at least A workers run; the others re-form "
                  "at the new size (one node, gloo or nccl; docs/elastic.md)");
   app.add_option("--max-np", o.maxNp, "elastic: the most workers the job holds (default -np)");
+  app.add_option("--host-discovery", o.hostDiscovery,
+                 "elastic: a shell command printing HOST:SLOTS lines, run every --discovery-interval seconds; "
+                 "this node's slots are the workers the job holds, up to --max-np");
+  app.add_option("--discovery-interval", o.discoveryInterval, "seconds between runs of --host-discovery (default 2)");
   app.add_option("--nnodes", o.nnodes, "number of nodes (default 1)");
   app.add_option("--node-rank", o.nodeRank, "this node's index, 0..nnodes-1 (default 0)");
   app.add_option("--master-addr", o.masterAddr, "address of node 0 (default 127.0.0.1)");

@@ -74,6 +74,12 @@ std::vector<HostSlots> parseHosts(const std::string& text) {
 namespace detail {
 
 void validateElastic(const LaunchOptions& o) {
+  if (!o.hostDiscovery.empty() && o.minNp == 0) {
+    throw ConfigError("--host-discovery: an elastic job's option; give --min-np (and --max-np) too");
+  }
+  if (!(o.discoveryInterval >= 0.1 && o.discoveryInterval <= 3600)) {
+    throw ConfigError(fmt::format("--discovery-interval {}: expected seconds in 0.1..3600", o.discoveryInterval));
+  }
   if (o.minNp == 0 && o.maxNp == 0) return;
   const int np = o.nprocPerNode * o.nnodes;
   if (o.minNp == 0) throw ConfigError(fmt::format("--max-np {}: an elastic job needs --min-np too", o.maxNp));

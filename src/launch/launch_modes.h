@@ -28,6 +28,7 @@ struct Child {
   std::unique_ptr<OutputRelay> relay;
   RankResult result;
   LaunchClock::time_point started;
+  bool leaving = false;  ///< told to leave the elastic job (--host-discovery shrank it): its exit is no failure
 
   /// Starts `argv` as this child (see ChildProcess) and notes its start time and pid.
   void spawn(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
@@ -61,9 +62,9 @@ class LaunchMode {
   virtual Children start(const std::map<std::string, std::string>& baseEnv) = 0;
   /// The ended group's result: exit code, first failed rank, and the summary for stderr.
   virtual LaunchResult summarize(const Children& children, const GroupEnd& end) const = 0;
-  /// An elastic job's newcomer in the slot of `lost` (its rank, with kNewcomerVar set); null
-  /// where this mode starts no single worker.
-  virtual std::unique_ptr<Child> respawn(const Child& /*lost*/, const std::map<std::string, std::string>& /*baseEnv*/) {
+  /// An elastic job's newcomer in slot `rank` (with kNewcomerVar set); null where this mode starts
+  /// no single worker.
+  virtual std::unique_ptr<Child> newcomer(int /*rank*/, const std::map<std::string, std::string>& /*baseEnv*/) {
     return nullptr;
   }
 };
@@ -75,12 +76,13 @@ class LocalWorkers final : public LaunchMode {
   explicit LocalWorkers(const LaunchOptions& o) : o_(o) {}
   Children start(const std::map<std::string, std::string>& baseEnv) override;
   LaunchResult summarize(const Children& children, const GroupEnd& end) const override;
-  std::unique_ptr<Child> respawn(const Child& lost, const std::map<std::string, std::string>& baseEnv) override;
-  /// The variables a worker finds its place by, in lockstep's and torchrun's forms.
-  std::map<std::string, std::string> workerEnvironment(int rank, int localRank) const;
+  std::unique_ptr<Child> newcomer(int rank, const std::map<std::string, std::string>& baseEnv) override;
+  /// The variables a worker finds its place by, in lockstep's and torchrun's forms; `worldSize`
+  /// workers (0: the launch's).
+  std::map<std::string, std::string> workerEnvironment(int rank, int localRank, int worldSize = 0) const;
 
  private:
-  std::unique_ptr<Child> startWorker(int local, std::map<std::string, std::string> env) const;
+  std::unique_ptr<Child> startWorker(int local, std::map<std::string, std::string> env, int worldSize = 0) const;
   const LaunchOptions& o_;
 };
 

@@ -56,9 +56,16 @@ LaunchResult runGroupOnce(const LaunchOptions& o, const std::map<std::string, st
     };
   }
   if (onExit) onExit(o.nprocPerNode);  // before any worker looks
-  detail::Supervisor::RespawnFn respawn;
-  if (o.minNp > 0) respawn = [&](const detail::Child& lost) { return mode->respawn(lost, baseEnv); };
-  detail::Supervisor group(o, mode->start(baseEnv), std::move(onExit), std::move(respawn), respawns);
+  detail::Supervisor::Slots slots;
+  if (o.minNp > 0) {
+    slots.start = [&](int rank) { return mode->newcomer(rank, baseEnv); };
+    slots.respawns = respawns;
+    if (!o.hostDiscovery.empty()) {
+      slots.discovery = std::make_unique<detail::HostDiscovery>(
+          o.hostDiscovery, std::chrono::milliseconds(static_cast<int64_t>(o.discoveryInterval * 1000)), baseEnv);
+    }
+  }
+  detail::Supervisor group(o, mode->start(baseEnv), std::move(onExit), std::move(slots));
   const detail::GroupEnd end = group.run(signals.readFd());
   LaunchResult result = mode->summarize(group.children(), end);
   result.respawns = group.respawned();
@@ -143,6 +150,7 @@ LaunchResult launch(const LaunchOptions& input) {
   if (o.minNp > 0) {
     env[kMinMembersVar] = std::to_string(o.minNp);
     env[kMaxMembersVar] = std::to_string(o.maxNp > 0 ? o.maxNp : o.nprocPerNode);
+    env[kStartMembersVar] = std::to_string(o.nprocPerNode);
   }
   int restarts = 0;  // of the group, and (elastic) of lost workers' slots
   for (int attempt = 0;; ++attempt, ++restarts) {

@@ -1,6 +1,8 @@
 // local_workers.cpp — LocalWorkers: the workers of this node, fork/exec'ed here.
 #include <unistd.h>
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "launch/launch_commands.h"
@@ -11,12 +13,12 @@
 
 namespace lockstep::detail {
 
-std::map<std::string, std::string> LocalWorkers::workerEnvironment(int rank, int localRank) const {
+std::map<std::string, std::string> LocalWorkers::workerEnvironment(int rank, int localRank, int worldSize) const {
   WorldInfo w;
   w.rank = rank;
-  w.worldSize = o_.nprocPerNode * o_.nnodes;
+  w.worldSize = worldSize > 0 ? worldSize : o_.nprocPerNode * o_.nnodes;
   w.localRank = localRank;
-  w.localWorldSize = o_.nprocPerNode;
+  w.localWorldSize = worldSize > 0 ? worldSize : o_.nprocPerNode;
   w.nodeRank = o_.nodeRank;
   w.masterAddr = o_.masterAddr;
   w.masterPort = o_.masterPort;
@@ -26,22 +28,25 @@ std::map<std::string, std::string> LocalWorkers::workerEnvironment(int rank, int
 }
 
 /// Worker `local` of this node with `env` and its place's variables (and its cores with --bind core).
-std::unique_ptr<Child> LocalWorkers::startWorker(int local, std::map<std::string, std::string> env) const {
+std::unique_ptr<Child> LocalWorkers::startWorker(int local, std::map<std::string, std::string> env,
+                                                 int worldSize) const {
   auto c = std::make_unique<Child>();
   c->rank = o_.nodeRank * o_.nprocPerNode + local;
   c->relay = makeRelay(o_, c->rank, OutputRelay::Source::kWorker);
-  for (auto& [key, value] : workerEnvironment(c->rank, local)) env[key] = value;
+  for (auto& [key, value] : workerEnvironment(c->rank, local, worldSize)) env[key] = value;
   std::vector<int> cpus;
-  if (o_.bindCores) cpus = workerCpus(local, *o_.threadsPerWorker);
+  if (o_.bindCores && local < o_.nprocPerNode) cpus = workerCpus(local, *o_.threadsPerWorker);
   c->spawn(o_.command, env, /*pipeStdin=*/false, cpus);
   c->result.rank = c->rank;
   return c;
 }
 
-std::unique_ptr<Child> LocalWorkers::respawn(const Child& lost, const std::map<std::string, std::string>& baseEnv) {
+/// A newcomer's world is the most workers the job may hold, so that every slot's rank is in it;
+/// its global batch is planned for the job's start (kStartMembersVar).
+std::unique_ptr<Child> LocalWorkers::newcomer(int rank, const std::map<std::string, std::string>& baseEnv) {
   auto env = baseEnv;
   env[kNewcomerVar] = "1";
-  return startWorker(lost.rank - o_.nodeRank * o_.nprocPerNode, std::move(env));
+  return startWorker(rank - o_.nodeRank * o_.nprocPerNode, std::move(env), std::max(o_.maxNp, o_.nprocPerNode));
 }
 
 Children LocalWorkers::start(const std::map<std::string, std::string>& baseEnv) {

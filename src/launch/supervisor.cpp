@@ -49,6 +49,9 @@ GroupEnd Supervisor::run(int signalFd) {
     if (n > 0) relayReady(set, buffer);
     if (set.fds[0].revents & POLLIN) drainSignals(signalFd);
     reap();
+    if (slots_.discovery && killAt_ == kNever && !ending_) {
+      if (auto slots = slots_.discovery->poll()) holdWorkers(*slots);
+    }
     if (killAt_ != kNever && LaunchClock::now() >= killAt_) {
       killRunning();
       killAt_ = kNever;
@@ -163,7 +166,7 @@ void Supervisor::reap() {
     Child* c = children_[i].get();
     if (!c->process->poll()) continue;
     record(*c);
-    if (!c->result.failed()) ending_ = true;
+    if (!c->result.failed() && !c->leaving) ending_ = true;
     if (c->result.failed() && end_.firstFailed < 0 && end_.interruptSignal == 0 && !c->result.stoppedByLauncher) {
       if (othersGoOn(*c)) {
         refill(*c);
@@ -178,7 +181,7 @@ void Supervisor::reap() {
 
 int Supervisor::runningCount() const {
   return static_cast<int>(
-      std::count_if(children_.begin(), children_.end(), [](auto& c) { return c->process->running(); }));
+      std::count_if(children_.begin(), children_.end(), [](auto& c) { return c->process->running() && !c->leaving; }));
 }
 
 bool Supervisor::othersGoOn(const Child& lost) {
@@ -194,16 +197,48 @@ bool Supervisor::othersGoOn(const Child& lost) {
 }
 
 void Supervisor::refill(const Child& lost) {
-  if (!respawn_ || respawnsLeft_ == 0 || ending_) return;
-  std::unique_ptr<Child> newcomer = respawn_(lost);
+  if (!slots_.start || slots_.respawns == 0 || ending_) return;
+  std::unique_ptr<Child> newcomer = slots_.start(lost.rank);
   if (!newcomer) return;
-  --respawnsLeft_;
+  --slots_.respawns;
   ++respawned_;
   writeAll(STDERR_FILENO,
            fmt::format("lockstep run: a new worker (pid {}) takes the slot of rank {}; it joins the others at their "
                        "next step (--max-restarts: {} more)\n",
-                       newcomer->result.pid, lost.rank, respawnsLeft_));
+                       newcomer->result.pid, lost.rank, slots_.respawns));
   children_.push_back(std::move(newcomer));
+}
+
+void Supervisor::holdWorkers(int slots) {
+  const int maxWorkers = o_.maxNp > 0 ? o_.maxNp : o_.nprocPerNode;
+  const int target = std::clamp(slots, o_.minNp, maxWorkers);
+  int running = runningCount();
+  if (running == target || !slots_.start) return;
+  std::vector<bool> taken(static_cast<size_t>(maxWorkers), false);
+  for (auto& c : children_) {
+    if (c->process->running() && c->rank < maxWorkers) taken[static_cast<size_t>(c->rank)] = true;
+  }
+  for (int rank = 0; running < target && rank < maxWorkers; ++rank) {
+    if (taken[static_cast<size_t>(rank)]) continue;
+    std::unique_ptr<Child> newcomer = slots_.start(rank);
+    if (!newcomer) return;
+    writeAll(STDERR_FILENO, fmt::format("lockstep run: --host-discovery has {} slot(s): a new worker (pid {}) in "
+                                        "slot {}; it joins the others at their next step\n",
+                                        slots, newcomer->result.pid, rank));
+    children_.push_back(std::move(newcomer));
+    ++running;
+  }
+  // The newest workers leave after their step (SIGTERM: a preemption, nothing lost).
+  for (auto c = children_.rbegin(); running > target && c != children_.rend(); ++c) {
+    if (!(*c)->process->running() || (*c)->leaving) continue;
+    (*c)->leaving = true;
+    (*c)->process->signalGroup(SIGTERM);
+    writeAll(STDERR_FILENO, fmt::format("lockstep run: --host-discovery has {} slot(s): rank {} (pid {}) is told to "
+                                        "leave after its step (SIGTERM)\n",
+                                        slots, (*c)->rank, (*c)->result.pid));
+    --running;
+  }
+  if (onExit_) onExit_(running);
 }
 
 void Supervisor::record(Child& child) {

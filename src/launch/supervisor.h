@@ -10,22 +10,27 @@
 #include <utility>
 #include <vector>
 
+#include "launch/host_discovery.h"
 #include "launch/launch_modes.h"
 
 namespace lockstep::detail {
+
+/// How an elastic group's slots are refilled and grown (all empty: never).
+struct ElasticSlots {
+  /// A new worker in slot `rank` (a newcomer to the job), or null for none.
+  std::function<std::unique_ptr<Child>(int rank)> start;
+  int respawns = 0;                          ///< lost workers whose slots may be refilled (--max-restarts)
+  std::unique_ptr<HostDiscovery> discovery;  ///< --host-discovery: how many workers to hold (up to --max-np)
+};
 
 class Supervisor {
  public:
   /// Called with the number of workers still running each time one exits.
   using ExitFn = std::function<void(int running)>;
-  /// --min-np: a new worker for the slot of `lost` (a newcomer to the job), or null for none.
-  using RespawnFn = std::function<std::unique_ptr<Child>(const Child& lost)>;
-  /// Watches `children` (started by a LaunchMode) under the options `o`. `respawns`: how many lost
-  /// workers `respawn` may replace while no worker has ended on its own.
-  Supervisor(const LaunchOptions& o, Children children, ExitFn onExit = nullptr, RespawnFn respawn = nullptr,
-             int respawns = 0)
-      : o_(o), children_(std::move(children)), onExit_(std::move(onExit)), respawn_(std::move(respawn)),
-        respawnsLeft_(respawns) {}
+  using Slots = ElasticSlots;
+  /// Watches `children` (started by a LaunchMode) under the options `o`.
+  Supervisor(const LaunchOptions& o, Children children, ExitFn onExit = nullptr, Slots slots = {})
+      : o_(o), children_(std::move(children)), onExit_(std::move(onExit)), slots_(std::move(slots)) {}
 
   /// Relays the children's output until every one has exited and its pipes are closed (or 2 s
   /// after the last exit); `signalFd` is SignalGuard's pipe. Anything still running then is killed.
@@ -52,14 +57,16 @@ class Supervisor {
   bool othersGoOn(const Child& lost);
   /// --min-np: starts a newcomer in the slot of `lost` when the budget allows; says so on stderr.
   void refill(const Child& lost);
+  /// --host-discovery: newcomers in free slots, or SIGTERM to the last workers, towards `slots`.
+  void holdWorkers(int slots);
+  /// Workers running and not told to leave.
   int runningCount() const;
   static void record(Child& child);
 
   const LaunchOptions& o_;
   Children children_;
   ExitFn onExit_;
-  RespawnFn respawn_;
-  int respawnsLeft_ = 0;
+  Slots slots_;
   int respawned_ = 0;
   bool ending_ = false;  // a worker exited with code 0: the job is ending, no slot is refilled
   GroupEnd end_;

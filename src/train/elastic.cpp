@@ -15,9 +15,11 @@ namespace lockstep {
 std::shared_ptr<const ElasticTraining> elasticTraining(const Context& ctx, const Environment& env) {
   auto membership = elasticMembershipOptions(env);
   if (!membership) return nullptr;
-  return std::make_shared<const ElasticTraining>(ElasticTraining{
-      ctx.store, std::move(*membership), ctx.world.rank, ctx.world.worldSize, env.get(kNewcomerVar).value_or("") == "1",
-      fmt::format("rank {} ({}:{})", ctx.world.rank, detail::hostName(), ::getpid())});
+  return std::make_shared<const ElasticTraining>(
+      ElasticTraining{ctx.store, std::move(*membership), ctx.world.rank,
+                      static_cast<int>(env.getInt(kStartMembersVar, 1, 1 << 20).value_or(ctx.world.worldSize)),
+                      env.get(kNewcomerVar).value_or("") == "1",
+                      fmt::format("rank {} ({}:{})", ctx.world.rank, detail::hostName(), ::getpid())});
 }
 
 namespace detail {

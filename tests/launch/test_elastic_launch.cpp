@@ -79,6 +79,55 @@ TEST(ElasticLaunch, WithoutRestartsLeftNoNewcomerIsStarted) {
   EXPECT_EQ(r.out.find("newcomer"), std::string::npos) << r.out;
 }
 
+/// A discovery script that says `first` slots on its first call and `later` after, counting its
+/// calls in `dir`/calls.
+std::string countingDiscovery(const std::string& dir, int first, int later) {
+  return "n=$(cat " + dir + "/calls 2>/dev/null || echo 0); n=$((n+1)); echo $n > " + dir +
+         "/calls; if [ $n -ge 2 ]; then echo localhost:" + std::to_string(later) +
+         "; else echo localhost:" + std::to_string(first) + "; fi";
+}
+
+TEST(ElasticLaunch, HostDiscoveryGrowsTheJobUpToMaxNp) {
+  const std::string dir = test::makeTempDir();
+  const char* worker =
+      "if [ \"$LOCKSTEP_ELASTIC_NEWCOMER\" = 1 ]; then echo newcomer in slot $LOCKSTEP_RANK of $LOCKSTEP_WORLD_SIZE,"
+      " started with $LOCKSTEP_START_NP; exit 0; fi; sleep 4";
+  // The script asks for 5: the job holds at most --max-np 3.
+  auto r = run({"-np", "2", "--min-np", "1", "--max-np", "3", "--host-discovery", countingDiscovery(dir, 2, 5),
+                "--discovery-interval", "0.3", "--", "sh", "-c", worker});
+  EXPECT_EQ(r.exitCode, 0) << r.out << r.err;
+  EXPECT_HAS(r.err, "lockstep run: --host-discovery has 5 slot(s): a new worker (pid ");
+  EXPECT_HAS(r.err, ") in slot 2; it joins the others at their next step");
+  EXPECT_HAS(r.out, "[2] newcomer in slot 2 of 3, started with 2");
+  EXPECT_EQ(r.err.find("in slot 3"), std::string::npos) << r.err;
+}
+
+TEST(ElasticLaunch, HostDiscoveryShrinksTheJobBySigterm) {
+  const std::string dir = test::makeTempDir();
+  const char* worker = "trap 'echo rank $LOCKSTEP_RANK leaves; exit 0' TERM; sleep 4 & wait";
+  auto r = run({"-np", "3", "--min-np", "1", "--host-discovery", countingDiscovery(dir, 3, 2), "--discovery-interval",
+                "0.3", "--", "sh", "-c", worker});
+  EXPECT_EQ(r.exitCode, 0) << r.out << r.err;
+  EXPECT_HAS(r.err, "lockstep run: --host-discovery has 2 slot(s): rank 2 (pid ");
+  EXPECT_HAS(r.err, ") is told to leave after its step (SIGTERM)");
+  EXPECT_HAS(r.out, "[2] rank 2 leaves");
+  EXPECT_EQ(r.out.find("rank 1 leaves"), std::string::npos) << r.out;
+}
+
+TEST(ElasticLaunch, AFailingOrGarbledDiscoveryScriptIsSaidOnceAndTheJobGoesOn) {
+  for (const std::string script : {"exit 3", "echo 'two hosts please'"}) {
+    SCOPED_TRACE(script);
+    auto r = run({"-np", "2", "--min-np", "1", "--max-np", "3", "--host-discovery", script, "--discovery-interval",
+                  "0.2", "--", "sh", "-c", "sleep 2"});
+    EXPECT_EQ(r.exitCode, 0) << r.out << r.err;
+    const std::string said = "lockstep run: --host-discovery '" + script + "' ";
+    EXPECT_HAS(r.err, said);
+    EXPECT_HAS(r.err, "; the job goes on with the workers it has");
+    EXPECT_EQ(r.err.find(said), r.err.rfind(said)) << "said more than once: " << r.err;
+    EXPECT_EQ(r.err.find("a new worker"), std::string::npos) << r.err;
+  }
+}
+
 TEST(ElasticLaunch, WorkersOfAJobThatIsNotElasticAreToldSo) {
   auto r = run({"-np", "2", "--", test::helperBin("membership_worker"), "1"});
   EXPECT_EQ(r.exitCode, 2) << r.out << r.err;
@@ -156,6 +205,9 @@ TEST(ElasticLaunch, BadBoundsAreRefusedNamingTheFlag) {
       {{"-np", "3", "--min-np", "2", "--max-np", "2"}, "--max-np 2: must be at least -np 3"},
       {{"-np", "2", "--min-np", "1", "--backend", "mpi"}, "--min-np: an MPI job cannot go on"},
       {{"-np", "2", "--min-np", "1", "--nnodes", "2", "--master-port", "29999"}, "elastic jobs run on one node"},
+      {{"-np", "2", "--host-discovery", "echo localhost:2"}, "--host-discovery: an elastic job's option"},
+      {{"-np", "2", "--min-np", "1", "--host-discovery", "true", "--discovery-interval", "0"},
+       "--discovery-interval 0: expected seconds in 0.1..3600"},
   };
   for (const auto& [args, message] : cases) {
     std::vector<std::string> argv = args;

@@ -170,6 +170,46 @@ TEST(ElasticTrainer, ANewcomerTakesTheKilledWorkersSlotAndEndsEqualToTheOthers) 
   EXPECT_EQ(run["generations"].back()["world_size"], 4) << run.dump();
 }
 
+/// Seconds since midnight of a log line's "[lockstep HH:MM:SS.mmm" stamp found by `pattern`
+/// (which must match up to the stamp's start); -1 when not found.
+double stampOf(const std::string& log, const std::string& pattern) {
+  std::smatch m;
+  if (!std::regex_search(log, m, std::regex(pattern + "\\[lockstep (\\d+):(\\d+):([0-9.]+)"))) return -1;
+  return std::stoi(m[1].str()) * 3600.0 + std::stoi(m[2].str()) * 60.0 + std::stod(m[3].str());
+}
+
+// --host-discovery grows the job from 3 workers to 4 while it trains: the newcomer joins at the
+// others' next step boundary (within a second of its arrival), takes up their state and ends with
+// their parameters bit for bit; the run ends as 3 workers without it would (to the order of the
+// sums), at the global batch it started with.
+TEST(ElasticTrainer, AWorkerTheDiscoveryScriptAddsJoinsAndEndsEqualToTheOthers) {
+  const std::string straight = makeRunDir(), dir = makeRunDir();
+  const ProcessResult a = test::trainTiny(straight, 3, "", {}, "--min-np 2");
+  ASSERT_EQ(a.exitCode, 0) << a.err;
+  const std::string discovery = "n=$(cat " + dir + "/calls 2>/dev/null || echo 0); n=$((n+1)); echo $n > " + dir +
+                                "/calls; if [ $n -ge 3 ]; then echo localhost:4; else echo localhost:3; fi";
+  const ProcessResult r =
+      test::trainTiny(dir, 3, "testing.slow_rank=0 testing.slow_factor=30", {},
+                      "--min-np 2 --max-np 4 --discovery-interval 0.5 --host-discovery " + test::quote(discovery));
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  EXPECT_NE(r.err.find("--host-discovery has 4 slot(s): a new worker (pid "), std::string::npos) << r.err;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.err, m,
+                                std::regex("generation 2: 4 worker\\(s\\) \\(were 3\\) go on from step "
+                                           "(\\d+), taken from rank 0, in [0-9.]+ s; global batch 48")))
+      << r.err;
+  const double arrival = stampOf(r.err, "\\[3\\] (?=\\[lockstep [0-9:.]+ r3 INFO\\] a newcomer)");
+  const double formed = stampOf(r.err, "\\[0\\] (?=\\[lockstep [0-9:.]+ r0 INFO\\] generation 2)");
+  ASSERT_GT(arrival, 0) << r.err;
+  ASSERT_GT(formed, 0) << r.err;
+  EXPECT_LT(formed - arrival, 1.0) << r.err;
+  EXPECT_TRUE(test::sameFinalParameters(r.err, 4)) << r.err;
+  EXPECT_TRUE(sameModelWithin(test::ckptPath(dir, 26), test::ckptPath(straight, 26), 1e-5));
+  const auto run = nlohmann::json::parse(test::readAll(dir + "/runs/tiny/run.json"));
+  EXPECT_EQ(run["world_size"], 4);
+  EXPECT_EQ(run["generations"].back()["previous_world_size"], 3) << run.dump();
+}
+
 // A worker started by hand as a newcomer into the running job (the launcher's variables, its port
 // and token): with another model it is refused by the fingerprint, with another token by the
 // store; the job trains on as if neither came, bit for bit.

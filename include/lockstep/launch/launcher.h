@@ -83,6 +83,11 @@ struct LaunchOptions {
   int minNp = 0;
   /// --max-np: the most workers a generation of an elastic job holds (LOCKSTEP_MAX_NP); 0: -np.
   int maxNp = 0;
+  /// --host-discovery: a shell command run every discoveryInterval seconds whose output
+  /// ("HOST:SLOTS" lines) says how many workers the elastic job holds on this node, between
+  /// minNp and maxNp: newcomers fill free slots, the newest workers leave (SIGTERM) when it shrinks.
+  std::string hostDiscovery;
+  double discoveryInterval = 2.0;
   /// -H: start one launcher per host through `rsh` (node rank = position);
   /// this process only watches them. Needs the same lockstep path and working
   /// directory on every host.

@@ -63,6 +63,9 @@ inline constexpr const char* kMaxMembersVar = "LOCKSTEP_MAX_NP";
 /// Set to 1 on a worker `lockstep run --min-np` starts into a running job (in a lost worker's
 /// slot): it joins the members at their next generation instead of init()'s world.
 inline constexpr const char* kNewcomerVar = "LOCKSTEP_ELASTIC_NEWCOMER";
+/// The workers an elastic job started with (-np), told to every worker: a newcomer's own world
+/// size is the most the job may hold.
+inline constexpr const char* kStartMembersVar = "LOCKSTEP_START_NP";
 
 /// The options of an elastic job's workers: minMembers and maxMembers from the launcher's
 /// variables, the communicators' timeout (LOCKSTEP_COMM_TIMEOUT) and interface (LOCKSTEP_IFACE)
