@@ -157,8 +157,14 @@ void checkNcclFits(const WorldInfo& world, const std::string& source) {
 
 /// A worker `lockstep run --min-np` started into the running job (kNewcomerVar): the job's store,
 /// and a world of its own until it joins the members' next generation (train/elastic.h).
-Context newcomerContext(const WorldInfo& world, Store store, const Placement& placement,
-                        std::chrono::milliseconds timeout) {
+Context newcomerContext(const WorldInfo& world, const std::optional<std::string>& token, Store store,
+                        const Placement& placement, std::chrono::milliseconds timeout) {
+  if (!token) {
+    throw ConfigError(
+        fmt::format("{}=1: a newcomer joins a running job through its store, and {} has no job token "
+                    "({}); only `lockstep run --min-np` starts newcomers",
+                    kNewcomerVar, world.describe(), kJobTokenVar));
+  }
   GlooOptions gloo;
   gloo.rank = 0;
   gloo.worldSize = 1;
@@ -237,15 +243,7 @@ Context init(const InitOptions& options, const Environment& env) {
   std::optional<std::string> token;
   if (world.worldSize > 1) token = tokenFromEnvironment(env);
   if (token) serveOrJoin(*token);
-  if (env.get(kNewcomerVar).value_or("") == "1") {
-    if (!token) {
-      throw ConfigError(
-          fmt::format("{}=1: a newcomer joins a running job through its store, and {} has no job token "
-                      "({}); only `lockstep run --min-np` starts newcomers",
-                      kNewcomerVar, world.describe(), kJobTokenVar));
-    }
-    return newcomerContext(world, std::move(store), placement, timeout);
-  }
+  if (env.get(kNewcomerVar).value_or("") == "1") return newcomerContext(world, token, store, placement, timeout);
   std::shared_ptr<Communicator> comm;
   if (backend == Backend::kMpi) {
     MpiOptions mpi;
