@@ -95,8 +95,8 @@ std::optional<int> HostDiscovery::poll() {
       if (fd == &running_->stdoutFd() && output_.size() < (1 << 20)) output_.append(buffer, static_cast<size_t>(got));
     }
   }
-  if (running_->poll() && !running_->stdoutFd().valid()) return finish();
-  if (!running_->running() && !running_->stdoutFd().valid()) return finish();
+  running_->poll();
+  if (!running_->running() && !running_->stdoutFd().valid()) return finish();  // ended, its output all read
   if (now - startedAt_ > kScriptTimeout) {
     running_.reset();
     sayOnce(fmt::format("did not end within {} s", kScriptTimeout.count()));
