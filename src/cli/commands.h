@@ -25,6 +25,8 @@ int generateCommand(const std::vector<std::string>& args);
 int dashboardCommand(const std::vector<std::string>& args);
 /// `lockstep report RUN_DIR -o FILE.html` (cmd_report.cpp).
 int reportCommand(const std::vector<std::string>& args);
+/// `lockstep samples DIR [--json]`: audits a trainer.sample_log (cmd_samples.cpp).
+int samplesCommand(const std::vector<std::string>& args);
 /// `lockstep sweep SPEC.yaml [-j J] [--dir DIR] [--resume]` (cmd_sweep.cpp).
 int sweepCommand(const std::vector<std::string>& args);
 /// `lockstep submit [sbatch options] -- PROGRAM ARGS...` (cmd_submit.cpp).

@@ -16,6 +16,7 @@ constexpr const char* kUsage =
     "  bench   measure: lockstep bench allreduce [--bytes 4K,1M,32M] [--json]\n"
     "  dashboard  web page of training runs: lockstep dashboard --logdir runs/ [--port 8080]\n"
     "  report  one self-contained HTML file of a run: lockstep report runs/NAME -o report.html\n"
+    "  samples audit a run's trainer.sample_log: lockstep samples runs/NAME/samples\n"
     "  sweep   search hyper-parameters: lockstep sweep SPEC.yaml -j 2 [--dir DIR] [--resume] [--scheduler slurm]\n"
     "  submit  submit a training run to Slurm: lockstep submit --nodes 2 --ntasks-per-node 4 -- lockstep train CFG\n"
     "  version print the version\n"
@@ -38,6 +39,7 @@ int main(int argc, char** argv) {
   if (command == "generate") return lockstep::cli::generateCommand(rest);
   if (command == "dashboard") return lockstep::cli::dashboardCommand(rest);
   if (command == "report") return lockstep::cli::reportCommand(rest);
+  if (command == "samples") return lockstep::cli::samplesCommand(rest);
   if (command == "sweep") return lockstep::cli::sweepCommand(rest);
   if (command == "submit") return lockstep::cli::submitCommand(rest);
   if (command == "version" || command == "--version") {

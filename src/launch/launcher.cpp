@@ -60,6 +60,11 @@ LaunchResult runGroupOnce(const LaunchOptions& o, const std::map<std::string, st
   if (o.minNp > 0) {
     slots.start = [&](int rank) { return mode->newcomer(rank, baseEnv); };
     slots.respawns = respawns;
+    if (store) {
+      slots.leftTheJob = [store](int64_t pid) {
+        return store->tryGet(kLeftMemberKeyPrefix + std::to_string(pid)).has_value();
+      };
+    }
     if (!o.hostDiscovery.empty()) {
       slots.discovery = std::make_unique<detail::HostDiscovery>(
           o.hostDiscovery, std::chrono::milliseconds(static_cast<int64_t>(o.discoveryInterval * 1000)), baseEnv);

@@ -166,7 +166,14 @@ void Supervisor::reap() {
     Child* c = children_[i].get();
     if (!c->process->poll()) continue;
     record(*c);
-    if (!c->result.failed() && !c->leaving) ending_ = true;
+    if (!c->result.failed() && !c->leaving) {
+      if (slots_.leftTheJob && end_.interruptSignal == 0 && !c->result.stoppedByLauncher &&
+          slots_.leftTheJob(c->result.pid)) {
+        leftTheJob(*c);
+      } else {
+        ending_ = true;
+      }
+    }
     if (c->result.failed() && end_.firstFailed < 0 && end_.interruptSignal == 0 && !c->result.stoppedByLauncher) {
       if (othersGoOn(*c)) {
         refill(*c);
@@ -194,6 +201,16 @@ bool Supervisor::othersGoOn(const Child& lost) {
       fmt::format("lockstep run: rank {} (pid {}) {} after {:.1f} s; {} worker(s) go on (--min-np {})\n", lost.rank,
                   lost.result.pid, describeRankEnd(lost.result), lost.result.seconds, running, o_.minNp));
   return true;
+}
+
+/// A worker that left before the job's end (SIGTERM from outside): the others go on without it, as
+/// after a loss, and a newcomer may take its slot.
+void Supervisor::leftTheJob(const Child& gone) {
+  const int running = runningCount();
+  writeAll(STDERR_FILENO,
+           fmt::format("lockstep run: rank {} (pid {}) left the job after {:.1f} s; {} worker(s) go on\n", gone.rank,
+                       gone.result.pid, gone.result.seconds, running));
+  if (o_.minNp > 0 && running >= o_.minNp) refill(gone);
 }
 
 void Supervisor::refill(const Child& lost) {

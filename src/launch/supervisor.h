@@ -21,6 +21,9 @@ struct ElasticSlots {
   std::function<std::unique_ptr<Child>(int rank)> start;
   int respawns = 0;                          ///< lost workers whose slots may be refilled (--max-restarts)
   std::unique_ptr<HostDiscovery> discovery;  ///< --host-discovery: how many workers to hold (up to --max-np)
+  /// Whether the worker of this pid said it left the job before its end (a preemption): its exit
+  /// with code 0 then refills its slot instead of meaning the job ends.
+  std::function<bool(int64_t pid)> leftTheJob;
 };
 
 class Supervisor {
@@ -57,6 +60,7 @@ class Supervisor {
   bool othersGoOn(const Child& lost);
   /// --min-np: starts a newcomer in the slot of `lost` when the budget allows; says so on stderr.
   void refill(const Child& lost);
+  void leftTheJob(const Child& gone);
   /// --host-discovery: newcomers in free slots, or SIGTERM to the last workers, towards `slots`.
   void holdWorkers(int slots);
   /// Workers running and not told to leave.

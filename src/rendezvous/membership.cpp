@@ -5,6 +5,8 @@
 // "membership/finished" once the job's work is done.
 #include "lockstep/rendezvous/membership.h"
 
+#include <unistd.h>
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -121,6 +123,8 @@ bool Membership::nextStarted() {
 void Membership::finish() { store_.set("membership/finished", bytesOf("1")); }
 
 bool Membership::finished() { return store_.tryGet("membership/finished").has_value(); }
+
+void Membership::leave() { store_.set(kLeftMemberKeyPrefix + std::to_string(::getpid()), bytesOf("1")); }
 
 /// The generation this call joins: the next one; a member's first, the first (a launcher's rank)
 /// or the one after the last closed (a newcomer).

@@ -86,6 +86,7 @@ std::vector<Field> fieldsOf(TrainConfig& c) {
       {"trainer.seed", &c.trainer.seed},
       {"trainer.log_every", &c.trainer.logEvery},
       {"trainer.validate", &c.trainer.validate},
+      {"trainer.sample_log", &c.trainer.sampleLog},
       {"optimizer.type", choice(&c.trainer.optimizer.type, parseOptimizerType)},
       {"optimizer.lr", &c.trainer.optimizer.lr},
       {"optimizer.momentum", &c.trainer.optimizer.momentum},
@@ -293,6 +294,8 @@ void validate(const TrainConfig& c) {
   check(c.testing.slowFactor >= 1, fmt::format("testing.slow_factor must be at least 1, got {}", c.testing.slowFactor));
   check(c.trainer.clipGradNorm >= 0, "trainer.clip_grad_norm must not be negative");
   check(c.trainer.logEvery > 0, "trainer.log_every must be positive");
+  check(c.trainer.sampleLog.empty() || c.trainer.schedule == Schedule::kSync,
+        "trainer.sample_log is written by the sync schedule's steps only, not under schedule.type async_ps");
   check(c.trainer.optimizer.lr > 0, "optimizer.lr must be positive");
   check(c.trainer.lrScaling.baseBatch >= 0 && c.trainer.lrScaling.warmupSteps >= 0,
         "lr_scaling.base_batch and lr_scaling.warmup_steps must not be negative");

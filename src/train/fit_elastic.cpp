@@ -36,6 +36,7 @@ void FitRun::formFirstGeneration() {
   Generation g = members_->next();
   LOCKSTEP_CHECK(g.rank == rank_ && g.size == world_, "the first generation of the elastic run has rank ", g.rank,
                  " of ", g.size, ", the communicator it was given rank ", rank_, " of ", world_);
+  generation_ = g.number;
   joinWorld(std::move(g.comm));
   if (master_) {
     const std::string text = fingerprint();
@@ -89,15 +90,18 @@ bool FitRun::stopsHere() {
 /// Goes on in generation `g` (formed since `start`) from the furthest step any member completed:
 /// this member's is at_.step, a newcomer's none (its strategy_ is null).
 void FitRun::formNextGeneration(Clock::time_point start, Generation g) {
-  const int before = strategy_ ? world_
-                               : static_cast<int>(std::count_if(g.previousRanks.begin(), g.previousRanks.end(),
-                                                                [](int previous) { return previous >= 0; }));
+  const int members = static_cast<int>(
+      std::count_if(g.previousRanks.begin(), g.previousRanks.end(), [](int previous) { return previous >= 0; }));
+  const int before = strategy_ ? world_ : members;
+  const int newcomers = g.size - members;
   Recovery r = recoverFromFurthest(std::move(strategy_), at_.step, g.comm, [this](std::shared_ptr<Communicator> comm) {
     return buildStrategy(std::move(comm));
   });
   strategy_ = std::move(r.strategy);
   joinWorld(std::move(g.comm));
   at_ = positionAfter(r.step);
+  generation_ = g.number;
+  if (sampleLog_) sampleLog_->generation(generation_, rank_, world_, r.step);
   // Each member's end-of-run marks are its own: from here the members do the same again.
   validatedStep_ = savedStep_ = -1;
   // The window's losses were of another world: the next progress line starts a new one.
@@ -109,8 +113,9 @@ void FitRun::formNextGeneration(Clock::time_point start, Generation g) {
   events_.generation({g.number, r.step, world_, before, rank_, seconds, 0});
   if (master_) {
     log::info(fmt::format(
-        "generation {}: {} worker(s) (were {}) go on from step {}, taken from rank {}, in {:.2f} s; global batch {}",
-        g.number, world_, before, r.step, r.source, seconds, globalBatch_));
+        "generation {}: {} worker(s) (were {}) go on from step {}, taken from rank {}, in {:.2f} s; global batch {}; "
+        "{} gone, {} new",
+        g.number, world_, before, r.step, r.source, seconds, globalBatch_, before - members, newcomers));
   }
 }
 
@@ -141,6 +146,11 @@ bool FitRun::joinAsNewcomer() {
 /// collective (the others learn of it as of a loss, and go on from the furthest step).
 FitResult FitRun::leave() {
   log::warn(fmt::format("SIGTERM: leaving the job after step {}; the others go on without this worker", at_.step));
+  try {
+    members_->leave();  // the launcher may refill the slot
+  } catch (const std::exception& e) {
+    log::debug(std::string("saying in the store that this worker leaves: ") + e.what());
+  }
   result_.leftAfterStep = at_.step;
   result_.steps = at_.step;
   result_.worldSize = world_;

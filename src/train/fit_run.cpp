@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cmath>
 
+#include "lockstep/common/env.h"
 #include "lockstep/common/error.h"
 #include "lockstep/common/logging.h"
 #include "lockstep/train/elastic.h"
@@ -86,6 +87,12 @@ FitRun::FitRun(std::shared_ptr<Communicator> comm, const TrainerOptions& options
   if (o_.precision == Precision::kFp16) scaler_ = std::make_unique<LossScaler>(commPtr_, o_.lossScaler);
   if (!o_.checkpoint.dir.empty())
     checkpoints_ = std::make_unique<CheckpointDir>(o_.checkpoint.dir, o_.checkpoint.keepLast);
+  if (!o_.sampleLog.empty() && rank_ % static_cast<int>(o_.pipeline.stages) == 0) {
+    const SampleLog::Run run{static_cast<int64_t>(train.size()), globalBatch_, stepsPerEpoch_, totalSteps_,
+                             o_.accumulation};
+    const int64_t attempt = Environment::fromProcess().getInt(env::kRestartCount, 0).value_or(0);
+    sampleLog_ = std::make_unique<SampleLog>(o_.sampleLog, run, attempt);
+  }
 }
 
 /// A strategy over `comm` with a new optimizer; the first one's learning rates are the run's base.
@@ -107,6 +114,7 @@ FitResult FitRun::run() {
     announce("");
   } else {
     resume();
+    if (sampleLog_) sampleLog_->generation(generation_, dataRank_, dataWorld_, at_.step);
     announce(strategy_->start());
   }
   model_->train();
@@ -232,8 +240,10 @@ void FitRun::runEpoch() {
                                 at_.batchInEpoch + stepsLeft * o_.accumulation);
   std::vector<std::vector<int64_t>> plan;
   microScales_.clear();
+  planIds_.clear();
   for (int64_t b = at_.batchInEpoch; b < last; ++b) {
     BatchShare share = samples_.micro(b, dataRank_, dataWorld_);
+    if (sampleLog_) planIds_.push_back(share.indices);
     plan.push_back(std::move(share.indices));
     microScales_.push_back(share.lossScale);
   }
@@ -285,8 +295,11 @@ double FitRun::trainStep(std::vector<BucketTiming>& messages) {
     timer_.endPhase(Phase::kDataWait);
     const bool last = m + 1 == o_.accumulation;
     LoopHooks hooks(timer_, scaler_.get(), faults_, rank_, last, computeStart);
+    const auto planned = static_cast<size_t>(at_.batchInEpoch + m - planStart_);
+    // Before the forward: a step this rank dies in is one of the generation's uncommitted steps.
+    if (sampleLog_) sampleLog_->micro(at_.epoch, at_.step + 1, m, planIds_[planned]);
     // The weight of this micro-batch's mean loss (1 / accumulation where every rank's share is equal).
-    const double scale = microScales_[static_cast<size_t>(at_.batchInEpoch + m - planStart_)];
+    const double scale = microScales_[planned];
     stepLoss += strategy_->trainMicroBatch(batch, scale, /*sync=*/last, hooks);
   }
   memory_.endCompute();
@@ -297,6 +310,7 @@ double FitRun::trainStep(std::vector<BucketTiming>& messages) {
   // an overflow it skips on every rank; nan_policy judges the losses of steps it let through.
   if (unscaleGradients() && agreeLossIsFinite(stepLoss)) strategy_->step(o_.clipGradNorm);
   timer_.endPhase(Phase::kOptimizer);
+  if (sampleLog_) sampleLog_->stepDone(at_.step + 1);
   return stepLoss;
 }
 

@@ -35,6 +35,17 @@ const std::string kTinyConfig =
 // Rank 0's steps take 8 times their computation: the others wait for it, the math is the same.
 const std::string kSlowSteps = "testing.slow_rank=0 testing.slow_factor=8";
 
+/// `lockstep samples` on the run's trainer.sample_log=samples: every sample of each epoch trained
+/// exactly once in the steps the run kept.
+::testing::AssertionResult everySampleOnce(const std::string& dir) {
+  const ProcessResult audit = test::runProcess({test::lockstepBin(), "samples", dir + "/samples"});
+  if (audit.exitCode == 0 && audit.out.find("OK: every sample of each epoch") != std::string::npos) {
+    return ::testing::AssertionSuccess();
+  }
+  return ::testing::AssertionFailure() << "lockstep samples exited " << audit.exitCode << ":\n"
+                                       << audit.out << audit.err;
+}
+
 std::string makeRunDir() {
   std::string dir = test::makeTempDir();
   std::ofstream(dir + "/tiny.yaml") << kTinyConfig;
@@ -83,8 +94,9 @@ std::string loseAWorker(const std::string& signal, int& rank, int& step) {
   fault.setEnv = {{"LOCKSTEP_FAULT_KILL_AT_STEP", std::to_string(step)},
                   {"LOCKSTEP_FAULT_KILL_RANK", std::to_string(rank)},
                   {"LOCKSTEP_FAULT_SIGNAL", signal}};
-  const ProcessResult r = test::trainTiny(dir, 4, "", fault, "--min-np 2");
+  const ProcessResult r = test::trainTiny(dir, 4, "trainer.sample_log=samples", fault, "--min-np 2");
   EXPECT_EQ(r.exitCode, 0) << r.err;
+  EXPECT_TRUE(everySampleOnce(dir));
   // The worker completed its step: so did the others, and they go on from it.
   std::smatch m;
   const std::regex took("generation 2: 3 worker\\(s\\) \\(were 4\\) go on from step " + std::to_string(step) +
@@ -151,8 +163,10 @@ TEST(ElasticTrainer, ANewcomerTakesTheKilledWorkersSlotAndEndsEqualToTheOthers) 
   fault.setEnv = {{"LOCKSTEP_FAULT_KILL_AT_STEP", std::to_string(step)},
                   {"LOCKSTEP_FAULT_KILL_RANK", std::to_string(rank)}};
   // Slower steps (the same math), so that the newcomer starts before the run ends.
-  const ProcessResult r = test::trainTiny(dir, 4, kSlowSteps, fault, "--min-np 2 --max-restarts 1");
+  const ProcessResult r =
+      test::trainTiny(dir, 4, kSlowSteps + " trainer.sample_log=samples", fault, "--min-np 2 --max-restarts 1");
   ASSERT_EQ(r.exitCode, 0) << r.err;
+  EXPECT_TRUE(everySampleOnce(dir));
   EXPECT_NE(r.err.find("takes the slot of rank " + std::to_string(rank)), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("a newcomer to the running job: joining the workers at their next step"), std::string::npos)
       << r.err;

@@ -56,6 +56,10 @@ struct MembershipOptions {
 /// Where `lockstep run --min-np` keeps the number of its workers still running, updated as each
 /// one exits: a generation closes once that many have arrived (the join window bounds the wait).
 inline constexpr const char* kRunningMembersKey = "membership/running";
+/// A worker that leaves the job before its end (SIGTERM, a preemption) sets this key followed by
+/// its pid before it exits with code 0, so that the launcher refills its slot rather than taking
+/// the exit for the job's end.
+inline constexpr const char* kLeftMemberKeyPrefix = "membership/left/";
 
 /// `lockstep run --min-np A --max-np B` tells its workers A and B in these variables.
 inline constexpr const char* kMinMembersVar = "LOCKSTEP_MIN_NP";
@@ -107,6 +111,8 @@ class Membership {
   /// every member). Any member may say it, more than once.
   void finish();
   bool finished();
+  /// Says in the store that this process leaves the job before its end (kLeftMemberKeyPrefix).
+  void leave();
 
  private:
   int64_t target();

@@ -108,7 +108,10 @@ struct TrainerOptions {
   uint64_t seed = 0;
   int64_t logEvery = 50;  ///< optimizer steps between progress lines
   bool validate = true;   ///< validation at the end of every epoch (and of the run)
-  LoaderOptions loader;   ///< worker threads preparing batches ahead of the step (its device: set from `device`)
+  /// Non-empty: a directory where every process writes the ids of the samples it trains, step by
+  /// step and generation by generation, for `lockstep samples DIR` to audit (docs/elastic.md).
+  std::string sampleLog;
+  LoaderOptions loader;  ///< worker threads preparing batches ahead of the step (its device: set from `device`)
   /// Where the model, batches and loss live (common/device.h): auto (CUDA when this process
   /// sees a GPU, else the CPU), cpu or cuda. fit() moves the model there.
   DeviceChoice device = DeviceChoice::kAuto;
