@@ -9,7 +9,8 @@
 #   bench/elastic_soak.sh [DURATION] [INTERVAL]     defaults: 180 and 10
 #
 # Environment: NP (default 4), LOCKSTEP_BUILD_DIR, KEEP=1 keeps the run's directory.
-# Exit status: 0 when the run finished and the audit found every sample once.
+# Exit status: 0 when the run finished without a whole-group restart and the audit found every
+# sample once.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN="$(realpath "${LOCKSTEP_BUILD_DIR:-build}/lockstep")"
@@ -53,7 +54,11 @@ while kill -0 "$launcher" 2>/dev/null && [ $(($(date +%s) - start)) -lt "$DURATI
 done
 rc=0
 wait "$launcher" || rc=$?
-echo "faults: $kills SIGKILL, $terms SIGTERM over $(($(date +%s) - start)) s; the job exited $rc"
+# Every lost or preempted slot is refilled in the running job: a restart of the whole group from a
+# checkpoint (--max-restarts' fallback below --min-np) counts as a failure of the soak.
+restarts=$(grep -c 'restarting all' "$dir/run.log" || true)
+echo "faults: $kills SIGKILL, $terms SIGTERM over $(($(date +%s) - start)) s; the job exited $rc;" \
+  "whole-group restarts: $restarts"
 audit=0
 "$BIN" samples "$dir/samples" >"$dir/audit.txt" || audit=$?
 "$BIN" samples "$dir/samples" --json >"$dir/audit.json" || true
@@ -80,4 +85,4 @@ per = audit["redone_steps"] / faults if faults else 0
 print(f"steps trained again: {audit['redone_steps']} ({per:.2f} per fault), of them completed by a member "
       f"and lost with it: {audit['rolled_back_steps']}; kept {audit['kept_steps']} of {audit['total_steps']}")
 PY
-[ "$rc" = 0 ] && [ "$audit" = 0 ]
+[ "$rc" = 0 ] && [ "$audit" = 0 ] && [ "$restarts" = 0 ]

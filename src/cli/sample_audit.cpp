@@ -98,7 +98,8 @@ void readGeneration(const json& j, const std::string& where, Log& log) {
 
 void readMicro(const json& j, const std::string& where, Log& log) {
   const GenKey k = keyOf(j, where);
-  StepFeed& feed = log.gens[k].feeds[need(j, "step", where)];
+  const int64_t step = need(j, "step", where);
+  StepFeed& feed = log.gens[k].feeds[step];
   feed.epoch = need(j, "epoch", where);
   if (!j.contains("ids") || !j["ids"].is_array()) throw ConfigError(fmt::format("{}: no \"ids\" array", where));
   const auto ids = j["ids"].get<std::vector<int64_t>>();
@@ -106,7 +107,7 @@ void readMicro(const json& j, const std::string& where, Log& log) {
   auto [it, inserted] = feed.shares.emplace(share, ids);
   if (!inserted && it->second != ids) {
     log.problems.push_back(fmt::format("{}: rank {} fed micro-batch {} of step {} twice with other samples", where,
-                                       share.first, share.second, need(j, "step", where)));
+                                       share.first, share.second, step));
   }
 }
 
@@ -118,7 +119,7 @@ void readFile(const std::filesystem::path& path, Log& log) {
     const std::string where = fmt::format("{}:{}", path.string(), number);
     const json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded() || !j.is_object()) {
-      if (in.peek() == std::char_traits<char>::eof()) break;  // the last line of a process killed writing it
+      if (in.eof()) break;  // a last line without its newline: a process killed while writing it
       throw ConfigError(fmt::format("{}: not a line of trainer.sample_log: {}", where, line.substr(0, 120)));
     }
     const std::string kind = j.value("kind", "");

@@ -166,14 +166,11 @@ void Supervisor::reap() {
     Child* c = children_[i].get();
     if (!c->process->poll()) continue;
     record(*c);
-    if (!c->result.failed() && !c->leaving) {
-      if (slots_.leftTheJob && end_.interruptSignal == 0 && !c->result.stoppedByLauncher &&
-          slots_.leftTheJob(c->result.pid)) {
-        leftTheJob(*c);
-      } else {
-        ending_ = true;
-      }
-    }
+    // A worker that said it leaves before the job's end (a preemption) goes as a lost one does.
+    const bool left = !c->result.failed() && !c->leaving && end_.interruptSignal == 0 && !c->result.stoppedByLauncher &&
+                      slots_.leftTheJob && slots_.leftTheJob(c->result.pid);
+    if (!c->result.failed() && !c->leaving && !left) ending_ = true;
+    if (left && othersGoOn(*c, "left the job")) refill(*c);
     if (c->result.failed() && end_.firstFailed < 0 && end_.interruptSignal == 0 && !c->result.stoppedByLauncher) {
       if (othersGoOn(*c)) {
         refill(*c);
@@ -191,26 +188,16 @@ int Supervisor::runningCount() const {
       std::count_if(children_.begin(), children_.end(), [](auto& c) { return c->process->running() && !c->leaving; }));
 }
 
-bool Supervisor::othersGoOn(const Child& lost) {
+bool Supervisor::othersGoOn(const Child& lost, const char* how) {
   if (o_.minNp == 0) return false;
   const int running = runningCount();
   if (running < o_.minNp) return false;
   end_.lost.push_back(lost.rank);
-  writeAll(
-      STDERR_FILENO,
-      fmt::format("lockstep run: rank {} (pid {}) {} after {:.1f} s; {} worker(s) go on (--min-np {})\n", lost.rank,
-                  lost.result.pid, describeRankEnd(lost.result), lost.result.seconds, running, o_.minNp));
-  return true;
-}
-
-/// A worker that left before the job's end (SIGTERM from outside): the others go on without it, as
-/// after a loss, and a newcomer may take its slot.
-void Supervisor::leftTheJob(const Child& gone) {
-  const int running = runningCount();
   writeAll(STDERR_FILENO,
-           fmt::format("lockstep run: rank {} (pid {}) left the job after {:.1f} s; {} worker(s) go on\n", gone.rank,
-                       gone.result.pid, gone.result.seconds, running));
-  if (o_.minNp > 0 && running >= o_.minNp) refill(gone);
+           fmt::format("lockstep run: rank {} (pid {}) {} after {:.1f} s; {} worker(s) go on (--min-np {})\n",
+                       lost.rank, lost.result.pid, how ? std::string(how) : describeRankEnd(lost.result),
+                       lost.result.seconds, running, o_.minNp));
+  return true;
 }
 
 void Supervisor::refill(const Child& lost) {

@@ -57,10 +57,10 @@ class Supervisor {
   void drainSignals(int signalFd);
   void reap();
   /// --min-np: whether the group goes on without `lost` (enough others run); says so on stderr.
-  bool othersGoOn(const Child& lost);
+  /// `how` it went, when not its exit (describeRankEnd).
+  bool othersGoOn(const Child& lost, const char* how = nullptr);
   /// --min-np: starts a newcomer in the slot of `lost` when the budget allows; says so on stderr.
   void refill(const Child& lost);
-  void leftTheJob(const Child& gone);
   /// --host-discovery: newcomers in free slots, or SIGTERM to the last workers, towards `slots`.
   void holdWorkers(int slots);
   /// Workers running and not told to leave.

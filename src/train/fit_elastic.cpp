@@ -36,7 +36,6 @@ void FitRun::formFirstGeneration() {
   Generation g = members_->next();
   LOCKSTEP_CHECK(g.rank == rank_ && g.size == world_, "the first generation of the elastic run has rank ", g.rank,
                  " of ", g.size, ", the communicator it was given rank ", rank_, " of ", world_);
-  generation_ = g.number;
   joinWorld(std::move(g.comm));
   if (master_) {
     const std::string text = fingerprint();
@@ -100,8 +99,7 @@ void FitRun::formNextGeneration(Clock::time_point start, Generation g) {
   strategy_ = std::move(r.strategy);
   joinWorld(std::move(g.comm));
   at_ = positionAfter(r.step);
-  generation_ = g.number;
-  if (sampleLog_) sampleLog_->generation(generation_, rank_, world_, r.step);
+  if (sampleLog_) sampleLog_->generation(g.number, rank_, world_, r.step);
   // Each member's end-of-run marks are its own: from here the members do the same again.
   validatedStep_ = savedStep_ = -1;
   // The window's losses were of another world: the next progress line starts a new one.

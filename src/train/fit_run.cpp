@@ -114,7 +114,7 @@ FitResult FitRun::run() {
     announce("");
   } else {
     resume();
-    if (sampleLog_) sampleLog_->generation(generation_, dataRank_, dataWorld_, at_.step);
+    if (sampleLog_) sampleLog_->generation(members_ ? members_->generation() : 1, dataRank_, dataWorld_, at_.step);
     announce(strategy_->start());
   }
   model_->train();
@@ -240,10 +240,8 @@ void FitRun::runEpoch() {
                                 at_.batchInEpoch + stepsLeft * o_.accumulation);
   std::vector<std::vector<int64_t>> plan;
   microScales_.clear();
-  planIds_.clear();
   for (int64_t b = at_.batchInEpoch; b < last; ++b) {
     BatchShare share = samples_.micro(b, dataRank_, dataWorld_);
-    if (sampleLog_) planIds_.push_back(share.indices);
     plan.push_back(std::move(share.indices));
     microScales_.push_back(share.lossScale);
   }
@@ -295,11 +293,13 @@ double FitRun::trainStep(std::vector<BucketTiming>& messages) {
     timer_.endPhase(Phase::kDataWait);
     const bool last = m + 1 == o_.accumulation;
     LoopHooks hooks(timer_, scaler_.get(), faults_, rank_, last, computeStart);
-    const auto planned = static_cast<size_t>(at_.batchInEpoch + m - planStart_);
     // Before the forward: a step this rank dies in is one of the generation's uncommitted steps.
-    if (sampleLog_) sampleLog_->micro(at_.epoch, at_.step + 1, m, planIds_[planned]);
+    if (sampleLog_) {
+      sampleLog_->micro(at_.epoch, at_.step + 1, m,
+                        samples_.micro(at_.batchInEpoch + m, dataRank_, dataWorld_).indices);
+    }
     // The weight of this micro-batch's mean loss (1 / accumulation where every rank's share is equal).
-    const double scale = microScales_[planned];
+    const double scale = microScales_[static_cast<size_t>(at_.batchInEpoch + m - planStart_)];
     stepLoss += strategy_->trainMicroBatch(batch, scale, /*sync=*/last, hooks);
   }
   memory_.endCompute();

@@ -85,11 +85,9 @@ class FitRun {
   bool growing_ = false;  // a newcomer waits for the members at the next generation
 
   StepSamples samples_;
-  std::vector<double> microScales_;            // the loss weight of each micro-batch of the loader's plan
-  std::unique_ptr<SampleLog> sampleLog_;       // trainer.sample_log (the first stage of each pipeline)
-  std::vector<std::vector<int64_t>> planIds_;  // with sampleLog_: the samples of the loader's plan
-  int64_t generation_ = 1;                     // an elastic run's: the one this rank trains in
-  int64_t planStart_ = 0;                      // the plan's first micro-batch in the epoch
+  std::vector<double> microScales_;       // the loss weight of each micro-batch of the loader's plan
+  std::unique_ptr<SampleLog> sampleLog_;  // trainer.sample_log (the first stage of each pipeline)
+  int64_t planStart_ = 0;                 // the plan's first micro-batch in the epoch
   const int64_t microPerEpoch_;
   int64_t stepsPerEpoch_ = 0;
   int64_t totalSteps_ = 0;

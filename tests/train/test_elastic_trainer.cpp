@@ -193,7 +193,7 @@ double stampOf(const std::string& log, const std::string& pattern) {
 }
 
 // --host-discovery grows the job from 3 workers to 4 while it trains: the newcomer joins at the
-// others' next step boundary (within a second of its arrival), takes up their state and ends with
+// others' next step boundary (within two of the slowed rank's steps of its arrival), takes up their state and ends with
 // their parameters bit for bit; the run ends as 3 workers without it would (to the order of the
 // sums), at the global batch it started with.
 TEST(ElasticTrainer, AWorkerTheDiscoveryScriptAddsJoinsAndEndsEqualToTheOthers) {
@@ -216,7 +216,8 @@ TEST(ElasticTrainer, AWorkerTheDiscoveryScriptAddsJoinsAndEndsEqualToTheOthers) 
   const double formed = stampOf(r.err, "\\[0\\] (?=\\[lockstep [0-9:.]+ r0 INFO\\] generation 2)");
   ASSERT_GT(arrival, 0) << r.err;
   ASSERT_GT(formed, 0) << r.err;
-  EXPECT_LT(formed - arrival, 1.0) << r.err;
+  // At the step boundary after its arrival: within two of rank 0's slowed steps (about a second each).
+  EXPECT_LT(formed - arrival, 3.0) << r.err;
   EXPECT_TRUE(test::sameFinalParameters(r.err, 4)) << r.err;
   EXPECT_TRUE(sameModelWithin(test::ckptPath(dir, 26), test::ckptPath(straight, 26), 1e-5));
   const auto run = nlohmann::json::parse(test::readAll(dir + "/runs/tiny/run.json"));
